@@ -1,0 +1,3 @@
+"""pdscaler: a Kubernetes operator for prefill/decode disaggregated LLM serving."""
+
+__version__ = "0.1.0"
