@@ -1,0 +1,143 @@
+"""Boundary types of one reconcile tick: what the edges (Prometheus, Kubernetes, or the
+simulator) hand to the pure policy, and what the policy hands back.
+
+``TickInput`` -> ``policy.decide`` -> ``Decision``. Nothing here does I/O; every field
+is plain data so the simulator can build the same inputs the live operator does and
+replay its decisions exactly. Unknown measurements are ``None``, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pdscaler.spec import PDDeploymentSpec
+
+
+class Role(StrEnum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(frozen=True)
+class PoolMetrics:
+    """One pool's signals from Prometheus, summed/aggregated over the pool's pods.
+
+    ``latency_seconds`` is TTFT at the SLO percentile for prefill, TPOT for decode.
+    ``tokens_per_second`` is the pool's observed throughput (prompt tokens/s for
+    prefill, generated tokens/s for decode), used to refine the per-replica priors.
+    """
+
+    queue_depth: float | None = None
+    running: float | None = None
+    latency_seconds: float | None = None
+    tokens_per_second: float | None = None
+    kv_usage: float | None = None
+    # per-pod running requests, pod name -> requests (for pod-deletion-cost)
+    running_by_pod: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """What Prometheus said at ``time`` (seconds since the epoch or simulated clock).
+
+    ``request_rate`` in req/s, ``prompt_tokens``/``output_tokens`` are means per
+    request over the window. ``problems`` lists why a value is unknown (empty answer,
+    NaN, stale, several series, unreachable), for the MetricsAvailable condition.
+    """
+
+    time: float
+    request_rate: float | None
+    prompt_tokens: float | None
+    output_tokens: float | None
+    prefill: PoolMetrics = field(default_factory=PoolMetrics)
+    decode: PoolMetrics = field(default_factory=PoolMetrics)
+    problems: tuple[str, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        """True when the load shape (R, L_p, L_d) is known: enough to size the pools."""
+        return None not in (self.request_rate, self.prompt_tokens, self.output_tokens)
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    """One pool as the Kubernetes API shows it (summed over the serving cells).
+
+    ``replicas`` is what the Deployments currently ask for; ``unschedulable`` counts
+    pods Pending because no node has the GPUs; ``startup_samples`` are observed
+    pod creation -> Ready durations in seconds (to refine T_s).
+    """
+
+    replicas: int
+    ready: int
+    unschedulable: int = 0
+    startup_samples: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class PolicyMemory:
+    """What the policy carries from one tick to the next. Persisted by the operator
+    (in status) so a restarted operator resumes with the same memory.
+
+    ``recommendations``: (time, prefill, decode) desired counts of recent ticks, for the
+    scale-down stabilization window (the max over the window is applied, as the HPA).
+    ``rate_history``: (time, req/s) for the short-horizon forecast.
+    ``prefill_tps``/``decode_tps``/``startup_seconds``: refined capacities and T_s
+    (None = use the spec's prior).
+    """
+
+    recommendations: tuple[tuple[float, int, int], ...] = ()
+    rate_history: tuple[tuple[float, float], ...] = ()
+    prefill_tps: float | None = None
+    decode_tps: float | None = None
+    startup_seconds: float | None = None
+    last_scale_time: float | None = None
+
+
+@dataclass(frozen=True)
+class TickInput:
+    """Everything one decision depends on; ``now`` is passed in, never read."""
+
+    now: float
+    spec: PDDeploymentSpec
+    metrics: MetricsSnapshot | None  # None: Prometheus unreachable
+    prefill: PoolObservation
+    decode: PoolObservation
+    memory: PolicyMemory = field(default_factory=PolicyMemory)
+    rollout_in_progress: bool = False
+
+
+@dataclass(frozen=True)
+class ModelOutputs:
+    """The models' numbers behind a decision (shown in status and `pdscaler explain`)."""
+
+    n_prefill: float | None = None  # fractional ratio-model replicas
+    n_decode: float | None = None
+    ratio: float | None = None  # N_P / N_D
+    drain_seconds: float | None = None  # predicted drain of the scaled pool; None = never
+    prefill_tps: float | None = None  # capacities used (after refinement)
+    decode_tps: float | None = None
+    startup_seconds: float | None = None
+    forecast_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer: desired replicas per pool, and why.
+
+    ``action`` is a machine reason such as ``ScaledDecode``, ``ScaledPrefill``,
+    ``ScaledDown``, ``Hold``, ``HoldMetricsUnavailable``; ``message`` the human
+    sentence, e.g. ``Scaled decode 4->6: TPOT p95 62ms > 50ms SLO; drain 38s <= 60s``.
+    """
+
+    prefill: int
+    decode: int
+    action: str
+    message: str
+    pool: Role | None = None
+    model: ModelOutputs = field(default_factory=ModelOutputs)
+    metrics_available: bool = True
+    capacity_limited: bool = False
+    deadline_infeasible: bool = False
+    memory: PolicyMemory = field(default_factory=PolicyMemory)
