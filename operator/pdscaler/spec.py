@@ -1,28 +1,68 @@
 """The PDDeployment resource as typed Python: the spec the user writes and the status
 the operator writes. Mirrors ``crds/pdscaler.io_pddeployments.yaml`` field by field
-(a test keeps the two equal). Pure: parsing and validation only, no I/O.
+(``tests/unit/test_crd_mirror.py`` keeps the two equal: field set, types, required,
+enums, bounds, defaults). Pure: parsing and validation only, no I/O, no Kubernetes client.
 
 Attribute names are snake_case; the Kubernetes (camelCase) names are the aliases, so
 ``PDDeploymentSpec.model_validate(obj["spec"])`` reads a manifest as written and
 ``model_dump(by_alias=True)`` writes one back.
+
+Every CEL rule of the CRD has its twin here, raising the SAME message (the ``MSG_*``
+constants; a test checks that the CRD's CEL messages are exactly ``CEL_MESSAGES``), so
+the API server and ``pdscaler plan --from-file`` reject a bad manifest with the same
+sentence. OpenAPI-level checks (minimum, enum, pattern) are pydantic constraints with
+pydantic's wording.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "pdscaler.io"
 VERSION = "v1alpha1"
 KIND = "PDDeployment"
 PLURAL = "pddeployments"
+API_VERSION = f"{GROUP}/{VERSION}"
 
-_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$")
+# A Go-style duration restricted to the units an operator needs: "15s", "2m", "1h30m",
+# "1.5h", "500ms". The CRD's `pattern` is this exact string.
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+_DURATION = re.compile(DURATION_PATTERN)
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+# Bounds that keep the CRD's CEL rules cheap for the API server's cost estimator
+# (strings have a maxLength, integers a maximum) and catch typos (maxGPUs: 640000).
+MAX_REPLICAS = 10000
+MAX_GPUS_PER_REPLICA = 256
+MAX_GPUS = 100000
+MAX_DURATION_LENGTH = 32
+MAX_QUERY_LENGTH = 4096
+
+# The messages of the CRD's CEL rules (x-kubernetes-validations), word for word.
+MSG_REPLICAS_MIN_MAX = "replicas.min must be less than or equal to replicas.max"
+MSG_QUERIES_REQUIRED = "metrics.queries is required when metrics.preset is custom"
+MSG_QUERIES_FORBIDDEN = "metrics.queries is only allowed when metrics.preset is custom"
+MSG_INTERVAL_MIN = "scaling.interval must be at least 1s"
+MSG_BUDGET_FLOOR = (
+    "scaling.maxGPUs must be at least prefill.replicas.min * prefill.gpusPerReplica"
+    " + decode.replicas.min * decode.gpusPerReplica"
+)
+MSG_TEMPLATE_OBJECT = "template.metadata and template.spec must be of type object"
+CEL_MESSAGES = frozenset(
+    {
+        MSG_REPLICAS_MIN_MAX,
+        MSG_QUERIES_REQUIRED,
+        MSG_QUERIES_FORBIDDEN,
+        MSG_INTERVAL_MIN,
+        MSG_BUDGET_FLOOR,
+    }
+)
 
 
 def parse_duration(text: str) -> float:
@@ -33,41 +73,71 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
 
 
+def rfc3339(now: float) -> datetime:
+    """The timestamp the status uses for ``now`` (seconds since the epoch), truncated to
+    whole seconds in UTC like metav1.Time: ``rfc3339(0.7)`` -> 1970-01-01T00:00:00Z."""
+    return datetime.fromtimestamp(int(now), tz=UTC)
+
+
+Duration = Annotated[str, Field(max_length=MAX_DURATION_LENGTH, pattern=DURATION_PATTERN)]
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_LENGTH)]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
     )
 
 
+# ---------------------------------------------------------------------------- spec
+
+
 class EngineSpec(_Model):
     """The ONE engine version both pools run: a P/D version mismatch cannot be written."""
 
-    image: str = Field(min_length=1)
+    image: str = Field(min_length=1, max_length=512)
     version: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class ReplicaBounds(_Model):
-    min: int = Field(default=1, ge=0)
-    max: int = Field(default=16, ge=1)
+    """Per-pool replica bounds; the policy never leaves [min, max]."""
+
+    min: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    max: int = Field(default=16, ge=1, le=MAX_REPLICAS)
 
     @model_validator(mode="after")
     def _min_le_max(self) -> ReplicaBounds:
         if self.min > self.max:
-            raise ValueError("replicas.min must be <= replicas.max")
+            raise ValueError(MSG_REPLICAS_MIN_MAX)
         return self
 
 
 class PoolSpec(_Model):
-    """A pool: pod template, capacity facts of one replica, and bounds."""
+    """A pool: pod template, capacity facts of one replica, and bounds.
+
+    ``template`` is a PodTemplateSpec kept as plain data (``{"metadata": {...},
+    "spec": {...}}``); the operator sets the engine image and version on it.
+    """
 
     template: dict[str, Any] = Field(default_factory=dict)
-    gpus_per_replica: int = Field(default=1, ge=1)
-    replicas: ReplicaBounds = Field(default_factory=ReplicaBounds)
+    gpus_per_replica: int = Field(default=1, ge=1, le=MAX_GPUS_PER_REPLICA)
+    replicas: ReplicaBounds = ReplicaBounds()
     tokens_per_second: float = Field(gt=0)
     target_utilization: float = Field(default=0.7, gt=0, le=1)
 
+    @field_validator("template")
+    @classmethod
+    def _template_parts_are_objects(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # The CRD types template.metadata and template.spec as objects.
+        for key in ("metadata", "spec"):
+            if key in value and not isinstance(value[key], dict):
+                raise ValueError(MSG_TEMPLATE_OBJECT)
+        return value
+
 
 class SLOSpec(_Model):
+    """Latency objectives at ``percentile``, and how fast an overload must clear."""
+
     ttft_seconds: float = Field(default=2.0, gt=0)
     tpot_seconds: float = Field(default=0.05, gt=0)
     percentile: float = Field(default=0.95, gt=0, lt=1)
@@ -75,7 +145,9 @@ class SLOSpec(_Model):
 
 
 class PrometheusSpec(_Model):
-    url: str = Field(default="http://prometheus.monitoring:9090", pattern=r"^https?://")
+    url: str = Field(
+        default="http://prometheus.monitoring:9090", max_length=2048, pattern=r"^https?://"
+    )
 
 
 Preset = Literal["vllm", "sglang", "dynamo", "custom"]
@@ -86,29 +158,28 @@ class CustomQueries(_Model):
     pool's label matchers, ``{window}`` with ``metrics.window``, ``{quantile}`` with
     ``slo.percentile``."""
 
-    request_rate: str = Field(min_length=1)
-    prompt_tokens: str = Field(min_length=1)
-    output_tokens: str = Field(min_length=1)
-    queue_depth: str = Field(min_length=1)
-    ttft: str = Field(min_length=1)
-    tpot: str = Field(min_length=1)
-    running: str | None = None
-    kv_usage: str | None = None
+    request_rate: Query
+    prompt_tokens: Query
+    output_tokens: Query
+    queue_depth: Query
+    ttft: Query
+    tpot: Query
+    running: Query | None = None
+    kv_usage: Query | None = None
 
 
 class MetricsSpec(_Model):
-    prometheus: PrometheusSpec = Field(default_factory=PrometheusSpec)
+    prometheus: PrometheusSpec = PrometheusSpec()
     preset: Preset = "vllm"
     queries: CustomQueries | None = None
-    window: str = "2m"
+    window: Duration = "2m"
 
     @model_validator(mode="after")
     def _check(self) -> MetricsSpec:
-        parse_duration(self.window)
         if self.preset == "custom" and self.queries is None:
-            raise ValueError("metrics.queries is required when metrics.preset is custom")
+            raise ValueError(MSG_QUERIES_REQUIRED)
         if self.preset != "custom" and self.queries is not None:
-            raise ValueError("metrics.queries is only allowed when metrics.preset is custom")
+            raise ValueError(MSG_QUERIES_FORBIDDEN)
         return self
 
     @property
@@ -118,14 +189,14 @@ class MetricsSpec(_Model):
 
 class ScalingSpec(_Model):
     mode: Literal["Auto", "Recommend"] = "Auto"
-    interval: str = "15s"
-    max_gpus: int = Field(default=64, ge=1, alias="maxGPUs")
-    scale_down_stabilization: str = "5m"
+    interval: Duration = "15s"
+    max_gpus: int = Field(default=64, ge=1, le=MAX_GPUS, alias="maxGPUs")
+    scale_down_stabilization: Duration = "5m"
 
     @model_validator(mode="after")
     def _check(self) -> ScalingSpec:
-        parse_duration(self.interval)
-        parse_duration(self.scale_down_stabilization)
+        if parse_duration(self.interval) < 1.0:
+            raise ValueError(MSG_INTERVAL_MIN)
         return self
 
     @property
@@ -138,13 +209,8 @@ class ScalingSpec(_Model):
 
 
 class RolloutSpec(_Model):
-    max_surge_gpus: int = Field(default=8, ge=1, alias="maxSurgeGPUs")
-    progress_deadline: str = "10m"
-
-    @model_validator(mode="after")
-    def _check(self) -> RolloutSpec:
-        parse_duration(self.progress_deadline)
-        return self
+    max_surge_gpus: int = Field(default=8, ge=1, le=MAX_GPUS, alias="maxSurgeGPUs")
+    progress_deadline: Duration = "10m"
 
     @property
     def progress_deadline_seconds(self) -> float:
@@ -155,20 +221,142 @@ class PDDeploymentSpec(_Model):
     engine: EngineSpec
     prefill: PoolSpec
     decode: PoolSpec
-    slo: SLOSpec = Field(default_factory=SLOSpec)
+    slo: SLOSpec = SLOSpec()
     startup_seconds: float = Field(default=60.0, gt=0)
-    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
-    scaling: ScalingSpec = Field(default_factory=ScalingSpec)
-    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    metrics: MetricsSpec = MetricsSpec()
+    scaling: ScalingSpec = ScalingSpec()
+    rollout: RolloutSpec = RolloutSpec()
 
     @model_validator(mode="after")
     def _budget_covers_minimums(self) -> PDDeploymentSpec:
+        """Both pools at their minimums must fit the budget: prefill 2 x 1 GPU + decode
+        3 x 2 GPUs needs maxGPUs >= 8."""
         floor = (
             self.prefill.replicas.min * self.prefill.gpus_per_replica
             + self.decode.replicas.min * self.decode.gpus_per_replica
         )
         if self.scaling.max_gpus < floor:
-            raise ValueError(
-                "scaling.maxGPUs must be at least the GPUs of both pools' minimum replicas"
-            )
+            raise ValueError(MSG_BUDGET_FLOOR)
         return self
+
+
+# -------------------------------------------------------------------------- status
+
+
+class PoolStatus(_Model):
+    """One pool summed over its serving cells. ``summary`` is the printer column,
+    ready/desired: ``"3/4"``."""
+
+    replicas: int | None = Field(default=None, ge=0)
+    ready_replicas: int | None = Field(default=None, ge=0)
+    desired_replicas: int | None = Field(default=None, ge=0)
+    version: str | None = None
+    summary: str | None = None
+
+
+class DecisionInputs(_Model):
+    """What the policy saw: load shape over the window and per-pool signals."""
+
+    request_rate: float | None = None
+    prompt_tokens: float | None = None
+    output_tokens: float | None = None
+    prefill_queue: float | None = None
+    decode_queue: float | None = None
+    ttft_seconds: float | None = None
+    tpot_seconds: float | None = None
+
+
+class DecisionModel(_Model):
+    """The models' numbers behind the decision (fractional replicas, drain time, the
+    capacities and T_s used after online refinement, the forecast rate)."""
+
+    n_prefill: float | None = None
+    n_decode: float | None = None
+    ratio: float | None = None
+    drain_seconds: float | None = None
+    prefill_tokens_per_second: float | None = None
+    decode_tokens_per_second: float | None = None
+    startup_seconds: float | None = None
+    forecast_rate: float | None = None
+
+
+class LastDecision(_Model):
+    """The latest decision: ``action`` machine-readable (``ScaledDecode``), ``message``
+    the human sentence (``Scaled decode 4->6: TPOT p95 62ms > 50ms; drain 38s <= 60s``)."""
+
+    time: AwareDatetime | None = None
+    action: str | None = None
+    pool: Literal["prefill", "decode"] | None = None
+    reason: str | None = None
+    message: str | None = None
+    inputs: DecisionInputs | None = None
+    model: DecisionModel | None = None
+
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(_Model):
+    """A Kubernetes metav1.Condition (same fields, same constraints)."""
+
+    type: str = Field(
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+    )
+    status: ConditionStatus
+    reason: str = Field(
+        min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+    )
+    message: str = Field(max_length=32768)
+    last_transition_time: AwareDatetime
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class RolloutStatus(_Model):
+    """The version rollout in flight (or the last one): ``phase`` e.g. ``Progressing``,
+    ``Complete``, ``RollingBack``; ``step`` counts capacity-shift steps taken."""
+
+    phase: str | None = None
+    from_version: str | None = None
+    to_version: str | None = None
+    started_at: AwareDatetime | None = None
+    step: int | None = Field(default=None, ge=0)
+
+
+class PDDeploymentStatus(_Model):
+    """What the operator writes under ``status`` (never a handler's return value).
+
+    ``ratio``, ``ttft``, ``tpot`` are display strings for the printer columns
+    (``"1:1.1"``, ``"850ms"``, ``"42ms"``); ``memory`` is the policy's persisted
+    memory, an opaque object only the policy reads.
+    """
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    active_version: str | None = None
+    target_version: str | None = None
+    prefill: PoolStatus | None = None
+    decode: PoolStatus | None = None
+    ratio: str | None = None
+    ttft: str | None = None
+    tpot: str | None = None
+    last_decision: LastDecision | None = None
+    conditions: list[Condition] | None = None
+    rollout: RolloutStatus | None = None
+    memory: dict[str, Any] | None = None
+
+    def to_k8s(self) -> dict[str, Any]:
+        """The status as the API server stores it: camelCase, JSON types (RFC 3339
+        times), unset fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class PDDeployment(_Model):
+    """A whole manifest: ``PDDeployment.model_validate(yaml.safe_load(text))``.
+    ``metadata`` is kept as plain data (the API server owns its schema)."""
+
+    api_version: Literal["pdscaler.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["PDDeployment"]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: PDDeploymentSpec
+    status: PDDeploymentStatus | None = None
