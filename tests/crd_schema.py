@@ -1,0 +1,109 @@
+"""Test helpers for the PDDeployment CRD: load it, translate its Kubernetes OpenAPI v3
+schema into a plain JSON Schema that ``jsonschema`` can check, apply the API server's
+structural defaulting, and list its CEL rules. No cluster, no I/O beyond reading the
+CRD file.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CRD_PATH = ROOT / "crds" / "pdscaler.io_pddeployments.yaml"
+EXAMPLES_DIR = ROOT / "deploy" / "examples"
+
+Schema = dict[str, Any]
+
+
+def load_crd() -> dict[str, Any]:
+    with CRD_PATH.open() as f:
+        crd: dict[str, Any] = yaml.safe_load(f)
+    return crd
+
+
+def openapi_schema(crd: dict[str, Any] | None = None) -> Schema:
+    """The v1alpha1 ``openAPIV3Schema`` (the whole object: apiVersion ... status)."""
+    crd = crd if crd is not None else load_crd()
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    schema: Schema = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def is_opaque(node: Schema) -> bool:
+    """A node whose content the API server keeps without a schema."""
+    return bool(node.get("x-kubernetes-preserve-unknown-fields"))
+
+
+def to_json_schema(node: Schema, *, root: bool = True) -> Schema:
+    """Translate a Kubernetes structural schema node into JSON Schema (draft 2020-12):
+    OpenAPI 3.0 boolean ``exclusiveMinimum``/``exclusiveMaximum`` become numeric, the
+    ``x-kubernetes-*`` extensions are dropped, and objects without
+    ``x-kubernetes-preserve-unknown-fields`` reject unknown fields (``kubectl apply``
+    validates strictly by default). ``metadata`` at the root stays free-form (the API
+    server owns ObjectMeta)."""
+    out: Schema = {}
+    for key, value in node.items():
+        if key.startswith("x-kubernetes-") or key in ("description", "default"):
+            continue
+        if key == "properties":
+            out[key] = {
+                name: (
+                    {"type": "object"}
+                    if root and name == "metadata"
+                    else to_json_schema(sub, root=False)
+                )
+                for name, sub in value.items()
+            }
+        elif key == "items":
+            out[key] = to_json_schema(value, root=False)
+        elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+            continue
+        else:
+            out[key] = copy.deepcopy(value)
+    if node.get("exclusiveMinimum"):
+        out["exclusiveMinimum"] = out.pop("minimum")
+    if node.get("exclusiveMaximum"):
+        out["exclusiveMaximum"] = out.pop("maximum")
+    if node.get("type") == "object" and not is_opaque(node):
+        out["additionalProperties"] = False
+    return out
+
+
+def apply_defaults(node: Schema, value: Any) -> Any:
+    """The API server's structural defaulting: a missing property with a ``default``
+    gets a copy of it, then defaulting recurses into everything present (so
+    ``replicas: {}`` becomes ``{"min": 1, "max": 16}``). Returns a new value."""
+    if isinstance(value, dict) and node.get("type") == "object":
+        props: dict[str, Schema] = node.get("properties", {})
+        result = dict(value)
+        for name, sub in props.items():
+            if name not in result and "default" in sub:
+                result[name] = copy.deepcopy(sub["default"])
+            if name in result:
+                result[name] = apply_defaults(sub, result[name])
+        return result
+    if isinstance(value, list) and "items" in node:
+        return [apply_defaults(node["items"], item) for item in value]
+    return value
+
+
+def walk(node: Schema, path: str = "") -> list[tuple[str, Schema]]:
+    """Every schema node with its dotted path (``spec.prefill.replicas.min``); array
+    items get ``[]``."""
+    found = [(path, node)]
+    for name, sub in node.get("properties", {}).items():
+        found += walk(sub, f"{path}.{name}" if path else name)
+    if "items" in node:
+        found += walk(node["items"], f"{path}[]")
+    return found
+
+
+def cel_rules(node: Schema) -> list[tuple[str, dict[str, Any]]]:
+    """(path, rule) for every ``x-kubernetes-validations`` entry."""
+    return [
+        (path, rule) for path, sub in walk(node) for rule in sub.get("x-kubernetes-validations", [])
+    ]
