@@ -1,0 +1,124 @@
+"""The lab's settings: directories, pinned versions, loopback ports, fake-node shape.
+
+Owns: reading `versions.env`, the defaults, and the environment overrides (`PDLAB_DIR`,
+`PDLAB_PORT_<NAME>`, `PDSCALER_CACHE`). Must not start processes or touch the network.
+
+Ports are chosen away from the usual ones (6443, 2379, 9090, 10250-10259) so the lab can
+run beside a real cluster or a system Prometheus: etcd 23790/23800, API server 26443,
+controller-manager 20257, scheduler 20259, kwok 20247, Prometheus 29090.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_DIR = PACKAGE_DIR.parent.parent
+TEMPLATES_DIR = REPO_DIR / "deploy" / "local"
+BUILD_SCRIPT = PACKAGE_DIR / "build-bins.sh"
+
+DEFAULT_PORTS: dict[str, int] = {
+    "etcd": 23790,
+    "etcd_peer": 23800,
+    "apiserver": 26443,
+    "controller_manager": 20257,
+    "scheduler": 20259,
+    "kwok": 20247,
+    "prometheus": 29090,
+}
+
+_DURATION = re.compile(r"^(\d+(\.\d+)?(ms|s|m|h))+$")
+
+
+def read_versions(path: Path = PACKAGE_DIR / "versions.env") -> dict[str, str]:
+    """Parse `KEY=value` lines of versions.env, e.g. {"KUBE_VERSION": "1.36.3", ...}."""
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip().strip("\"'")
+    return out
+
+
+def bin_dir() -> Path:
+    """Where build-bins.sh puts the binaries.
+
+    e.g. ~/.cache/pdscaler/lab/k8s-1.36.3-etcd-3.6.16-kwok-0.8.0/bin
+    """
+    v = read_versions()
+    cache = Path(os.environ.get("PDSCALER_CACHE", str(Path.home() / ".cache" / "pdscaler")))
+    name = f"k8s-{v['KUBE_VERSION']}-etcd-{v['ETCD_VERSION']}-kwok-{v['KWOK_VERSION']}"
+    return cache / "lab" / name / "bin"
+
+
+def go_duration_ms(text: str) -> int:
+    """A Go duration like "2s", "1m30s" or "500ms" in milliseconds: "1m30s" -> 90000."""
+    if not _DURATION.match(text):
+        raise ValueError(f"not a Go duration: {text!r} (use e.g. 2s, 500ms, 1m30s)")
+    scale = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+    return int(sum(float(n) * scale[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)(ms|s|m|h)", text)))
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """Everything `up` needs; persisted in the state file so later commands agree."""
+
+    lab_dir: Path
+    ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
+    nodes: int = 4
+    gpus_per_node: int = 8
+    gpu_product: str = "NVIDIA-H100-80GB-HBM3"
+    startup_delay: str = "2s"
+    scrape_interval: str = "2s"
+
+    @staticmethod
+    def from_env(**overrides: Any) -> LabConfig:
+        """Defaults, then `PDLAB_DIR` / `PDLAB_PORT_APISERVER`..., then explicit overrides."""
+        lab_dir = Path(
+            os.environ.get("PDLAB_DIR", str(Path.home() / ".cache" / "pdscaler" / "lab-run"))
+        )
+        ports = dict(DEFAULT_PORTS)
+        for name in ports:
+            env = os.environ.get(f"PDLAB_PORT_{name.upper()}")
+            if env:
+                ports[name] = int(env)
+        cfg = LabConfig(lab_dir=lab_dir, ports=ports)
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        return dataclasses.replace(cfg, **clean)
+
+    def __post_init__(self) -> None:
+        go_duration_ms(self.startup_delay)
+        if self.nodes < 0 or self.gpus_per_node < 0:
+            raise ValueError("nodes and gpus_per_node must be >= 0")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (paths as strings) for the state file."""
+        d = dataclasses.asdict(self)
+        d["lab_dir"] = str(self.lab_dir)
+        return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> LabConfig:
+        """Inverse of `to_json`."""
+        return LabConfig(**{**d, "lab_dir": Path(d["lab_dir"]), "ports": dict(d["ports"])})
+
+    @property
+    def apiserver_url(self) -> str:
+        """https://127.0.0.1:26443 with the default ports."""
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def prometheus_url(self) -> str:
+        """http://127.0.0.1:29090 with the default ports."""
+        return f"http://127.0.0.1:{self.ports['prometheus']}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig users and tests point KUBECONFIG at."""
+        return self.lab_dir / "kubeconfig"

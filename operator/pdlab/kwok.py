@@ -1,0 +1,95 @@
+"""Fake GPU nodes and kwok's stages: what the nodes and pods of the lab look like.
+
+Owns: rendering `deploy/local/kwok-stages.yaml` with the default start-up delay, building
+the Node manifests from `deploy/local/gpu-node.yaml`, kwok's command line, and
+registering the nodes. Pure builders (`render_stages`, `gpu_node`) do no I/O beyond
+reading the templates. Must not start or stop processes (lab.py does).
+
+Pod life on a fake node: scheduled -> Running, not Ready (at once) -> Ready after the
+annotation `pdscaler.io/startup-delay` (a Go duration, e.g. "30s") or the lab default.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pdlab.config import TEMPLATES_DIR, LabConfig, go_duration_ms
+from pdlab.kubeapi import KubeAPI
+
+STARTUP_DELAY_ANNOTATION = "pdscaler.io/startup-delay"
+NODE_SELECTOR_LABEL = "pdlab.pdscaler.io/node"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+
+
+def render_stages(default_delay: str) -> str:
+    """The stages file with the default delay filled in: "2s" -> durationMilliseconds: 2000."""
+    text = (TEMPLATES_DIR / "kwok-stages.yaml").read_text()
+    return text.replace("@DEFAULT_DELAY_MS@", str(go_duration_ms(default_delay)))
+
+
+def node_name(index: int) -> str:
+    """gpu-node-0, gpu-node-1, ..."""
+    return f"gpu-node-{index}"
+
+
+def gpu_node(index: int, gpus: int, product: str) -> dict[str, Any]:
+    """One fake GPU node: gpu_node(1, 8, "NVIDIA-H100-80GB-HBM3") has 8 allocatable GPUs."""
+    node: dict[str, Any] = copy.deepcopy(
+        yaml.safe_load((TEMPLATES_DIR / "gpu-node.yaml").read_text())
+    )
+    name = node_name(index)
+    node["metadata"]["name"] = name
+    labels = node["metadata"]["labels"]
+    labels["kubernetes.io/hostname"] = name
+    labels["nvidia.com/gpu.product"] = product
+    labels["nvidia.com/gpu.count"] = str(gpus)
+    for key in ("allocatable", "capacity"):
+        node["status"][key][GPU_RESOURCE] = str(gpus)
+    return node
+
+
+def kwok_argv(binary: Path, kubeconfig: Path, stages: Path, port: int) -> list[str]:
+    """kwok managing only the annotated fake nodes, with node leases (heartbeats)."""
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--config={stages}",
+        "--manage-all-nodes=false",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        "--node-lease-duration-seconds=40",
+        f"--server-address=127.0.0.1:{port}",
+        "--cidr=10.244.0.0/16",
+        "--node-ip=10.0.0.1",
+    ]
+
+
+def register_nodes(api: KubeAPI, cfg: LabConfig) -> list[str]:
+    """Create the missing fake nodes and delete lab nodes beyond `cfg.nodes`; names wanted."""
+    wanted = [node_name(i) for i in range(cfg.nodes)]
+    status, listing = api.request("GET", f"/api/v1/nodes?labelSelector={NODE_SELECTOR_LABEL}")
+    if status != 200:
+        raise RuntimeError(f"listing nodes failed: {status} {listing}")
+    existing = {n["metadata"]["name"]: n for n in listing["items"]}
+    for i, name in enumerate(wanted):
+        node = existing.get(name)
+        if node is not None:
+            labels = node["metadata"].get("labels", {})
+            alloc = node.get("status", {}).get("allocatable", {})
+            if labels.get("nvidia.com/gpu.product") == cfg.gpu_product and alloc.get(
+                GPU_RESOURCE
+            ) == str(cfg.gpus_per_node):
+                continue
+            api.request("DELETE", f"/api/v1/nodes/{name}")
+        body = gpu_node(i, cfg.gpus_per_node, cfg.gpu_product)
+        status, resp = api.request("POST", "/api/v1/nodes", body)
+        if status not in (200, 201):
+            raise RuntimeError(f"creating node {name} failed: {status} {resp}")
+    for name in existing:
+        if name not in wanted:
+            api.request("DELETE", f"/api/v1/nodes/{name}")
+    return wanted

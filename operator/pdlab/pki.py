@@ -1,0 +1,114 @@
+"""The lab's PKI and kubeconfigs, made with the `openssl` command line.
+
+Owns: a CA, the API server's serving certificate (SANs localhost, 127.0.0.1,
+kubernetes.default..., 10.96.0.1), client certificates (admin in O=system:masters,
+system:kube-controller-manager, system:kube-scheduler), the service-account key pair, and
+kubeconfig files with embedded certificates. Files are created once and reused: a second
+`ensure_pki` on the same directory runs no openssl at all. Must not start the lab.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from pathlib import Path
+
+import yaml
+
+SERVER_SANS = (
+    "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
+    "DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1"
+)
+
+# name -> (subject, extended key usage)
+CLIENTS: dict[str, tuple[str, str]] = {
+    "admin": ("/O=system:masters/CN=pdlab-admin", "clientAuth"),
+    "controller-manager": ("/CN=system:kube-controller-manager", "clientAuth"),
+    "scheduler": ("/CN=system:kube-scheduler", "clientAuth"),
+    "kwok": ("/O=system:masters/CN=pdlab-kwok", "clientAuth"),
+}
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"openssl {' '.join(args)} failed: {proc.stderr.strip()}")
+
+
+def _sign(pki: Path, name: str, subject: str, ext: str) -> None:
+    """Key + CSR + certificate signed by the lab CA, valid ten years."""
+    if (pki / f"{name}.crt").exists():
+        return
+    _openssl("genrsa", "-out", f"{name}.key", "2048", cwd=pki)
+    _openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=pki)
+    (pki / f"{name}.ext").write_text(ext)
+    _openssl(
+        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "3650", "-sha256", "-extfile", f"{name}.ext",
+        "-out", f"{name}.crt",
+        cwd=pki,
+    )  # fmt: skip
+
+
+def ensure_pki(pki: Path) -> None:
+    """Create every key and certificate under `pki` that is missing."""
+    pki.mkdir(parents=True, exist_ok=True)
+    if not (pki / "ca.crt").exists():
+        _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
+        _openssl(
+            "req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=pdlab-ca", "-days", "3650",
+            "-sha256", "-out", "ca.crt",
+            cwd=pki,
+        )  # fmt: skip
+    if not (pki / "sa.key").exists():
+        _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+        _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+    _sign(
+        pki,
+        "apiserver",
+        "/CN=kube-apiserver",
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+        f"extendedKeyUsage=serverAuth\nsubjectAltName={SERVER_SANS}\n",
+    )
+    for name, (subject, eku) in CLIENTS.items():
+        _sign(
+            pki,
+            name,
+            subject,
+            "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+            f"extendedKeyUsage={eku}\n",
+        )
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def write_kubeconfig(path: Path, server: str, pki: Path, client: str) -> None:
+    """A kubeconfig for `client` (a name in CLIENTS) with certificates embedded."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "pdlab",
+                "cluster": {"server": server, "certificate-authority-data": _b64(pki / "ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": client,
+                "user": {
+                    "client-certificate-data": _b64(pki / f"{client}.crt"),
+                    "client-key-data": _b64(pki / f"{client}.key"),
+                },
+            }
+        ],
+        "contexts": [{"name": "pdlab", "context": {"cluster": "pdlab", "user": client}}],
+        "current-context": "pdlab",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
+    tmp.chmod(0o600)
+    tmp.replace(path)

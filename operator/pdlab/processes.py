@@ -1,0 +1,163 @@
+"""Start, identify and stop the lab's processes, by recorded PID only.
+
+Owns: the state file (`<lab>/state.json`: the config and, per component, pid, start
+time, command line and log file), detached starts (own session, so own process group;
+stdout+stderr to `<lab>/logs/<name>.log`), and stops that signal exactly the recorded
+process group. A record counts as alive only if the PID exists, is not a zombie, and has
+the recorded start time (so a reused PID is never mistaken for, or killed as, ours).
+Must never find or kill processes by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+# Popen objects of children started by this Python process, kept so they are reaped.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass(frozen=True)
+class ProcRecord:
+    """One started component."""
+
+    name: str
+    pid: int
+    start_ticks: int
+    argv: list[str]
+    log: str
+
+
+def start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks); None if gone or a zombie."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may contain spaces.
+    fields = raw[raw.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def is_alive(rec: ProcRecord) -> bool:
+    """True if the recorded process still runs (same PID and same start time)."""
+    _reap(rec.pid)
+    return start_ticks(rec.pid) == rec.start_ticks
+
+
+def _reap(pid: int) -> None:
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:
+        del _CHILDREN[pid]
+
+
+class State:
+    """The lab's state file: config + process records, rewritten atomically."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.config: dict[str, Any] | None = None
+        self.procs: dict[str, ProcRecord] = {}
+        if path.exists():
+            data = json.loads(path.read_text())
+            self.config = data.get("config")
+            self.procs = {n: ProcRecord(**r) for n, r in data.get("processes", {}).items()}
+
+    def save(self) -> None:
+        """Write the file (tmp + rename, so a crash never leaves half a file)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        doc = {"config": self.config, "processes": {n: asdict(r) for n, r in self.procs.items()}}
+        tmp.write_text(json.dumps(doc, indent=2))
+        tmp.replace(self.path)
+
+    def alive(self, name: str) -> bool:
+        """True if `name` was started and still runs."""
+        rec = self.procs.get(name)
+        return rec is not None and is_alive(rec)
+
+
+def start(state: State, name: str, argv: list[str], log_dir: Path, cwd: Path) -> ProcRecord:
+    """Start `argv` detached (new session), log to `<log_dir>/<name>.log`, record it."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("ab") as log:
+        log.write(f"\n=== pdlab start {time.strftime('%F %T')}: {' '.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    _CHILDREN[proc.pid] = proc
+    ticks = None
+    for _ in range(50):
+        ticks = start_ticks(proc.pid)
+        if ticks is not None or proc.poll() is not None:
+            break
+        time.sleep(0.01)
+    if ticks is None:
+        raise RuntimeError(f"{name} exited at once (code {proc.poll()}); see {log_path}")
+    rec = ProcRecord(name=name, pid=proc.pid, start_ticks=ticks, argv=argv, log=str(log_path))
+    state.procs[name] = rec
+    state.save()
+    return rec
+
+
+def stop(state: State, name: str, grace_s: float = 10.0) -> bool:
+    """SIGTERM the recorded process group of `name`, SIGKILL after `grace_s`.
+
+    Returns True if something was running. The record is removed either way.
+    """
+    rec = state.procs.pop(name, None)
+    state.save()
+    if rec is None or not is_alive(rec):
+        return False
+    # start_new_session=True made the process a group leader: pgid == pid.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(rec.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and is_alive(rec):
+        time.sleep(0.05)
+    if is_alive(rec):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(rec.pid, signal.SIGKILL)
+        while is_alive(rec):
+            time.sleep(0.05)
+    # Children of the group (none expected) get the same signal; wait for the group to empty.
+    for _ in range(100):
+        try:
+            os.killpg(rec.pid, 0)
+        except ProcessLookupError:
+            break
+        _reap(rec.pid)
+        time.sleep(0.05)
+    return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs (not zombies) whose process group is `pgid`: used to prove `down` left nothing."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out

@@ -1,0 +1,568 @@
+"""PromQL for one PDDeployment: the metric presets, the queries scoped to its pools, and
+the reading of Prometheus' answers into a ``MetricsSnapshot``. Pure: builds strings and
+parses JSON already fetched; it never opens a connection (``prometheus.py`` does).
+
+Scoping. A Kubernetes pod scrape, relabelled as below, gives every engine series the
+labels ``namespace``, ``pod``, ``pdscaler_io_name`` and ``pdscaler_io_role`` (the pod
+labels ``pdscaler.io/name``/``pdscaler.io/role`` with ``.`` and ``/`` turned into ``_``,
+the way Prometheus' Kubernetes discovery sanitises label names). The lab's engine
+simulator exports exactly these. Scrape config the user's Prometheus needs::
+
+    - job_name: pdscaler-pods
+      kubernetes_sd_configs: [{role: pod}]
+      relabel_configs:
+        - {action: keep, source_labels: [__meta_kubernetes_pod_label_pdscaler_io_name], regex: .+}
+        - {action: labelmap, regex: __meta_kubernetes_pod_label_(pdscaler_io_name|pdscaler_io_role)}
+        - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
+        - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
+
+(with the Prometheus Operator: a PodMonitor with ``podTargetLabels: [pdscaler.io/name,
+pdscaler.io/role]``, which yields the same names). A pool's selector is then
+
+>>> selector("serving", "chat", Role.PREFILL)
+'{namespace="serving",pdscaler_io_name="chat",pdscaler_io_role="prefill"}'
+
+Label values are escaped as PromQL string literals, so a name cannot inject PromQL:
+
+>>> selector("ns", 'x"} or vector(1) #', None)
+'{namespace="ns",pdscaler_io_name="x\\\\"} or vector(1) #"}'
+
+Where each quantity is read (the same for every preset, documented once):
+
+* R, the request rate, and L_p, the mean prompt tokens: on the PREFILL pool (every
+  request passes there once; in vLLM's P/D setups the decode side also re-counts the
+  prompt, so the decode pool would count it too but later).
+* L_d, the mean output tokens: on the DECODE pool (the prefill side of a P/D pair runs
+  each request with ``max_tokens=1``, so its output histogram says 1).
+* TTFT at the SLO percentile: on the PREFILL pool. In a P/D pair the client's TTFT is
+  the prefill-side TTFT (queue + prefill) plus the decode side's KV pull and first step;
+  the prefill side is the part the prefill pool's size controls, and the decode side's
+  waiting shows up as the decode queue depth, which the policy reads separately.
+* TPOT at the SLO percentile, KV usage and per-pod running requests: on the DECODE pool.
+* Queue depth, running requests and tokens/s: per pool.
+
+The Dynamo preset is the exception: Dynamo's HTTP frontend observes R, L_p, L_d, TTFT and
+TPOT end to end, so those are read with the deployment selector (no role): label the
+frontend pods ``pdscaler.io/name: <name>`` too. Its per-pool signals come from the engine
+metrics Dynamo's workers pass through (vLLM's, or SGLang's).
+
+Unknown is never 0: an empty answer, NaN, +/-Inf, a stale sample, several series where
+one was expected, or a query error each give ``None`` plus a sentence in
+``MetricsSnapshot.problems``. A pool whose newest scrape (``timestamp(up)``) is older
+than ``max_age`` has all its values set to ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+from pdscaler.naming import LABEL_NAME, LABEL_ROLE
+from pdscaler.spec import CustomQueries, PDDeploymentSpec
+from pdscaler.types import MetricsSnapshot, PoolMetrics, Role
+
+# Prometheus label names of the pod labels, as a pod scrape's relabelling produces them.
+PROM_NAMESPACE = "namespace"
+PROM_POD = "pod"
+
+
+def prom_label(k8s_label: str) -> str:
+    """The Prometheus label name of a Kubernetes pod label, sanitised the way Prometheus'
+    Kubernetes discovery does: ``pdscaler.io/role`` -> ``pdscaler_io_role``."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", k8s_label)
+
+
+PROM_NAME = prom_label(LABEL_NAME)  # pdscaler_io_name
+PROM_ROLE = prom_label(LABEL_ROLE)  # pdscaler_io_role
+
+# Default age beyond which a pool's newest scrape is "stale". Scrape intervals are
+# typically 15-30 s; Prometheus itself would keep serving a gauge's last value for its
+# 5 min lookback, far too long for a 15 s autoscaling tick.
+DEFAULT_MAX_AGE_SECONDS = 60.0
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_label_value(value: str) -> str:
+    """Escape a string for a double-quoted PromQL label value: backslash, double quote
+    and line breaks. ``a"b\\c`` -> ``a\\"b\\\\c``; other characters (UTF-8) pass as is.
+
+    >>> escape_label_value('a"b')
+    'a\\\\"b'
+    """
+    return "".join(_ESCAPES.get(c, c) for c in value)
+
+
+def matchers(namespace: str, name: str, role: Role | None) -> str:
+    """The label matchers of a pool (or of the whole deployment when ``role`` is None),
+    without braces: ``namespace="ns",pdscaler_io_name="chat",pdscaler_io_role="decode"``."""
+    parts = [
+        f'{PROM_NAMESPACE}="{escape_label_value(namespace)}"',
+        f'{PROM_NAME}="{escape_label_value(name)}"',
+    ]
+    if role is not None:
+        parts.append(f'{PROM_ROLE}="{escape_label_value(role.value)}"')
+    return ",".join(parts)
+
+
+def selector(namespace: str, name: str, role: Role | None) -> str:
+    """``matchers`` in braces: a complete PromQL selector to append to a metric name."""
+    return "{" + matchers(namespace, name, role) + "}"
+
+
+def promql_duration(seconds: float) -> str:
+    """A PromQL range duration for ``seconds``, in a form every Prometheus accepts
+    (no fractions, no compound units): 120.0 -> ``120s``, 0.5 -> ``500ms``."""
+    if seconds == int(seconds):
+        return f"{int(seconds)}s"
+    return f"{round(seconds * 1000)}ms"
+
+
+def render(template: str, *, sel: str, match: str, window: str, quantile: float) -> str:
+    """Fill a query template. Placeholders: ``{selector}`` (a complete selector with
+    braces, ``metric{selector}``), ``{matchers}`` (the same without braces, to add your
+    own: ``metric{{matchers},job="x"}``), ``{window}`` and ``{quantile}``. Plain string
+    replacement, so PromQL's own braces need no doubling.
+
+    >>> render("rate(x{selector}[{window}])", sel='{a="b"}', match='a="b"', window="2m",
+    ...        quantile=0.95)
+    'rate(x{a="b"}[2m])'
+    """
+    return (
+        template.replace("{selector}", sel)
+        .replace("{matchers}", match)
+        .replace("{window}", window)
+        .replace("{quantile}", repr(float(quantile)))
+    )
+
+
+# ---------------------------------------------------------------------------- presets
+
+Scope = Literal["prefill", "decode", "deployment"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The query templates of one engine family (placeholders as in ``render``).
+
+    ``load_scope`` says where R, L_p, L_d, TTFT and TPOT are read: per pool (prefill for
+    R, L_p and TTFT; decode for L_d and TPOT) or on the whole deployment (a frontend).
+    Per-pool templates (queue, running, tokens/s) are rendered once per pool.
+    """
+
+    request_rate: str
+    prompt_tokens: str
+    output_tokens: str
+    ttft: str
+    tpot: str
+    queue_depth: str
+    running: str | None = None
+    prefill_tokens_per_second: str | None = None
+    decode_tokens_per_second: str | None = None
+    kv_usage: str | None = None
+    running_by_pod: str | None = None
+    load_scope: Literal["pool", "deployment"] = "pool"
+
+
+def _rate(metric: str) -> str:
+    return f"sum(rate({metric}{{selector}}[{{window}}]))"
+
+
+def _mean(hist: str) -> str:
+    """Mean of a histogram over the window: rate of its _sum over rate of its _count
+    (0/0 = NaN when nothing was observed: unknown, not 0)."""
+    return f"{_rate(hist + '_sum')} / {_rate(hist + '_count')}"
+
+
+def _quantile(hist: str) -> str:
+    return (
+        "histogram_quantile({quantile}, sum by (le) "
+        f"(rate({hist}_bucket{{selector}}[{{window}}])))"
+    )
+
+
+# vLLM: names from vllm/v1/metrics/loggers.py (PrometheusStatLogger) and the v0 list in
+# docs/design/metrics.md. `vllm:prompt_tokens`/`vllm:generation_tokens`/`vllm:request_success`
+# are Counters, exposed with the `_total` suffix. TPOT: `vllm:inter_token_latency_seconds`
+# since v0.11 (the old `vllm:time_per_output_token_seconds`, same buckets, as fallback);
+# KV usage: `vllm:kv_cache_usage_perc` since v0.9 (`vllm:gpu_cache_usage_perc` before).
+VLLM = Preset(
+    request_rate=_rate("vllm:request_success_total"),
+    prompt_tokens=_mean("vllm:request_prompt_tokens"),
+    output_tokens=_mean("vllm:request_generation_tokens"),
+    ttft=_quantile("vllm:time_to_first_token_seconds"),
+    tpot=(
+        f"{_quantile('vllm:inter_token_latency_seconds')}"
+        f" or {_quantile('vllm:time_per_output_token_seconds')}"
+    ),
+    queue_depth="sum(vllm:num_requests_waiting{selector})",
+    running="sum(vllm:num_requests_running{selector})",
+    prefill_tokens_per_second=_rate("vllm:prompt_tokens_total"),
+    decode_tokens_per_second=_rate("vllm:generation_tokens_total"),
+    kv_usage="avg(vllm:kv_cache_usage_perc{selector}) or avg(vllm:gpu_cache_usage_perc{selector})",
+    running_by_pod="sum by (pod) (vllm:num_requests_running{selector})",
+)
+
+# SGLang: names from python/sglang/srt/metrics/collector.py (TokenizerMetricsCollector:
+# sglang:num_requests_total, sglang:prompt_tokens_total, sglang:generation_tokens_total,
+# sglang:time_to_first_token_seconds, sglang:inter_token_latency_seconds; older releases:
+# sglang:time_per_output_token_seconds. SchedulerMetricsCollector: sglang:num_queue_reqs,
+# sglang:num_running_reqs, sglang:token_usage). Token means from the counters, since the
+# per-request token histograms exist only with --collect-tokens-histogram.
+SGLANG = Preset(
+    request_rate=_rate("sglang:num_requests_total"),
+    prompt_tokens=f"{_rate('sglang:prompt_tokens_total')} / {_rate('sglang:num_requests_total')}",
+    output_tokens=(
+        f"{_rate('sglang:generation_tokens_total')} / {_rate('sglang:num_requests_total')}"
+    ),
+    ttft=_quantile("sglang:time_to_first_token_seconds"),
+    tpot=(
+        f"{_quantile('sglang:inter_token_latency_seconds')}"
+        f" or {_quantile('sglang:time_per_output_token_seconds')}"
+    ),
+    queue_depth="sum(sglang:num_queue_reqs{selector})",
+    running="sum(sglang:num_running_reqs{selector})",
+    prefill_tokens_per_second=_rate("sglang:prompt_tokens_total"),
+    decode_tokens_per_second=_rate("sglang:generation_tokens_total"),
+    kv_usage="avg(sglang:token_usage{selector})",
+    running_by_pod="sum by (pod) (sglang:num_running_reqs{selector})",
+)
+
+# Dynamo: the HTTP frontend's dynamo_frontend_* metrics (docs/observability/metrics.md,
+# lib/runtime/src/metrics/prometheus_names.rs): requests_total (counter),
+# input_sequence_tokens / output_sequence_tokens / time_to_first_token_seconds /
+# inter_token_latency_seconds (histograms). Per pool: the engine metrics Dynamo's vLLM
+# (or SGLang) workers pass through on their /metrics (docs/backends/vllm/prometheus.md),
+# and the workers' KV statistics dynamo_component_kvstats_gpu_cache_usage_percent.
+DYNAMO = Preset(
+    request_rate=_rate("dynamo_frontend_requests_total"),
+    prompt_tokens=_mean("dynamo_frontend_input_sequence_tokens"),
+    output_tokens=_mean("dynamo_frontend_output_sequence_tokens"),
+    ttft=_quantile("dynamo_frontend_time_to_first_token_seconds"),
+    tpot=_quantile("dynamo_frontend_inter_token_latency_seconds"),
+    queue_depth="sum(vllm:num_requests_waiting{selector}) or sum(sglang:num_queue_reqs{selector})",
+    running="sum(vllm:num_requests_running{selector}) or sum(sglang:num_running_reqs{selector})",
+    prefill_tokens_per_second=(
+        f"{_rate('vllm:prompt_tokens_total')} or {_rate('sglang:prompt_tokens_total')}"
+    ),
+    decode_tokens_per_second=(
+        f"{_rate('vllm:generation_tokens_total')} or {_rate('sglang:generation_tokens_total')}"
+    ),
+    kv_usage="avg(dynamo_component_kvstats_gpu_cache_usage_percent{selector})",
+    running_by_pod=(
+        "sum by (pod) (vllm:num_requests_running{selector})"
+        " or sum by (pod) (sglang:num_running_reqs{selector})"
+    ),
+    load_scope="deployment",
+)
+
+PRESETS: Mapping[str, Preset] = {"vllm": VLLM, "sglang": SGLANG, "dynamo": DYNAMO}
+
+
+def custom_preset(queries: CustomQueries) -> Preset:
+    """The ``custom`` preset from ``spec.metrics.queries``. Each template sees the
+    selector of the pool it is read on (module docstring); there is no per-pod or
+    tokens/s template, so those stay unknown."""
+    return Preset(
+        request_rate=queries.request_rate,
+        prompt_tokens=queries.prompt_tokens,
+        output_tokens=queries.output_tokens,
+        ttft=queries.ttft,
+        tpot=queries.tpot,
+        queue_depth=queries.queue_depth,
+        running=queries.running,
+        kv_usage=queries.kv_usage,
+    )
+
+
+def preset_for(spec: PDDeploymentSpec) -> Preset:
+    if spec.metrics.preset == "custom":
+        if spec.metrics.queries is None:  # the spec's validator forbids it; be explicit
+            raise ValueError("metrics.preset is custom but metrics.queries is missing")
+        return custom_preset(spec.metrics.queries)
+    return PRESETS[spec.metrics.preset]
+
+
+# ---------------------------------------------------------------------------- queries
+
+
+class Key(StrEnum):
+    """What each query measures; ``prefill.``/``decode.`` prefixes mark per-pool ones."""
+
+    FRESHNESS = "freshness"
+    REQUEST_RATE = "request_rate"
+    PROMPT_TOKENS = "prompt_tokens"
+    OUTPUT_TOKENS = "output_tokens"
+    PREFILL_LATENCY = "prefill.latency_seconds"  # TTFT
+    DECODE_LATENCY = "decode.latency_seconds"  # TPOT
+    PREFILL_QUEUE = "prefill.queue_depth"
+    DECODE_QUEUE = "decode.queue_depth"
+    PREFILL_RUNNING = "prefill.running"
+    DECODE_RUNNING = "decode.running"
+    PREFILL_TPS = "prefill.tokens_per_second"
+    DECODE_TPS = "decode.tokens_per_second"
+    DECODE_KV = "decode.kv_usage"
+    DECODE_RUNNING_BY_POD = "decode.running_by_pod"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL instant query. ``by``: the answer is a vector keyed by that label
+    (per pod, per role); None: exactly one series is expected. ``pool``: the pool whose
+    pods it reads (None: the whole deployment, e.g. Dynamo's frontend)."""
+
+    key: Key
+    promql: str
+    by: str | None = None
+    pool: Role | None = None  # the pool it is read on (its staleness voids the value)
+
+
+# Which pool each per-quantity query is rendered for, when load_scope == "pool".
+_POOL_OF: Mapping[Key, Role] = {
+    Key.REQUEST_RATE: Role.PREFILL,
+    Key.PROMPT_TOKENS: Role.PREFILL,
+    Key.PREFILL_LATENCY: Role.PREFILL,
+    Key.OUTPUT_TOKENS: Role.DECODE,
+    Key.DECODE_LATENCY: Role.DECODE,
+}
+
+
+def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Query]:
+    """Every query of one snapshot, in the order they are run (at most 14).
+
+    The first, ``max by (pdscaler_io_role) (timestamp(up{...}))``, gives the time of
+    each pool's newest scrape, for the staleness check.
+    """
+    preset = preset_for(spec)
+    window = promql_duration(spec.metrics.window_seconds)
+    quantile = spec.slo.percentile
+
+    def fill(template: str, role: Role | None) -> str:
+        return render(
+            template,
+            sel=selector(namespace, name, role),
+            match=matchers(namespace, name, role),
+            window=window,
+            quantile=quantile,
+        )
+
+    deployment = selector(namespace, name, None)
+    queries = [
+        Query(Key.FRESHNESS, f"max by ({PROM_ROLE}) (timestamp(up{deployment}))", by=PROM_ROLE)
+    ]
+    for key, template in (
+        (Key.REQUEST_RATE, preset.request_rate),
+        (Key.PROMPT_TOKENS, preset.prompt_tokens),
+        (Key.OUTPUT_TOKENS, preset.output_tokens),
+        (Key.PREFILL_LATENCY, preset.ttft),
+        (Key.DECODE_LATENCY, preset.tpot),
+    ):
+        role = None if preset.load_scope == "deployment" else _POOL_OF[key]
+        queries.append(Query(key, fill(template, role), pool=role))
+    per_pool: list[tuple[Key, str | None, Role, str | None]] = [
+        (Key.PREFILL_QUEUE, preset.queue_depth, Role.PREFILL, None),
+        (Key.DECODE_QUEUE, preset.queue_depth, Role.DECODE, None),
+        (Key.PREFILL_RUNNING, preset.running, Role.PREFILL, None),
+        (Key.DECODE_RUNNING, preset.running, Role.DECODE, None),
+        (Key.PREFILL_TPS, preset.prefill_tokens_per_second, Role.PREFILL, None),
+        (Key.DECODE_TPS, preset.decode_tokens_per_second, Role.DECODE, None),
+        (Key.DECODE_KV, preset.kv_usage, Role.DECODE, None),
+        (Key.DECODE_RUNNING_BY_POD, preset.running_by_pod, Role.DECODE, PROM_POD),
+    ]
+    for key, maybe, role, by in per_pool:
+        if maybe is not None:
+            queries.append(Query(key, fill(maybe, role), by=by, pool=role))
+    return queries
+
+
+# ---------------------------------------------------------------------------- answers
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A value read from one answer, or None with the reason it is unknown."""
+
+    value: float | None
+    problem: str | None = None
+
+
+def _number(text: Any) -> float | None:
+    """A sample value (Prometheus sends strings: "1.5", "NaN", "+Inf") as a finite float,
+    or None."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _samples(answer: Mapping[str, Any]) -> tuple[list[tuple[dict[str, str], Any, Any]], str | None]:
+    """The (labels, timestamp, value) samples of an instant-query answer, or a problem."""
+    if answer.get("status") != "success":
+        kind = answer.get("errorType", "error")
+        return [], f"query failed ({kind}): {answer.get('error', 'no reason given')}"
+    data = answer.get("data")
+    if not isinstance(data, Mapping):
+        return [], "malformed answer: no data"
+    kind = data.get("resultType")
+    result = data.get("result")
+    if kind == "scalar" and isinstance(result, Sequence) and len(result) == 2:
+        return [({}, result[0], result[1])], None
+    if kind == "vector" and isinstance(result, Sequence):
+        out = []
+        for item in result:
+            if not isinstance(item, Mapping):
+                return [], "malformed answer: vector item is not an object"
+            value = item.get("value")
+            if not isinstance(value, Sequence) or len(value) != 2:
+                return [], "malformed answer: sample without [time, value]"
+            out.append((dict(item.get("metric") or {}), value[0], value[1]))
+        return out, None
+    return [], f"unexpected result type {kind!r} (an instant vector was expected)"
+
+
+def _describe(value: Any) -> str:
+    text = str(value)
+    return {"NaN": "NaN (nothing observed in the window?)"}.get(text, text)
+
+
+def parse_scalar(answer: Mapping[str, Any], *, now: float, max_age: float) -> Reading:
+    """The single value of an instant-query answer.
+
+    Unknown (None + problem) when: the query failed; the answer is empty (no such
+    series: a wrong preset, pods not scraped, nothing ever observed); the value is NaN
+    or +/-Inf (e.g. 0/0 for a mean when no request finished in the window); the sample
+    is older than ``max_age`` seconds at ``now``; or several series came back (the
+    query lacks an aggregation such as ``sum(...)``). Worked example: ``{"status":
+    "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value":
+    [1700000000, "2.5"]}]}}`` at now=1700000001 -> ``Reading(2.5)``.
+    """
+    samples, problem = _samples(answer)
+    if problem is not None:
+        return Reading(None, problem)
+    if not samples:
+        return Reading(None, "no data (empty answer)")
+    if len(samples) > 1:
+        return Reading(
+            None, f"{len(samples)} series where one was expected (aggregate with sum/avg)"
+        )
+    _, ts, raw = samples[0]
+    value = _number(raw)
+    if value is None:
+        return Reading(None, f"value is {_describe(raw)}")
+    stamp = _number(ts)
+    if stamp is None:
+        return Reading(None, f"malformed sample time {ts!r}")
+    if now - stamp > max_age:
+        return Reading(None, f"stale: sample {now - stamp:.0f}s old (max {max_age:.0f}s)")
+    return Reading(value)
+
+
+def parse_by_label(
+    answer: Mapping[str, Any], label: str
+) -> tuple[dict[str, float], tuple[str, ...]]:
+    """A vector keyed by ``label`` (e.g. running requests per pod): ``{"pod-a": 3.0}``.
+    Series without the label, or with a NaN/Inf value, are left out with a problem.
+    An empty answer is an empty dict (the caller decides whether that is a problem)."""
+    samples, problem = _samples(answer)
+    if problem is not None:
+        return {}, (problem,)
+    out: dict[str, float] = {}
+    problems: list[str] = []
+    for labels, _, raw in samples:
+        key = labels.get(label)
+        value = _number(raw)
+        if key is None:
+            problems.append(f"a series without the {label!r} label")
+        elif value is None:
+            problems.append(f"{label}={key}: value is {_describe(raw)}")
+        elif key in out:
+            problems.append(f"several series for {label}={key}")
+        else:
+            out[key] = value
+    return out, tuple(problems)
+
+
+def stale_pools(freshness: Mapping[str, Any], *, now: float, max_age: float) -> dict[Role, str]:
+    """Pools whose newest scrape is older than ``max_age`` at ``now``, with the reason.
+
+    ``freshness`` is the answer of ``max by (pdscaler_io_role) (timestamp(up{...}))``:
+    the value of each role's series is the time of its newest scrape. A pool absent from
+    it is not called stale here (its value queries come back empty, which says more).
+    Worked example: prefill last scraped at 1000.0, now = 1100.0, max_age = 60 ->
+    ``{Role.PREFILL: "stale: newest prefill scrape 100s old (max 60s)"}``.
+    """
+    newest, _ = parse_by_label(freshness, PROM_ROLE)
+    out: dict[Role, str] = {}
+    for role in Role:
+        stamp = newest.get(role.value)
+        if stamp is not None and now - stamp > max_age:
+            out[role] = (
+                f"stale: newest {role.value} scrape {now - stamp:.0f}s old (max {max_age:.0f}s)"
+            )
+    return out
+
+
+def assemble(
+    queries: Sequence[Query],
+    answers: Mapping[Key, Mapping[str, Any]],
+    *,
+    now: float,
+    max_age: float = DEFAULT_MAX_AGE_SECONDS,
+) -> MetricsSnapshot:
+    """The snapshot from every query's answer (``answers[q.key]``). Pure.
+
+    The values read on a stale pool (``Query.pool``, see ``stale_pools``) are None, e.g.
+    R and L_p when the prefill pool is stale. A query with no answer is unknown.
+    """
+    stale = stale_pools(answers.get(Key.FRESHNESS, {}), now=now, max_age=max_age)
+    problems: list[str] = [f"{role.value}: {why}" for role, why in stale.items()]
+    values: dict[Key, float | None] = {}
+    by_pod: dict[str, float] = {}
+
+    for q in queries:
+        if q.key == Key.FRESHNESS:
+            continue
+        if q.pool in stale:
+            values[q.key] = None
+            continue
+        answer = answers.get(q.key)
+        if answer is None:
+            values[q.key] = None
+            problems.append(f"{q.key}: not queried")
+            continue
+        if q.by is not None:
+            got, issues = parse_by_label(answer, q.by)
+            by_pod = got
+            problems.extend(f"{q.key}: {issue}" for issue in issues)
+            continue
+        reading = parse_scalar(answer, now=now, max_age=max_age)
+        values[q.key] = reading.value
+        if reading.problem is not None:
+            problems.append(f"{q.key}: {reading.problem}")
+
+    return MetricsSnapshot(
+        time=now,
+        request_rate=values.get(Key.REQUEST_RATE),
+        prompt_tokens=values.get(Key.PROMPT_TOKENS),
+        output_tokens=values.get(Key.OUTPUT_TOKENS),
+        prefill=PoolMetrics(
+            queue_depth=values.get(Key.PREFILL_QUEUE),
+            running=values.get(Key.PREFILL_RUNNING),
+            latency_seconds=values.get(Key.PREFILL_LATENCY),
+            tokens_per_second=values.get(Key.PREFILL_TPS),
+        ),
+        decode=PoolMetrics(
+            queue_depth=values.get(Key.DECODE_QUEUE),
+            running=values.get(Key.DECODE_RUNNING),
+            latency_seconds=values.get(Key.DECODE_LATENCY),
+            tokens_per_second=values.get(Key.DECODE_TPS),
+            kv_usage=values.get(Key.DECODE_KV),
+            running_by_pod=by_pod,
+        ),
+        problems=tuple(problems),
+    )

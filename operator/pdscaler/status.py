@@ -1,0 +1,415 @@
+"""The status builder: one tick's facts -> the typed ``PDDeploymentStatus`` (KEDA-style
+conditions with reason constants), and the policy memory as persisted in status.
+
+Owns: the conditions Ready, MetricsAvailable, Progressing, CapacityLimited and
+DeadlineInfeasible (``lastTransitionTime`` kept while a condition's status does not
+change, as Kubernetes conventions ask), the printer-column strings, when
+``lastDecision`` is replaced, and the (de)serialisation of ``PolicyMemory``.
+
+Zero writes when converged: the status is built so that a steady cluster yields the
+SAME status every tick. Noisy numbers (measured rates, latencies) only enter it with
+a decision that changes something: ``lastDecision`` is replaced when the decision
+changes replicas or its machine action, and the TTFT/TPOT columns show that
+decision's inputs. The persisted memory is compact: recommendation change points
+inside the stabilization window and the refined capacities to 3 significant digits.
+
+Purely computational: no Kubernetes client, no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pdscaler.spec import (
+    Condition,
+    ConditionStatus,
+    DecisionInputs,
+    DecisionModel,
+    LastDecision,
+    PDDeploymentSpec,
+    PDDeploymentStatus,
+    PoolStatus,
+    RolloutStatus,
+)
+from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory, PoolObservation
+
+# condition types
+READY = "Ready"
+METRICS_AVAILABLE = "MetricsAvailable"
+PROGRESSING = "Progressing"
+CAPACITY_LIMITED = "CapacityLimited"
+DEADLINE_INFEASIBLE = "DeadlineInfeasible"
+CONDITION_TYPES = (READY, METRICS_AVAILABLE, PROGRESSING, CAPACITY_LIMITED, DEADLINE_INFEASIBLE)
+
+# reasons
+REASON_SERVING = "Serving"
+REASON_NOT_SERVING = "NotServing"
+REASON_METRICS_OK = "MetricsOK"
+REASON_PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
+REASON_METRICS_INCOMPLETE = "MetricsIncomplete"
+REASON_ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+REASON_ROLLING_BACK = "RollingBack"
+REASON_ROLLOUT_COMPLETE = "RolloutComplete"
+REASON_ROLLED_BACK = "ProgressDeadlineExceeded"
+REASON_STABLE = "Stable"
+REASON_INSUFFICIENT_GPUS = "InsufficientGPUs"
+REASON_CAPACITY_AVAILABLE = "CapacityAvailable"
+REASON_DEADLINE_INFEASIBLE = "RecoveryDeadlineInfeasible"
+REASON_DEADLINE_FEASIBLE = "DeadlineFeasible"
+
+HOLD_ACTIONS = frozenset({"Hold", "HoldMetricsUnavailable"})
+
+
+def rfc3339(t: float) -> datetime:
+    """Epoch seconds -> an aware UTC datetime, whole seconds (what metav1.Time keeps)."""
+    return datetime.fromtimestamp(math.floor(t), tz=UTC)
+
+
+@dataclass(frozen=True)
+class ProgressFacts:
+    """The rollout's state as the Progressing condition shows it.
+
+    ``phase``: ``Stable`` (no rollout), ``Progressing``, ``RollingBack``, ``Complete``
+    (the last rollout finished) or ``RolledBack`` (the deadline passed, the old version
+    serves again).
+    """
+
+    phase: str = "Stable"
+    message: str = ""
+    rollout: RolloutStatus | None = None
+
+
+@dataclass(frozen=True)
+class StatusInput:
+    """Everything the status of one tick depends on."""
+
+    now: float
+    generation: int
+    spec: PDDeploymentSpec
+    decision: Decision
+    metrics: MetricsSnapshot | None
+    prefill: PoolObservation
+    decode: PoolObservation
+    active_version: str
+    target_version: str
+    progress: ProgressFacts
+    previous: PDDeploymentStatus | None = None
+    memory_window_seconds: float = 300.0
+
+
+def condition(
+    type_: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    now: float,
+    generation: int,
+    previous: list[Condition] | None,
+) -> Condition:
+    """A condition whose ``lastTransitionTime`` is kept when ``status`` is unchanged.
+
+    Ready False (since 10:00) -> False again at 10:05: time stays 10:00; -> True at
+    10:05: time becomes 10:05.
+    """
+    when = rfc3339(now)
+    for old in previous or []:
+        if old.type == type_ and old.status == status:
+            when = old.last_transition_time
+    return Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=when,
+        observed_generation=generation,
+    )
+
+
+def _conditions(inp: StatusInput) -> list[Condition]:
+    prev = inp.previous.conditions if inp.previous else None
+    d = inp.decision
+    now, gen = inp.now, inp.generation
+    out: list[Condition] = []
+
+    floor_p = max(1, inp.spec.prefill.replicas.min)
+    floor_d = max(1, inp.spec.decode.replicas.min)
+    serving = inp.prefill.ready >= floor_p and inp.decode.ready >= floor_d
+    out.append(
+        condition(
+            READY,
+            "True" if serving else "False",
+            REASON_SERVING if serving else REASON_NOT_SERVING,
+            f"prefill {inp.prefill.ready} ready (min {floor_p}), "
+            f"decode {inp.decode.ready} ready (min {floor_d})",
+            now,
+            gen,
+            prev,
+        )
+    )
+
+    if inp.metrics is None:
+        out.append(
+            condition(
+                METRICS_AVAILABLE,
+                "False",
+                REASON_PROMETHEUS_UNREACHABLE,
+                "Prometheus did not answer; holding replicas, no scale-down",
+                now,
+                gen,
+                prev,
+            )
+        )
+    elif not inp.metrics.complete or not d.metrics_available:
+        problems = "; ".join(inp.metrics.problems) or "request rate or token lengths unknown"
+        out.append(
+            condition(
+                METRICS_AVAILABLE,
+                "False",
+                REASON_METRICS_INCOMPLETE,
+                f"{problems}; holding replicas, no scale-down"[:32768],
+                now,
+                gen,
+                prev,
+            )
+        )
+    else:
+        out.append(
+            condition(
+                METRICS_AVAILABLE, "True", REASON_METRICS_OK, "load shape known", now, gen, prev
+            )
+        )
+
+    phase = inp.progress.phase
+    prog: tuple[ConditionStatus, str]
+    if phase == "Progressing":
+        prog = ("True", REASON_ROLLOUT_IN_PROGRESS)
+    elif phase == "RollingBack":
+        prog = ("True", REASON_ROLLING_BACK)
+    elif phase == "RolledBack":
+        prog = ("False", REASON_ROLLED_BACK)
+    elif phase == "Complete":
+        prog = ("False", REASON_ROLLOUT_COMPLETE)
+    else:
+        prog = ("False", REASON_STABLE)
+    message = inp.progress.message or f"serving {inp.active_version}"
+    out.append(condition(PROGRESSING, prog[0], prog[1], message, now, gen, prev))
+
+    limited = d.capacity_limited or inp.prefill.unschedulable + inp.decode.unschedulable > 0
+    pending = inp.prefill.unschedulable + inp.decode.unschedulable
+    out.append(
+        condition(
+            CAPACITY_LIMITED,
+            "True" if limited else "False",
+            REASON_INSUFFICIENT_GPUS if limited else REASON_CAPACITY_AVAILABLE,
+            (
+                f"{pending} pod(s) unschedulable for lack of GPUs; "
+                "schedulable GPUs go to the bottleneck pool"
+                if limited
+                else "all pods schedulable"
+            ),
+            now,
+            gen,
+            prev,
+        )
+    )
+
+    infeasible = d.deadline_infeasible
+    out.append(
+        condition(
+            DEADLINE_INFEASIBLE,
+            "True" if infeasible else "False",
+            REASON_DEADLINE_INFEASIBLE if infeasible else REASON_DEADLINE_FEASIBLE,
+            d.message if infeasible else "scale-ups can drain within slo.recoverySeconds",
+            now,
+            gen,
+            prev,
+        )
+    )
+    return out
+
+
+def _inputs(m: MetricsSnapshot | None) -> DecisionInputs | None:
+    if m is None:
+        return None
+    return DecisionInputs(
+        request_rate=m.request_rate,
+        prompt_tokens=m.prompt_tokens,
+        output_tokens=m.output_tokens,
+        prefill_queue=m.prefill.queue_depth,
+        decode_queue=m.decode.queue_depth,
+        ttft_seconds=m.prefill.latency_seconds,
+        tpot_seconds=m.decode.latency_seconds,
+    )
+
+
+def last_decision(
+    decision: Decision, metrics: MetricsSnapshot | None, now: float, previous: LastDecision | None
+) -> LastDecision:
+    """The decision to publish: a new one when replicas or the action changed, else the
+    previous one (a steady Hold keeps its first time and inputs: no status churn)."""
+    changes = decision.action not in HOLD_ACTIONS
+    if previous is not None and not changes and previous.action == decision.action:
+        return previous
+    m = decision.model
+    return LastDecision(
+        time=rfc3339(now),
+        action=decision.action,
+        pool=decision.pool.value if decision.pool else None,
+        reason=decision.action,
+        message=decision.message,
+        inputs=_inputs(metrics),
+        model=DecisionModel(
+            n_prefill=m.n_prefill,
+            n_decode=m.n_decode,
+            ratio=m.ratio,
+            drain_seconds=m.drain_seconds,
+            prefill_tokens_per_second=m.prefill_tps,
+            decode_tokens_per_second=m.decode_tps,
+            startup_seconds=m.startup_seconds,
+            forecast_rate=m.forecast_rate,
+        ),
+    )
+
+
+def duration_text(seconds: float | None) -> str | None:
+    """``0.85`` -> ``"850ms"``, ``0.042`` -> ``"42ms"``, ``2.5`` -> ``"2.5s"``."""
+    if seconds is None or math.isnan(seconds):
+        return None
+    if seconds < 1.0:
+        return f"{seconds * 1000:.0f}ms"
+    return f"{seconds:.1f}s"
+
+
+def ratio_text(prefill: int, decode: int) -> str | None:
+    """P:D replica ratio normalised to 1 on the prefill side: 4 and 6 -> ``"1:1.5"``."""
+    if prefill <= 0 or decode <= 0:
+        return None
+    return f"1:{decode / prefill:.2g}"
+
+
+def _pool(obs: PoolObservation, desired: int, version: str) -> PoolStatus:
+    return PoolStatus(
+        replicas=obs.replicas,
+        ready_replicas=obs.ready,
+        desired_replicas=desired,
+        version=version,
+        summary=f"{obs.ready}/{desired}",
+    )
+
+
+def build_status(inp: StatusInput) -> PDDeploymentStatus:
+    """The status of this tick. Same facts + same previous status -> equal status."""
+    prev_decision = inp.previous.last_decision if inp.previous else None
+    ld = last_decision(inp.decision, inp.metrics, inp.now, prev_decision)
+    inputs = ld.inputs
+    return PDDeploymentStatus(
+        observed_generation=inp.generation,
+        active_version=inp.active_version,
+        target_version=inp.target_version,
+        prefill=_pool(inp.prefill, inp.decision.prefill, inp.active_version),
+        decode=_pool(inp.decode, inp.decision.decode, inp.active_version),
+        ratio=ratio_text(inp.decision.prefill, inp.decision.decode),
+        ttft=duration_text(inputs.ttft_seconds if inputs else None),
+        tpot=duration_text(inputs.tpot_seconds if inputs else None),
+        last_decision=ld,
+        conditions=_conditions(inp),
+        rollout=inp.progress.rollout,
+        memory=memory_to_status(inp.decision.memory, inp.now, inp.memory_window_seconds),
+    )
+
+
+def status_changed(new: PDDeploymentStatus, observed: dict[str, Any] | None) -> bool:
+    """True when the API server's status differs from ``new`` (compared in the API's
+    JSON form, after re-parsing the observed one so 3 and 3.0 compare equal)."""
+    if not observed:
+        return True
+    try:
+        old = PDDeploymentStatus.model_validate(observed).to_k8s()
+    except ValueError:
+        return True
+    return old != new.to_k8s()
+
+
+def parse_status(observed: dict[str, Any] | None) -> PDDeploymentStatus | None:
+    """The observed status as the typed model; None when absent or unreadable."""
+    if not observed:
+        return None
+    try:
+        return PDDeploymentStatus.model_validate(observed)
+    except ValueError:
+        return None
+
+
+# ---- the policy memory, persisted ------------------------------------------------
+
+
+def _sig(x: float | None, digits: int = 3) -> float | None:
+    """Round to ``digits`` significant digits: 2987.4 -> 2990.0, 0.012345 -> 0.0123."""
+    if x is None or x == 0 or not math.isfinite(x):
+        return x
+    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
+
+
+def memory_to_status(memory: PolicyMemory, now: float, window_seconds: float) -> dict[str, Any]:
+    """The compact, tick-stable form of the memory kept in ``status.memory``.
+
+    recommendations (t, P, D): only change points, and only from the last change
+    before ``now - window`` on. (100,4,4) (115,4,4) (130,5,4) (145,5,4) at now=145,
+    window 300 -> [[100,4,4],[130,5,4]]. The rate history is not kept (the forecast
+    warms up again); refined capacities keep 3 significant digits.
+    """
+    points: list[list[float]] = []
+    for t, p, d in memory.recommendations:
+        if points and points[-1][1:] == [p, d]:
+            continue
+        points.append([math.floor(t), p, d])
+    start = now - window_seconds
+    while len(points) > 1 and points[1][0] <= start:
+        points.pop(0)
+    out: dict[str, Any] = {"recommendations": points}
+    for key, value in (
+        ("prefillTps", _sig(memory.prefill_tps)),
+        ("decodeTps", _sig(memory.decode_tps)),
+        ("startupSeconds", _sig(memory.startup_seconds)),
+        ("lastScaleTime", memory.last_scale_time),
+    ):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def memory_from_status(data: dict[str, Any] | None, now: float) -> PolicyMemory:
+    """Rebuild the memory a restarted operator resumes with.
+
+    Each change point's value held until the next one, and the last one until now (it
+    would have been persisted had it changed): [[100,4,4],[130,5,4]] at now=200 ->
+    (100,4,4) (130,4,4) (130,5,4) (200,5,4). Garbage -> an empty memory.
+    """
+    if not data:
+        return PolicyMemory()
+    try:
+        points = [(float(t), int(p), int(d)) for t, p, d in data.get("recommendations", [])]
+        recs: list[tuple[float, int, int]] = []
+        for i, point in enumerate(points):
+            if i > 0:
+                recs.append((point[0], points[i - 1][1], points[i - 1][2]))
+            recs.append(point)
+        if points and points[-1][0] < now:
+            recs.append((now, points[-1][1], points[-1][2]))
+
+        def num(key: str) -> float | None:
+            v = data.get(key)
+            return float(v) if v is not None else None
+
+        return PolicyMemory(
+            recommendations=tuple(recs),
+            prefill_tps=num("prefillTps"),
+            decode_tps=num("decodeTps"),
+            startup_seconds=num("startupSeconds"),
+            last_scale_time=num("lastScaleTime"),
+        )
+    except (TypeError, ValueError):
+        return PolicyMemory()
