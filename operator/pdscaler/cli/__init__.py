@@ -1,0 +1,48 @@
+"""The ``pdscaler`` command line: one typer app, one module per subcommand group.
+
+Owns: assembling the app and the exit-code convention (0 ok, 1 runtime failure, 2 bad
+arguments: a one-line error, never a traceback). Each subcommand lives in its own
+module and registers itself through ``register(app)``:
+
+* ``plan``      (``cli/plan.py``): the capacity calculators of MODELS.md;
+* ``simulate``  (``cli/simulate.py``): replay a trace against the policy and baselines;
+* ``run``       (``cli/run.py``): start the operator;
+* ``explain``   (``cli/explain.py``): the last decision of a PDDeployment, readable.
+
+A module that is missing (not built yet) is simply not registered.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+SUBCOMMAND_MODULES = ("plan", "simulate", "run", "explain")
+
+
+def build_app() -> typer.Typer:
+    """The full app with every subcommand module that is present."""
+    app = typer.Typer(
+        name="pdscaler",
+        help="Prefill/decode autoscaling operator for disaggregated LLM serving.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"pdscaler.cli.{name}")
+        except ModuleNotFoundError as err:
+            if err.name == f"pdscaler.cli.{name}":
+                continue
+            raise
+        module.register(app)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point (``pdscaler``, ``python -m pdscaler``)."""
+    app = build_app()
+    app(args=argv if argv is not None else sys.argv[1:], prog_name="pdscaler")
