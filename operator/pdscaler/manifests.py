@@ -169,9 +169,7 @@ def _pod_template(
     gpus = str(pool.gpus_per_replica)
     resources.setdefault("limits", {})[GPU_RESOURCE] = gpus
     resources.setdefault("requests", {})[GPU_RESOURCE] = gpus
-    env = [
-        e for e in (engine.get("env") or []) if e.get("name") != naming.DECODE_ENDPOINT_ENV
-    ]
+    env = [e for e in (engine.get("env") or []) if e.get("name") != naming.DECODE_ENDPOINT_ENV]
     if role is Role.PREFILL:
         env.append(
             {
@@ -187,9 +185,7 @@ def _pod_template(
     return tpl
 
 
-def pool_deployment(
-    meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: Role
-) -> Manifest:
+def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: Role) -> Manifest:
     """The Deployment of one pool of one cell, e.g. ``chat-v1-abcde-prefill``.
 
     Strategy maxSurge=0/maxUnavailable=1: a same-version template change never asks
@@ -267,9 +263,7 @@ def front_service(meta: Meta, port: int) -> Manifest:
     return _service(meta, meta.name, {naming.LABEL_NAME: meta.name}, selector, port)
 
 
-def desired_objects(
-    meta: Meta, spec: PDDeploymentSpec, cells: list[CellTarget]
-) -> list[Manifest]:
+def desired_objects(meta: Meta, spec: PDDeploymentSpec, cells: list[CellTarget]) -> list[Manifest]:
     """Everything that should exist: per cell decode Service, decode and prefill
     Deployments (in that order: decode is wired before prefill), then the front Service.
     """

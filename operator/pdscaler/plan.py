@@ -115,9 +115,7 @@ def _terminating(obj: Mapping[str, Any]) -> bool:
     return obj.get("metadata", {}).get("deletionTimestamp") is not None
 
 
-def deletion_costs(
-    pods: Sequence[Manifest], running_by_pod: Mapping[str, float]
-) -> dict[str, str]:
+def deletion_costs(pods: Sequence[Manifest], running_by_pod: Mapping[str, float]) -> dict[str, str]:
     """pod name -> pod-deletion-cost for the pods of a decode pool about to shrink.
 
     The ReplicaSet controller removes the lowest cost first, so the cost is the pod's
@@ -182,9 +180,7 @@ def plan(
             old, new = _replicas(have), _replicas(want)
             if new < old and _labels(want).get(naming.LABEL_ROLE) == Role.DECODE.value:
                 scales.extend(_cost_annotations(want, observed.pods, running))
-            scales.append(
-                Action(Verb.SCALE, key[0], key[1], replicas=new, message=f"{old}->{new}")
-            )
+            scales.append(Action(Verb.SCALE, key[0], key[1], replicas=new, message=f"{old}->{new}"))
 
     deletes = _deletes(uid, wanted, observed)
     actions = (*creates, *updates, *scales, *deletes, *warnings)
@@ -199,9 +195,7 @@ def _cost_annotations(
     out: list[Action] = []
     for pod in mine:
         cost = deletion_costs([pod], running).get(_name(pod))
-        current = (pod.get("metadata", {}).get("annotations") or {}).get(
-            DELETION_COST_ANNOTATION
-        )
+        current = (pod.get("metadata", {}).get("annotations") or {}).get(DELETION_COST_ANNOTATION)
         if cost is not None and cost != current:
             out.append(
                 Action(

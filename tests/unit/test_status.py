@@ -1,0 +1,209 @@
+"""The status builder (status.py): conditions with kept transition times, printer
+columns, a lastDecision that does not churn on a steady Hold, and the policy memory
+round-tripping through status."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from pdscaler import status as st
+from pdscaler.spec import Condition, PDDeploymentSpec, PDDeploymentStatus
+from pdscaler.types import (
+    Decision,
+    MetricsSnapshot,
+    ModelOutputs,
+    PolicyMemory,
+    PoolMetrics,
+    PoolObservation,
+    Role,
+)
+
+SPEC = PDDeploymentSpec.model_validate(
+    {
+        "engine": {"image": "img", "version": "v1"},
+        "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 2, "max": 8}},
+        "decode": {"tokensPerSecond": 800, "replicas": {"min": 1, "max": 8}},
+    }
+)
+METRICS = MetricsSnapshot(
+    time=1000.0,
+    request_rate=4.0,
+    prompt_tokens=2000.0,
+    output_tokens=500.0,
+    prefill=PoolMetrics(queue_depth=3.0, latency_seconds=0.85),
+    decode=PoolMetrics(queue_depth=0.0, latency_seconds=0.042),
+)
+SCALE = Decision(
+    prefill=4,
+    decode=6,
+    action="ScaledDecode",
+    message="Scaled decode 4->6: TPOT p95 62ms > 50ms SLO; drain 38s <= 60s",
+    pool=Role.DECODE,
+    model=ModelOutputs(n_prefill=3.8, n_decode=5.4, ratio=0.7, drain_seconds=38.0),
+)
+HOLD = Decision(prefill=4, decode=6, action="Hold", message="within tolerance")
+
+
+def inp(**over: Any) -> st.StatusInput:
+    base: dict[str, Any] = {
+        "now": 1000.4,
+        "generation": 3,
+        "spec": SPEC,
+        "decision": SCALE,
+        "metrics": METRICS,
+        "prefill": PoolObservation(replicas=4, ready=4),
+        "decode": PoolObservation(replicas=6, ready=5),
+        "active_version": "v1",
+        "target_version": "v1",
+        "progress": st.ProgressFacts(),
+    }
+    base.update(over)
+    return st.StatusInput(**base)
+
+
+def cond(status: PDDeploymentStatus, type_: str) -> Condition:
+    (c,) = [c for c in status.conditions or [] if c.type == type_]
+    return c
+
+
+def test_printer_columns_and_pools() -> None:
+    s = st.build_status(inp())
+    assert s.prefill is not None
+    assert s.prefill.summary == "4/4"
+    assert s.decode is not None
+    assert s.decode.summary == "5/6"
+    assert s.ratio == "1:1.5"
+    assert s.ttft == "850ms"
+    assert s.tpot == "42ms"
+    assert s.last_decision is not None
+    assert s.last_decision.action == "ScaledDecode"
+    assert s.observed_generation == 3
+    assert s.active_version == "v1"
+
+
+def test_all_condition_types_present_once() -> None:
+    s = st.build_status(inp())
+    assert sorted(c.type for c in s.conditions or []) == sorted(st.CONDITION_TYPES)
+    assert cond(s, st.READY).status == "True"
+    assert cond(s, st.METRICS_AVAILABLE).status == "True"
+    assert cond(s, st.CAPACITY_LIMITED).status == "False"
+
+
+def test_prometheus_unreachable_condition() -> None:
+    s = st.build_status(inp(metrics=None, decision=replace(HOLD, metrics_available=False)))
+    c = cond(s, st.METRICS_AVAILABLE)
+    assert (c.status, c.reason) == ("False", st.REASON_PROMETHEUS_UNREACHABLE)
+
+
+def test_incomplete_metrics_condition_names_the_problem() -> None:
+    m = replace(METRICS, request_rate=None, problems=("request rate: empty answer",))
+    c = cond(st.build_status(inp(metrics=m)), st.METRICS_AVAILABLE)
+    assert (c.status, c.reason) == ("False", st.REASON_METRICS_INCOMPLETE)
+    assert "request rate: empty answer" in c.message
+
+
+def test_capacity_limited_from_unschedulable_pods() -> None:
+    s = st.build_status(inp(decode=PoolObservation(replicas=6, ready=4, unschedulable=2)))
+    c = cond(s, st.CAPACITY_LIMITED)
+    assert (c.status, c.reason) == ("True", st.REASON_INSUFFICIENT_GPUS)
+    assert c.message.startswith("2 pod(s) unschedulable")
+
+
+def test_ready_false_below_minimum() -> None:
+    s = st.build_status(inp(prefill=PoolObservation(replicas=2, ready=1)))
+    assert cond(s, st.READY).status == "False"
+
+
+def test_transition_time_kept_while_status_unchanged() -> None:
+    first = st.build_status(inp(now=1000.0))
+    later = st.build_status(inp(now=1300.0, previous=first))
+    assert cond(later, st.READY).last_transition_time == cond(first, st.READY).last_transition_time
+    flipped = st.build_status(
+        inp(now=1300.0, previous=first, prefill=PoolObservation(replicas=2, ready=0))
+    )
+    assert cond(flipped, st.READY).last_transition_time == st.rfc3339(1300.0)
+
+
+def test_progressing_phases() -> None:
+    cases = {
+        "Progressing": ("True", st.REASON_ROLLOUT_IN_PROGRESS),
+        "RollingBack": ("True", st.REASON_ROLLING_BACK),
+        "RolledBack": ("False", st.REASON_ROLLED_BACK),
+        "Complete": ("False", st.REASON_ROLLOUT_COMPLETE),
+        "Stable": ("False", st.REASON_STABLE),
+    }
+    for phase, expected in cases.items():
+        s = st.build_status(inp(progress=st.ProgressFacts(phase=phase)))
+        c = cond(s, st.PROGRESSING)
+        assert (c.status, c.reason) == expected, phase
+
+
+def test_steady_hold_yields_identical_status() -> None:
+    """A Hold after a Hold with new noisy numbers: same status, so zero writes."""
+    first = st.build_status(inp(decision=HOLD, now=1000.0))
+    noisy = replace(METRICS, request_rate=4.3, time=1015.0)
+    second = st.build_status(inp(decision=HOLD, metrics=noisy, now=1015.0, previous=first))
+    assert second.to_k8s() == first.to_k8s()
+    assert not st.status_changed(second, first.to_k8s())
+
+
+def test_scale_decision_replaces_last_decision() -> None:
+    first = st.build_status(inp(decision=HOLD, now=1000.0))
+    second = st.build_status(inp(decision=SCALE, now=1015.0, previous=first))
+    assert second.last_decision is not None
+    assert second.last_decision.action == "ScaledDecode"
+    assert second.last_decision.model is not None
+    assert second.last_decision.model.drain_seconds == 38.0
+    assert st.status_changed(second, first.to_k8s())
+
+
+def test_status_changed_compares_json_forms() -> None:
+    s = st.build_status(inp())
+    observed = s.to_k8s()
+    observed["prefill"]["replicas"] = 4.0  # the API may hand back floats for ints
+    assert not st.status_changed(s, observed)
+    assert st.status_changed(s, None)
+    assert st.status_changed(s, {"observedGeneration": "garbage"})
+
+
+def test_duration_and_ratio_text() -> None:
+    assert st.duration_text(0.85) == "850ms"
+    assert st.duration_text(2.5) == "2.5s"
+    assert st.duration_text(None) is None
+    assert st.ratio_text(4, 6) == "1:1.5"
+    assert st.ratio_text(0, 6) is None
+
+
+def test_memory_compacts_to_change_points_inside_window() -> None:
+    mem = PolicyMemory(
+        recommendations=((100.0, 4, 4), (115.0, 4, 4), (130.0, 5, 4), (145.0, 5, 4)),
+        prefill_tps=2987.4,
+    )
+    out = st.memory_to_status(mem, now=145.0, window_seconds=300.0)
+    assert out == {"recommendations": [[100, 4, 4], [130, 5, 4]], "prefillTps": 2990.0}
+    old = st.memory_to_status(mem, now=1000.0, window_seconds=300.0)
+    assert old["recommendations"] == [[130, 5, 4]]
+
+
+def test_memory_round_trip() -> None:
+    data = {"recommendations": [[100, 4, 4], [130, 5, 4]], "decodeTps": 812.0}
+    mem = st.memory_from_status(data, now=200.0)
+    assert mem.recommendations == (
+        (100.0, 4, 4),
+        (130.0, 4, 4),
+        (130.0, 5, 4),
+        (200.0, 5, 4),
+    )
+    assert mem.decode_tps == 812.0
+    assert mem.prefill_tps is None
+    assert st.memory_from_status({"recommendations": [["x"]]}, 0.0) == PolicyMemory()
+    assert st.memory_from_status(None, 0.0) == PolicyMemory()
+
+
+def test_memory_stable_across_ticks() -> None:
+    """Persist -> restore -> persist gives the same object (no status churn)."""
+    mem = PolicyMemory(recommendations=((100.0, 4, 4), (130.0, 5, 4)), decode_tps=800.0)
+    once = st.memory_to_status(mem, 145.0, 300.0)
+    again = st.memory_to_status(st.memory_from_status(once, 160.0), 160.0, 300.0)
+    assert once == again
