@@ -31,7 +31,7 @@ from pdscaler.types import Role
 class Verb(StrEnum):
     CREATE = "create"
     UPDATE = "update"  # the template/spec drifted: apply the whole desired object
-    SCALE = "scale"  # only spec.replicas differs
+    SCALE = "scale"  # only spec.replicas differs (body: the whole desired object, for apply)
     ANNOTATE_POD = "annotate-pod"  # pod-deletion-cost before a decode scale-down
     DELETE = "delete"
     WARN = "warn"  # refused: not ours (no write)
@@ -180,7 +180,9 @@ def plan(
             old, new = _replicas(have), _replicas(want)
             if new < old and _labels(want).get(naming.LABEL_ROLE) == Role.DECODE.value:
                 scales.extend(_cost_annotations(want, observed.pods, running))
-            scales.append(Action(Verb.SCALE, key[0], key[1], replicas=new, message=f"{old}->{new}"))
+            scales.append(
+                Action(Verb.SCALE, key[0], key[1], body=want, replicas=new, message=f"{old}->{new}")
+            )
 
     deletes = _deletes(uid, wanted, observed)
     actions = (*creates, *updates, *scales, *deletes, *warnings)

@@ -1,0 +1,380 @@
+"""The ONLY module that talks to the Kubernetes API server.
+
+Owns: reading a PDDeployment and the objects it owns (Deployments, Services and the
+pods of its pools), and every write the operator makes, each with the field manager
+``pdscaler`` (``naming.FIELD_MANAGER``):
+
+* owned Deployments and Services: server-side apply of the WHOLE desired object
+  (``application/apply-patch+yaml``, force), for creates, template updates and replica
+  changes alike, so the operator owns exactly the fields it builds;
+* pod ``controller.kubernetes.io/pod-deletion-cost`` annotations: a merge patch;
+* deletes: background propagation with a ``uid`` precondition (a replacement object
+  of the same name is never deleted by mistake);
+* status: a merge patch of the ``/status`` subresource (keys that disappeared are sent
+  as ``null`` so they are removed);
+* Events (core/v1) on the PDDeployment, one per action.
+
+Every write goes through ``Kube._write``, which records it in ``Kube.audit`` (a
+``WriteAudit``): the lab tests count writes there to prove a converged tick makes
+none. Must not: decide anything (the planner and the policy do), or swallow errors
+other than NotFound on reads.
+
+Built on the ``kubernetes`` client's ``ApiClient`` (its kubeconfig / in-cluster
+loading, TLS and auth) with plain-dict bodies, so custom resources, apply patches and
+Events go through one small path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from pdscaler import naming
+from pdscaler.plan import Action, Observed, Verb
+from pdscaler.spec import GROUP, KIND, PLURAL, VERSION
+
+Obj = dict[str, Any]
+
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+JSON = "application/json"
+REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
+
+
+class KubeError(RuntimeError):
+    """A non-2xx answer: ``status`` (409, 422, ...), ``reason`` (``AlreadyExists``)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class WriteRecord:
+    """One write sent to the API server: ``apply Deployment serving/chat-v1-abcde-decode``."""
+
+    time: float
+    verb: str
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.kind} {self.namespace}/{self.name}"
+
+
+@dataclass
+class WriteAudit:
+    """Counts every write (thread-safe); keeps the last ``keep`` records."""
+
+    count: int = 0
+    keep: int = 2000
+    records: deque[WriteRecord] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, record: WriteRecord) -> None:
+        with self._lock:
+            self.count += 1
+            self.records.append(record)
+            while len(self.records) > self.keep:
+                self.records.popleft()
+
+    def since(self, count: int) -> list[WriteRecord]:
+        """The records written after the audit showed ``count`` (as far as kept)."""
+        with self._lock:
+            n = self.count - count
+            return list(self.records)[-n:] if n > 0 else []
+
+    def for_namespace(self, namespace: str) -> list[WriteRecord]:
+        with self._lock:
+            return [r for r in self.records if r.namespace == namespace]
+
+
+def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
+    """In-cluster config inside a pod (``KUBERNETES_SERVICE_HOST`` set and no explicit
+    kubeconfig), else ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    configuration = k8s_client.Configuration()
+    if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, client_configuration=configuration
+        )
+    return k8s_client.ApiClient(configuration)
+
+
+_PATHS = {
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "Pod": "/api/v1/namespaces/{ns}/pods",
+    "Event": "/api/v1/namespaces/{ns}/events",
+    KIND: f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}",
+}
+
+
+def _collection(kind: str, namespace: str) -> str:
+    return _PATHS[kind].format(ns=quote(namespace, safe=""))
+
+
+def _item(kind: str, namespace: str, name: str) -> str:
+    return f"{_collection(kind, namespace)}/{quote(name, safe='')}"
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Kube:
+    """Reads and writes for one operator process. Thread-safe (kopf runs sync handlers
+    in a thread pool); ``audit`` counts the writes."""
+
+    def __init__(
+        self, api_client: k8s_client.ApiClient | None = None, audit: WriteAudit | None = None
+    ) -> None:
+        self.api = api_client if api_client is not None else load_api_client()
+        self.audit = audit if audit is not None else WriteAudit()
+        self.reads = 0
+
+    # ------------------------------------------------------------------ transport
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+    ) -> Obj:
+        url = self.api.configuration.host + path
+        if query:
+            url += "?" + urlencode(query)
+        headers = {"Accept": JSON, "Content-Type": content_type}
+        headers.update(self.api.default_headers)
+        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        response = self.api.call_api(
+            method, url, header_params=headers, body=body, _request_timeout=REQUEST_TIMEOUT
+        )
+        raw = response.read()  # type: ignore[no-untyped-call]
+        text = raw.decode("utf-8", errors="replace") if raw else ""
+        try:
+            data: Any = json.loads(text) if text else {}
+        except ValueError:
+            data = {"message": text}
+        if not 200 <= response.status <= 299:
+            if not isinstance(data, dict):
+                data = {"message": str(data)}
+            raise KubeError(
+                response.status, str(data.get("reason", "")), str(data.get("message", ""))
+            )
+        return data if isinstance(data, dict) else {}
+
+    def _get(self, path: str, query: Mapping[str, str] | None = None) -> Obj | None:
+        self.reads += 1
+        try:
+            return self._request("GET", path, query)
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def _write(
+        self,
+        verb: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str = JSON,
+        query: Mapping[str, str] | None = None,
+    ) -> Obj:
+        params = {"fieldManager": naming.FIELD_MANAGER, **(query or {})}
+        if method == "DELETE":
+            params.pop("fieldManager")
+        self.audit.add(WriteRecord(time.time(), verb, kind, namespace, name))
+        return self._request(method, path, params, body, content_type)
+
+    # ---------------------------------------------------------------------- reads
+
+    def get_pdd(self, namespace: str, name: str) -> Obj | None:
+        return self._get(_item(KIND, namespace, name))
+
+    def list_pdds(self, namespace: str | None = None) -> list[Obj]:
+        path = _collection(KIND, namespace) if namespace else f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+        data = self._get(path) or {}
+        return list(data.get("items") or [])
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        return self._get(_item(kind, namespace, name))
+
+    def list(self, kind: str, namespace: str, selector: Mapping[str, str]) -> list[Obj]:
+        """Objects of ``kind`` whose labels match ``selector`` exactly."""
+        query = {"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))}
+        data = self._get(_collection(kind, namespace), query) or {}
+        items = list(data.get("items") or [])
+        for item in items:  # list items carry no kind
+            item.setdefault("kind", kind)
+        return items
+
+    def observe(
+        self, namespace: str, name: str, wanted: Iterable[tuple[str, str]] = ()
+    ) -> Observed:
+        """The Deployments, Services and pods labelled ``pdscaler.io/name=<name>``, plus
+        any object (ours or not) holding one of the ``wanted`` (kind, name) pairs the
+        label query did not return, so the planner can refuse a foreign object."""
+        selector = {naming.LABEL_NAME: name}
+        deployments = self.list("Deployment", namespace, selector)
+        services = self.list("Service", namespace, selector)
+        pods = self.list("Pod", namespace, selector)
+        seen = {("Deployment", _name(d)) for d in deployments}
+        seen |= {("Service", _name(s)) for s in services}
+        for kind, obj_name in wanted:
+            if (kind, obj_name) in seen or kind not in ("Deployment", "Service"):
+                continue
+            found = self.get(kind, namespace, obj_name)
+            if found is not None:
+                found.setdefault("kind", kind)
+                (deployments if kind == "Deployment" else services).append(found)
+        return Observed(tuple(deployments), tuple(services), tuple(pods))
+
+    # --------------------------------------------------------------------- writes
+
+    def apply(self, obj: Obj, verb: str = "apply") -> Obj:
+        """Server-side apply of a whole owned object (create or update)."""
+        meta = obj["metadata"]
+        kind = str(obj["kind"])
+        return self._write(
+            verb,
+            kind,
+            meta["namespace"],
+            meta["name"],
+            "PATCH",
+            _item(kind, meta["namespace"], meta["name"]),
+            body=obj,
+            content_type=APPLY_PATCH,
+            query={"force": "true"},
+        )
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> Obj:
+        return self._write(
+            "annotate",
+            "Pod",
+            namespace,
+            name,
+            "PATCH",
+            _item("Pod", namespace, name),
+            body={"metadata": {"annotations": dict(annotations)}},
+            content_type=MERGE_PATCH,
+        )
+
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete with background propagation; with ``uid`` only that very object."""
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        body["propagationPolicy"] = "Background"
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self._write(
+                "delete", kind, namespace, name, "DELETE", _item(kind, namespace, name), body=body
+            )
+        except KubeError as err:
+            if err.status not in (404, 409):  # gone already / replaced (uid mismatch)
+                raise
+
+    def patch_status(self, namespace: str, name: str, status: Obj, previous: Obj | None) -> Obj:
+        """Merge-patch ``status``; keys of ``previous`` absent from ``status`` -> null."""
+        body: Obj = dict(status)
+        for key in previous or {}:
+            body.setdefault(key, None)
+        return self._write(
+            "status",
+            KIND,
+            namespace,
+            name,
+            "PATCH",
+            _item(KIND, namespace, name) + "/status",
+            body={"status": body},
+            content_type=MERGE_PATCH,
+        )
+
+    def event(
+        self, pdd: Obj, reason: str, message: str, type_: str = "Normal", action: str = ""
+    ) -> Obj:
+        """A core/v1 Event on the PDDeployment (what ``kubectl describe pdd`` shows)."""
+        meta = pdd["metadata"]
+        now = _now_rfc3339()
+        body: Obj = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:16]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid", ""),
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "reason": reason[:128],
+            "message": message[:1024],
+            "type": type_,
+            "action": (action or reason)[:128],
+            "source": {"component": naming.FIELD_MANAGER},
+            "reportingComponent": naming.FIELD_MANAGER,
+            "reportingInstance": naming.FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        return self._write(
+            "event",
+            "Event",
+            meta["namespace"],
+            meta["name"],
+            "POST",
+            _collection("Event", meta["namespace"]),
+            body=body,
+        )
+
+    def execute(self, namespace: str, action: Action, observed: Observed) -> None:
+        """Carry out one planned action (WARN is not a write and does nothing here)."""
+        if action.verb in (Verb.CREATE, Verb.UPDATE, Verb.SCALE):
+            assert action.body is not None
+            self.apply(action.body, verb=action.verb.value)
+        elif action.verb is Verb.ANNOTATE_POD:
+            self.annotate_pod(namespace, action.name, action.annotations or {})
+        elif action.verb is Verb.DELETE:
+            self.delete(action.kind, namespace, action.name, _uid_of(observed, action))
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("name", ""))
+
+
+def _uid_of(observed: Observed, action: Action) -> str | None:
+    pool = observed.deployments if action.kind == "Deployment" else observed.services
+    for obj in pool:
+        if _name(obj) == action.name:
+            uid = obj.get("metadata", {}).get("uid")
+            return str(uid) if uid else None
+    return None
