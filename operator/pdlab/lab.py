@@ -151,6 +151,11 @@ class Lab:
         }
         return {c: st.alive(c) and probes[c]() for c in COMPONENTS}
 
+    def running_components(self) -> list[str]:
+        """Components whose recorded process still runs (healthy or not)."""
+        st = self._state()
+        return [c for c in COMPONENTS if st.alive(c)]
+
     def is_up(self) -> bool:
         """Every component healthy and all configured fake nodes Ready."""
         if not all(self.health().values()):
@@ -380,10 +385,26 @@ class Lab:
 
     # ----- Prometheus helpers -----------------------------------------------------------
     def add_scrape_target(
-        self, name: str, host_port: str, labels: dict[str, str] | None = None
+        self,
+        name: str,
+        host_port: str,
+        labels: dict[str, str] | None = None,
+        metrics_path: str | None = None,
     ) -> Path:
-        """Scrape `host_port` (e.g. "127.0.0.1:9400") from now on; picked up within ~2 s."""
-        return prometheus.write_target(self.prom_dir, name, host_port, labels or {})
+        """Scrape `host_port` (e.g. "127.0.0.1:9400") from now on; picked up within ~2 s.
+
+        Samples keep the labels the target exports (honor_labels); `labels` are added to
+        series that lack them, and to the target's `up`. `metrics_path` (default /metrics)
+        lets one exporter port serve one target per pod, e.g. "/metrics/ns/pod-0".
+        """
+        group_labels = dict(labels or {})
+        if metrics_path is not None:
+            group_labels["__metrics_path__"] = metrics_path
+        return prometheus.write_target(self.prom_dir, name, host_port, group_labels)
+
+    def add_scrape_targets(self, name: str, groups: list[dict[str, Any]]) -> Path:
+        """Several file_sd groups under one name (see `prometheus.write_targets`)."""
+        return prometheus.write_targets(self.prom_dir, name, groups)
 
     def remove_scrape_target(self, name: str) -> bool:
         """Stop scraping the target registered as `name`."""

@@ -72,16 +72,26 @@ def argv(binary_path: str, prom_dir: Path, port: int) -> list[str]:
     ]
 
 
-def write_target(prom_dir: Path, name: str, host_port: str, labels: dict[str, str]) -> Path:
-    """Register a scrape target: `<targets>/<name>.json`, written atomically (tmp + rename)."""
+def write_targets(prom_dir: Path, name: str, groups: list[dict[str, Any]]) -> Path:
+    """Register target groups under `name`: `<targets>/<name>.json`, atomic (tmp + rename).
+
+    Each group is file_sd's shape, `{"targets": ["127.0.0.1:9400"], "labels": {...}}`;
+    labels may set `__metrics_path__` (one exporter port serving one path per pod) or
+    `job`. Prometheus re-reads the directory every 2 s (refresh_interval).
+    """
     if not _NAME.match(name):
         raise ValueError(f"target name {name!r} must match {_NAME.pattern}")
     path = prom_dir / "targets" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([{"targets": [host_port], "labels": labels}]))
+    tmp.write_text(json.dumps(groups))
     tmp.replace(path)
     return path
+
+
+def write_target(prom_dir: Path, name: str, host_port: str, labels: dict[str, str]) -> Path:
+    """One target: write_target(d, "sim", "127.0.0.1:9400", {}) scrapes its /metrics."""
+    return write_targets(prom_dir, name, [{"targets": [host_port], "labels": labels}])
 
 
 def remove_target(prom_dir: Path, name: str) -> bool:

@@ -1,0 +1,344 @@
+"""Helpers for tests against the lab (used through tests/lab/conftest.py's fixtures).
+
+Owns: the `Kube` bundle of typed API clients, `wait_for` (poll with a timeout that says
+what it waited for and the last value seen), CRD install + wait for Established, GPU
+Deployment manifests for the fake nodes, private fake GPU nodes a test can own, pod
+readiness reads, ServiceAccount clients from a TokenRequest, and a throwaway HTTP
+exporter for Prometheus tests. Must not start or stop the lab (pdlab.lab does) and holds
+no test assertions of its own beyond the timeouts.
+
+    kube = Kube.from_kubeconfig(lab.kubeconfig)
+    apply_crd(kube)                                      # idempotent, waits Established
+    kube.apps.create_namespaced_deployment(ns, gpu_deployment("web", replicas=2))
+    pods = wait_for(lambda: ready_pods(kube, ns, "app=web", 2), 30, "2 ready pods of web")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from pdlab.kwok import GPU_RESOURCE, GPU_TAINT, STARTUP_DELAY_ANNOTATION, gpu_node
+
+REPO = Path(__file__).resolve().parents[1]
+CRD_PATH = REPO / "crds" / "pdscaler.io_pddeployments.yaml"
+TEST_NODE_LABEL = "pdlab.pdscaler.io/test-node"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Kube:
+    """Typed clients sharing one `ApiClient` (the lab admin, or a ServiceAccount)."""
+
+    api: client.ApiClient
+    core: client.CoreV1Api
+    apps: client.AppsV1Api
+    rbac: client.RbacAuthorizationV1Api
+    custom: client.CustomObjectsApi
+    apiext: client.ApiextensionsV1Api
+
+    @staticmethod
+    def from_api_client(api: client.ApiClient) -> Kube:
+        """Wrap an existing ApiClient."""
+        return Kube(
+            api=api,
+            core=client.CoreV1Api(api),
+            apps=client.AppsV1Api(api),
+            rbac=client.RbacAuthorizationV1Api(api),
+            custom=client.CustomObjectsApi(api),
+            apiext=client.ApiextensionsV1Api(api),
+        )
+
+    @staticmethod
+    def from_kubeconfig(path: Path) -> Kube:
+        """Clients for the kubeconfig at `path` (the lab's admin kubeconfig)."""
+        api = config.new_client_from_config(config_file=str(path))  # type: ignore[no-untyped-call]
+        return Kube.from_api_client(api)
+
+
+class WaitTimeoutError(AssertionError):
+    """`wait_for` ran out of time; the message says what and the last value seen."""
+
+
+def wait_for(
+    probe: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    interval: float = 0.2,
+) -> T:
+    """Call `probe` until it returns something truthy; return that value.
+
+    Raises `WaitTimeoutError` after `timeout` seconds naming `what` and the last value (an
+    exception raised by the probe counts as "not yet" and is reported if it was last):
+    wait_for(lambda: [], 1, "pods") fails after 1 s with "timed out after 1.0s waiting
+    for pods; last value: []".
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            value = probe()
+        except Exception as err:  # a probe failing is "not yet"; its error is reported
+            value, last = None, err
+        else:
+            last = value
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise WaitTimeoutError(
+                f"timed out after {timeout:.1f}s waiting for {what}; last value: {last!r}"
+            )
+        time.sleep(interval)
+
+
+def not_found(call: Callable[[], object]) -> bool:
+    """True if `call()` raises a 404 ApiException (the object is gone)."""
+    try:
+        call()
+    except ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return False
+
+
+# ----- CRDs ------------------------------------------------------------------------------
+def crd_established(kube: Kube, name: str) -> bool:
+    """True once the CRD `name` has condition Established=True."""
+    crd = kube.apiext.read_custom_resource_definition(name)
+    conds = crd.status.conditions if crd.status and crd.status.conditions else []
+    return any(c.type == "Established" and c.status == "True" for c in conds)
+
+
+def apply_crd(kube: Kube, path: Path = CRD_PATH, timeout: float = 30.0) -> str:
+    """Create or update the CRD in `path` and wait until Established; its name.
+
+    Idempotent and safe when several test sessions share the lab: an existing CRD is
+    replaced at its current resourceVersion (an unchanged one is a no-op for the API
+    server), retrying on a conflict with a concurrent writer.
+    """
+    body: dict[str, Any] = yaml.safe_load(path.read_text())
+    name: str = body["metadata"]["name"]
+    for attempt in range(5):
+        try:
+            if attempt == 0:
+                kube.apiext.create_custom_resource_definition(cast(Any, body))
+            else:
+                current = kube.apiext.read_custom_resource_definition(name)
+                body["metadata"]["resourceVersion"] = _meta(current).resource_version
+                kube.apiext.replace_custom_resource_definition(name, cast(Any, body))
+            break
+        except ApiException as err:
+            if err.status != 409:  # 409: exists (create) or conflict (replace): go again
+                raise
+    wait_for(lambda: crd_established(kube, name), timeout, f"CRD {name} Established")
+    return name
+
+
+# ----- workloads on the fake GPU nodes -----------------------------------------------------
+def gpu_deployment(
+    name: str,
+    replicas: int,
+    gpus: int = 1,
+    startup_delay: str | None = None,
+    node_selector: dict[str, str] | None = None,
+    extra_tolerations: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A Deployment whose pods ask for `gpus` nvidia.com/gpu and tolerate the GPU taint.
+
+    Pods are labelled app=<name>; `startup_delay` (Go duration, "6s") becomes the
+    pdscaler.io/startup-delay annotation the lab's kwok stage turns into the Ready delay.
+    """
+    annotations = {STARTUP_DELAY_ANNOTATION: startup_delay} if startup_delay else {}
+    tolerations = [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations += extra_tolerations or []
+    container = {
+        "name": "engine",
+        "image": "pdlab.invalid/fake-engine:0",
+        "resources": {
+            "requests": {GPU_RESOURCE: str(gpus)},
+            "limits": {GPU_RESOURCE: str(gpus)},
+        },
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": annotations},
+                "spec": {
+                    "containers": [container],
+                    "tolerations": tolerations,
+                    "nodeSelector": node_selector or {},
+                    "terminationGracePeriodSeconds": 0,
+                },
+            },
+        },
+    }
+
+
+def condition(pod: client.V1Pod, kind: str) -> client.V1PodCondition | None:
+    """The pod condition of type `kind` ("Ready", "PodScheduled", ...), if present."""
+    for cond in (pod.status.conditions if pod.status else None) or []:
+        if cond.type == kind:
+            return cond
+    return None
+
+
+def is_ready(pod: client.V1Pod) -> bool:
+    """Ready=True."""
+    cond = condition(pod, "Ready")
+    return cond is not None and cond.status == "True"
+
+
+def list_pods(kube: Kube, namespace: str, selector: str) -> list[client.V1Pod]:
+    """Pods matching the label selector that are not being deleted."""
+    items = kube.core.list_namespaced_pod(namespace, label_selector=selector).items
+    return [p for p in items if _meta(p).deletion_timestamp is None]
+
+
+def ready_pods(kube: Kube, namespace: str, selector: str, count: int) -> list[client.V1Pod]:
+    """The matching pods if at least `count` are Ready, else [] (for `wait_for`)."""
+    pods = [p for p in list_pods(kube, namespace, selector) if is_ready(p)]
+    return pods if len(pods) >= count else []
+
+
+def _meta(obj: Any) -> client.V1ObjectMeta:
+    """`obj.metadata`, which the API always sets on objects it returns."""
+    meta = obj.metadata
+    assert meta is not None
+    return cast(client.V1ObjectMeta, meta)
+
+
+def seconds_between(start: datetime, end: datetime) -> float:
+    """end - start in seconds (API timestamps have one-second resolution)."""
+    return (end - start).total_seconds()
+
+
+@contextlib.contextmanager
+def private_gpu_nodes(
+    kube: Kube, owner: str, count: int, gpus: int, product: str = "NVIDIA-L4"
+) -> Iterator[dict[str, Any]]:
+    """Fake GPU nodes only this test uses; yields the pod fields that reach them.
+
+    The nodes are named `<owner>-n<i>`, managed by the lab's kwok (annotation), labelled
+    `pdlab.pdscaler.io/test-node=<owner>` and tainted with the same key, so no other
+    test's pods land on them. They lack the lab's node label, so `pdlab up` leaves them
+    alone. Deleted (with their pods) on exit. Yields {"node_selector": ...,
+    "extra_tolerations": [...]} to pass to `gpu_deployment(**fields)`.
+    """
+    names = [f"{owner}-n{i}" for i in range(count)]
+    for i, name in enumerate(names):
+        node = gpu_node(i, gpus, product)
+        node["metadata"]["name"] = name
+        labels = node["metadata"]["labels"]
+        labels.pop("pdlab.pdscaler.io/node", None)
+        labels["kubernetes.io/hostname"] = name
+        labels[TEST_NODE_LABEL] = owner
+        node["spec"]["taints"].append(
+            {"key": TEST_NODE_LABEL, "value": owner, "effect": "NoSchedule"}
+        )
+        kube.core.create_node(cast(Any, node))
+    try:
+        wait_for(
+            lambda: all(_node_ready(kube, n) for n in names), 60, f"private nodes {names} Ready"
+        )
+        yield {
+            "node_selector": {TEST_NODE_LABEL: owner},
+            "extra_tolerations": [
+                {
+                    "key": TEST_NODE_LABEL,
+                    "operator": "Equal",
+                    "value": owner,
+                    "effect": "NoSchedule",
+                }
+            ],
+        }
+    finally:
+        for name in names:
+            with contextlib.suppress(ApiException):
+                kube.core.delete_node(name)
+
+
+def _node_ready(kube: Kube, name: str) -> bool:
+    node = kube.core.read_node(name)
+    conds = (node.status.conditions if node.status else None) or []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conds)
+    taints = (node.spec.taints if node.spec else None) or []
+    return ready and not any(t.key.startswith("node.kubernetes.io/") for t in taints)
+
+
+# ----- identities ----------------------------------------------------------------------------
+def service_account_kube(kube: Kube, namespace: str, name: str) -> Kube:
+    """Clients authenticated as ServiceAccount `name` (created if missing) via TokenRequest."""
+    with contextlib.suppress(ApiException):
+        kube.core.create_namespaced_service_account(
+            namespace, cast(Any, {"metadata": {"name": name}})
+        )
+    token_request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    token = kube.core.create_namespaced_service_account_token(name, namespace, token_request)
+    if token.status is None or not token.status.token:
+        raise RuntimeError(f"TokenRequest for {namespace}/{name} returned no token")
+    admin = kube.api.configuration
+    conf = client.Configuration()
+    conf.host = admin.host
+    conf.ssl_ca_cert = admin.ssl_ca_cert
+    conf.api_key = {"authorization": token.status.token}
+    conf.api_key_prefix = {"authorization": "Bearer"}
+    return Kube.from_api_client(client.ApiClient(conf))
+
+
+# ----- network helpers ----------------------------------------------------------------------
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def metrics_exporter(text: Callable[[], str]) -> Iterator[str]:
+    """Serve `text()` as Prometheus exposition on 127.0.0.1:<free port>/metrics.
+
+    Yields "127.0.0.1:<port>"; the server thread stops on exit.
+    """
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = text().encode()
+            self.send_response(200 if self.path.startswith("/metrics") else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
