@@ -122,22 +122,100 @@ def promql_duration(seconds: float) -> str:
     return f"{round(seconds * 1000)}ms"
 
 
+PLACEHOLDERS = ("selector", "matchers", "window", "quantile")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 def render(template: str, *, sel: str, match: str, window: str, quantile: float) -> str:
     """Fill a query template. Placeholders: ``{selector}`` (a complete selector with
     braces, ``metric{selector}``), ``{matchers}`` (the same without braces, to add your
-    own: ``metric{{matchers},job="x"}``), ``{window}`` and ``{quantile}``. Plain string
-    replacement, so PromQL's own braces need no doubling.
+    own: ``metric{{matchers},job="x"}``), ``{window}`` and ``{quantile}``. One pass over
+    the template, so PromQL's own braces need no doubling and a placeholder-like text
+    inside a substituted value is left alone.
 
     >>> render("rate(x{selector}[{window}])", sel='{a="b"}', match='a="b"', window="2m",
     ...        quantile=0.95)
     'rate(x{a="b"}[2m])'
     """
-    return (
-        template.replace("{selector}", sel)
-        .replace("{matchers}", match)
-        .replace("{window}", window)
-        .replace("{quantile}", repr(float(quantile)))
-    )
+    values = {"selector": sel, "matchers": match, "window": window, "quantile": repr(quantile)}
+
+    def fill(m: re.Match[str]) -> str:
+        return values.get(m.group(1), m.group(0))
+
+    return _PLACEHOLDER.sub(fill, template)
+
+
+class InvalidQueryError(ValueError):
+    """A custom query template that cannot be used; the message names the field."""
+
+
+def _balanced(text: str) -> str | None:
+    """None if ``()``, ``[]`` and ``{}`` nest properly outside string literals, else
+    what is wrong: ``sum(rate(x[2m])`` -> ``"unclosed '('"``."""
+    pairs = {")": "(", "]": "[", "}": "{"}
+    stack: list[str] = []
+    quote: str | None = None
+    escaped = False
+    for c in text:
+        if quote is not None:
+            if escaped:
+                escaped = False
+            elif c == "\\" and quote != "`":
+                escaped = True
+            elif c == quote:
+                quote = None
+        elif c in "\"'`":
+            quote = c
+        elif c in "([{":
+            stack.append(c)
+        elif c in pairs and (not stack or stack.pop() != pairs[c]):
+            return f"unbalanced {c!r}"
+    if quote is not None:
+        return "unterminated string literal"
+    return f"unclosed {stack[-1]!r}" if stack else None
+
+
+def check_template(template: str) -> list[str]:
+    """What is wrong with one custom query template (empty list: usable).
+
+    It must be scoped to the deployment (``{selector}`` or ``{matchers}``; without
+    them it would read every deployment's pods), use only the known placeholders, and
+    have balanced brackets (checked after substitution, outside string literals).
+    Prometheus' own parser has the last word (a syntax error comes back as a failed
+    query); this catches the mistakes worth reporting before any query runs.
+
+    >>> check_template("sum(vllm:num_requests_waiting{selector})")
+    []
+    >>> check_template("sum(vllm:num_requests_waiting)")
+    ['not scoped to the deployment: use {selector} or {matchers}']
+    """
+    problems: list[str] = []
+    used = set(_PLACEHOLDER.findall(template))
+    unknown = sorted(used - set(PLACEHOLDERS))
+    if unknown:
+        known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+        names = ", ".join("{" + u + "}" for u in unknown)
+        problems.append(f"unknown placeholder {names} (known: {known})")
+    if not used & {"selector", "matchers"}:
+        problems.append("not scoped to the deployment: use {selector} or {matchers}")
+    filled = render(template, sel='{a="b"}', match='a="b"', window="1m", quantile=0.5)
+    wrong = _balanced(filled)
+    if wrong is not None:
+        problems.append(wrong)
+    return problems
+
+
+def check_queries(queries: CustomQueries) -> list[str]:
+    """``check_template`` on every template of ``metrics.queries``, each problem
+    prefixed with its field: ``metrics.queries.ttft: unknown placeholder {foo} ...``."""
+    out: list[str] = []
+    for field_name, field_info in CustomQueries.model_fields.items():
+        template = getattr(queries, field_name)
+        if template is None:
+            continue
+        alias = field_info.alias or field_name
+        out.extend(f"metrics.queries.{alias}: {p}" for p in check_template(template))
+    return out
 
 
 # ---------------------------------------------------------------------------- presets
@@ -185,11 +263,17 @@ def _quantile(hist: str) -> str:
     )
 
 
-# vLLM: names from vllm/v1/metrics/loggers.py (PrometheusStatLogger) and the v0 list in
-# docs/design/metrics.md. `vllm:prompt_tokens`/`vllm:generation_tokens`/`vllm:request_success`
-# are Counters, exposed with the `_total` suffix. TPOT: `vllm:inter_token_latency_seconds`
-# since v0.11 (the old `vllm:time_per_output_token_seconds`, same buckets, as fallback);
-# KV usage: `vllm:kv_cache_usage_perc` since v0.9 (`vllm:gpu_cache_usage_perc` before).
+# vLLM, names as registered in vllm/v1/metrics/loggers.py (PrometheusStatLogger), also
+# listed in docs/design/metrics.md:
+#   counters  vllm:request_success (label finished_reason), vllm:prompt_tokens,
+#             vllm:generation_tokens; prometheus_client exposes them with `_total`;
+#   histograms vllm:request_prompt_tokens, vllm:request_generation_tokens (tokens per
+#             finished request), vllm:time_to_first_token_seconds,
+#             vllm:inter_token_latency_seconds, and vllm:time_per_output_token_seconds,
+#             same buckets, documented "DEPRECATED: Use vllm:inter_token_latency_seconds"
+#             (older releases have only it, hence the `or` fallback);
+#   gauges    vllm:num_requests_waiting, vllm:num_requests_running,
+#             vllm:kv_cache_usage_perc (older releases: vllm:gpu_cache_usage_perc).
 VLLM = Preset(
     request_rate=_rate("vllm:request_success_total"),
     prompt_tokens=_mean("vllm:request_prompt_tokens"),
@@ -207,12 +291,15 @@ VLLM = Preset(
     running_by_pod="sum by (pod) (vllm:num_requests_running{selector})",
 )
 
-# SGLang: names from python/sglang/srt/metrics/collector.py (TokenizerMetricsCollector:
-# sglang:num_requests_total, sglang:prompt_tokens_total, sglang:generation_tokens_total,
-# sglang:time_to_first_token_seconds, sglang:inter_token_latency_seconds; older releases:
-# sglang:time_per_output_token_seconds. SchedulerMetricsCollector: sglang:num_queue_reqs,
-# sglang:num_running_reqs, sglang:token_usage). Token means from the counters, since the
-# per-request token histograms exist only with --collect-tokens-histogram.
+# SGLang, names as registered in python/sglang/srt/metrics/collector.py (and listed in
+# docs/references/production_metrics.md):
+#   TokenizerMetricsCollector: counters sglang:num_requests_total,
+#             sglang:prompt_tokens_total, sglang:generation_tokens_total; histograms
+#             sglang:time_to_first_token_seconds, sglang:inter_token_latency_seconds
+#             (older releases: sglang:time_per_output_token_seconds);
+#   SchedulerMetricsCollector: gauges sglang:num_queue_reqs, sglang:num_running_reqs,
+#             sglang:token_usage (KV pool usage, 0..1).
+# Token means come from the counters: the per-request token histograms are optional.
 SGLANG = Preset(
     request_rate=_rate("sglang:num_requests_total"),
     prompt_tokens=f"{_rate('sglang:prompt_tokens_total')} / {_rate('sglang:num_requests_total')}",
@@ -232,12 +319,15 @@ SGLANG = Preset(
     running_by_pod="sum by (pod) (sglang:num_running_reqs{selector})",
 )
 
-# Dynamo: the HTTP frontend's dynamo_frontend_* metrics (docs/observability/metrics.md,
-# lib/runtime/src/metrics/prometheus_names.rs): requests_total (counter),
-# input_sequence_tokens / output_sequence_tokens / time_to_first_token_seconds /
-# inter_token_latency_seconds (histograms). Per pool: the engine metrics Dynamo's vLLM
-# (or SGLang) workers pass through on their /metrics (docs/backends/vllm/prometheus.md),
-# and the workers' KV statistics dynamo_component_kvstats_gpu_cache_usage_percent.
+# Dynamo, names from lib/runtime/src/metrics/prometheus_names.rs (module frontend_service,
+# prefix dynamo_frontend_) and the docs' metrics catalog:
+#   dynamo_frontend_requests_total (counter; labels status, request_type),
+#   dynamo_frontend_input_sequence_tokens, dynamo_frontend_output_sequence_tokens,
+#   dynamo_frontend_time_to_first_token_seconds,
+#   dynamo_frontend_inter_token_latency_seconds (histograms).
+# R counts every request the frontend handled (status success or error): the pools carried
+# them all. Per pool: the engine metrics Dynamo's vLLM or SGLang workers pass through on
+# their /metrics, and the workers' dynamo_component_kvstats_gpu_cache_usage_percent (0..1).
 DYNAMO = Preset(
     request_rate=_rate("dynamo_frontend_requests_total"),
     prompt_tokens=_mean("dynamo_frontend_input_sequence_tokens"),
@@ -252,7 +342,10 @@ DYNAMO = Preset(
     decode_tokens_per_second=(
         f"{_rate('vllm:generation_tokens_total')} or {_rate('sglang:generation_tokens_total')}"
     ),
-    kv_usage="avg(dynamo_component_kvstats_gpu_cache_usage_percent{selector})",
+    kv_usage=(
+        "avg(dynamo_component_kvstats_gpu_cache_usage_percent{selector})"
+        " or avg(vllm:kv_cache_usage_perc{selector}) or avg(sglang:token_usage{selector})"
+    ),
     running_by_pod=(
         "sum by (pod) (vllm:num_requests_running{selector})"
         " or sum by (pod) (sglang:num_running_reqs{selector})"
@@ -266,7 +359,11 @@ PRESETS: Mapping[str, Preset] = {"vllm": VLLM, "sglang": SGLANG, "dynamo": DYNAM
 def custom_preset(queries: CustomQueries) -> Preset:
     """The ``custom`` preset from ``spec.metrics.queries``. Each template sees the
     selector of the pool it is read on (module docstring); there is no per-pod or
-    tokens/s template, so those stay unknown."""
+    tokens/s template, so those stay unknown. Raises ``InvalidQueryError`` with every
+    problem ``check_queries`` finds."""
+    problems = check_queries(queries)
+    if problems:
+        raise InvalidQueryError("; ".join(problems))
     return Preset(
         request_rate=queries.request_rate,
         prompt_tokens=queries.prompt_tokens,
