@@ -1,49 +1,63 @@
 """The serving model: a discrete-event simulation of one P/D disaggregated deployment.
 
-Owns: prefill replicas (FIFO pool queue, batches up to a token budget, fixed per-batch
-overhead + tokens / throughput), the KV hand-off latency, decode replicas (continuous
-batching, step time ``a + b*batch + c*kv_tokens``, admission limited by sequence slots
-and KV tokens, FIFO head-of-line wait when no slot is free), replica life cycle
-(requested -> ready after the start-up time -> draining -> gone), per-request timings,
-vLLM-like counters/gauges/histograms for the simulated Prometheus, and GPU-seconds
-billed from the moment a replica is requested until it is gone.
+Owns: prefill replicas (one FIFO pool queue, batches up to a token budget, fixed
+per-batch overhead + tokens / throughput), the KV hand-off latency, decode replicas
+(continuous batching, step time ``a + b*batch + c*kv_tokens``, admission limited by
+sequence slots and KV tokens, FIFO head-of-line wait when no slot is free), replica
+life cycle (requested -> ready after the start-up time -> draining -> gone),
+per-request timings, per-pod vLLM-like counters/gauges/histograms (summed per pool for
+the simulated Prometheus), and GPU-seconds billed from the moment a replica is
+requested until it is gone.
 Must not: read clocks, draw unseeded randomness, or import kopf, kubernetes,
-prometheus_client or HTTP clients. Time is a float in seconds on the simulated clock.
+prometheus_client or HTTP clients. Time is a float in seconds on the engine's clock.
 
 Decode is event-driven, not stepped: between two events (an admission or a
 completion) the batch is constant, so every running sequence gains one token per step
 and a replica's cumulative step count ``S`` advances at ``1 / step_time``. A sequence
 admitted at ``S0`` with ``L`` output tokens finishes when ``S = S0 + L``; the next
-completion is one heap look-up away. Events per request are O(1), so an hour of the
-Azure conversation trace (19k requests) replays in well under a second per policy.
+completion is one heap look-up away. Events per request are O(1): an hour of the
+Azure conversation trace (19k requests) replays in about 0.4 s per policy.
 
 Default calibration (TRUE engine, deliberately not the PDDeployment's priors): a
-Llama-2-7B-class model in vLLM on one A100-80GB.
+Llama-2-7B-class model in vLLM on one A100-80GB, from published profiles: prefill is
+compute-bound and roughly linear in tokens (DistServe, OSDI'24, Fig. 2; Splitwise,
+ISCA'24, §3), decode is memory-bound, its step time growing with batch and context
+(vLLM, SOSP'23, §6; Splitwise Fig. 6: TBT 20-45 ms at batch 32-128 for 7-13B models).
 
 * Prefill: ~14 GFLOP per token at ~40% of 312 TFLOPS -> 8,500 prompt tokens/s, with a
   15 ms per-batch scheduling overhead and an 8,192-token batch budget (vLLM's
-  ``max_num_batched_tokens`` order of magnitude; DistServe/Splitwise report prefill as
-  compute-bound and roughly linear in tokens, which is what this assumes).
+  ``max_num_batched_tokens`` order of magnitude). A full 8,192-token batch takes
+  15 + 964 = 979 ms, i.e. 8,370 tokens/s effective.
 * KV hand-off: 5 ms + 20 us/token (0.5 MB of fp16 KV per token over ~25 GB/s).
 * Decode: step = 12 ms (reading 14 GB of weights at ~2 TB/s plus launch overhead)
   + 0.1 ms per sequence + 0.25 us per KV token in the batch (attention reads 0.5 MB
   per cached token at 2 TB/s); at most 256 sequences and 100,000 KV tokens (about
   60 GB of cache after weights). At 64 sequences x 1,260 context tokens a step takes
-  12 + 6.4 + 20.2 = 38.6 ms -> ~1,660 output tokens/s, in line with published vLLM
-  7B/A100 decode numbers (TPOT 20-45 ms at batch 32-128).
+  12 + 6.4 + 20.2 = 38.6 ms -> ~1,660 output tokens/s.
 
-The bench's PDDeployment priors are 10,000 prefill tokens/s (true is 15% lower) and
-1,400 decode tokens/s (true is ~20% higher at the chat mix), so online refinement of
-the capacities matters.
+The simulator's PDDeployment priors (``pdscaler.sim.setup``) are 10,000 prefill
+tokens/s (the true 8,500 is 15% lower) and 1,400 decode tokens/s (the true ~1,700 at
+the chat mix is ~20% higher), so the operator's online refinement matters.
+
+Driving it. Offline (``pdscaler.sim.loop``): build with the whole trace, then alternate
+``run_until(t)``, ``sample(t)`` and ``scale_to(role, n, t)``. Live, in wall-clock time
+(the lab's engine simulator): build with ``initial=(0, 0)`` and an empty or partial
+trace, then on each wall tick ``t = time.time() - t0`` call ``add_requests`` for the new
+arrivals (at or after ``t``), ``add_replica(role, t, name=pod, ready_at=t)`` for a pod
+that became Ready, ``remove_replica(pod, t)`` for one that went away, ``run_until(t)``
+and ``pod_stats(t)`` for the per-pod series to export. Never call ``run_until`` with a
+time earlier than ``now``.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 import random
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -57,7 +71,7 @@ TTFT_BUCKETS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0, math.inf,
 )  # fmt: skip
-#: vLLM's inter-token latency buckets (``vllm:time_per_output_token_seconds``).
+#: vLLM's inter-token latency buckets (``vllm:inter_token_latency_seconds``).
 TPOT_BUCKETS: tuple[float, ...] = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, math.inf,
@@ -86,6 +100,9 @@ class EngineParams:
     #: start-up time of a replica = startup * (1 + jitter * U(-1, 1)), seeded.
     startup_jitter: float = 0.1
 
+    def gpus(self, role: Role) -> int:
+        return self.prefill_gpus if role is Role.PREFILL else self.decode_gpus
+
     def decode_step(self, batch: int, kv_tokens: float) -> float:
         """Seconds per decode step: 64 sequences, 80,640 KV tokens -> 0.0386 s."""
         return (
@@ -94,12 +111,18 @@ class EngineParams:
             + self.decode_step_per_kv_token_s * kv_tokens
         )
 
+    def prefill_batch_tps(self) -> float:
+        """Prompt tokens/s of one replica running full batches: 8192 / (0.015 + 8192 /
+        8500) = 8,370 tokens/s with the defaults."""
+        budget = float(self.prefill_token_budget)
+        return budget / (self.prefill_overhead_s + budget / self.prefill_tps)
+
     def decode_tps(self, prompt_tokens: float, output_tokens: float, tpot_cap: float) -> float:
         """Sustainable output tokens/s of one decode replica for a request mix: the
         largest batch that fits the KV (prompt + output reserved per sequence), the
         sequence slots and a step time <= ``tpot_cap``, times 1/step. Used by the oracle
         and the work floor. Chat mix (1,155 + 211 tokens, cap 50 ms): 73 sequences,
-        step 12 + 7.3 + 25.2 = 44.5 ms -> ~1,640 tokens/s."""
+        step 12 + 7.3 + 22.9 = 42.2 ms -> ~1,730 tokens/s."""
         ctx = max(1.0, prompt_tokens + output_tokens / 2.0)
         per_seq = max(1.0, prompt_tokens + output_tokens)
         batch = min(self.decode_max_seqs, max(1, int(self.decode_kv_tokens // per_seq)))
@@ -115,19 +138,71 @@ class State(IntEnum):
     GONE = 3
 
 
+def _zeros(n: int) -> list[float]:
+    return [0.0] * n
+
+
+@dataclass
+class PodStats:
+    """One pod's vLLM series (cumulative counters and histograms, current gauges).
+
+    Names as vLLM exports them: ``request_success`` (``vllm:request_success_total``;
+    on a prefill pod a request succeeds when its prefill is done, as vLLM's P/D proxy
+    runs prefill with ``max_tokens=1``), ``prompt_tokens``/``generation_tokens``
+    (``vllm:prompt_tokens_total``/``vllm:generation_tokens_total``), the per-request
+    ``request_prompt_tokens``/``request_generation_tokens`` histograms as sum/count,
+    ``ttft_*`` (``vllm:time_to_first_token_seconds``: on a prefill pod arrival ->
+    prefill done; on a decode pod hand-off -> first token), ``itl_*``
+    (``vllm:inter_token_latency_seconds``), and the gauges ``waiting``, ``running``
+    and ``kv_usage`` (0-1). Histogram counts are per bucket (``TTFT_BUCKETS``/
+    ``TPOT_BUCKETS``), not yet cumulative over ``le``.
+    """
+
+    request_success: float = 0.0
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    request_prompt_tokens_sum: float = 0.0
+    request_generation_tokens_sum: float = 0.0
+    ttft_counts: list[float] = field(default_factory=lambda: _zeros(len(TTFT_BUCKETS)))
+    ttft_sum: float = 0.0
+    itl_counts: list[float] = field(default_factory=lambda: _zeros(len(TPOT_BUCKETS)))
+    itl_sum: float = 0.0
+    busy_s: float = 0.0
+    waiting: float = 0.0
+    running: float = 0.0
+    kv_usage: float = 0.0
+
+    def add(self, other: PodStats) -> None:
+        """Fold ``other``'s counters into this one (gauges are not summed)."""
+        self.request_success += other.request_success
+        self.prompt_tokens += other.prompt_tokens
+        self.generation_tokens += other.generation_tokens
+        self.request_prompt_tokens_sum += other.request_prompt_tokens_sum
+        self.request_generation_tokens_sum += other.request_generation_tokens_sum
+        self.ttft_sum += other.ttft_sum
+        self.itl_sum += other.itl_sum
+        self.busy_s += other.busy_s
+        for i, c in enumerate(other.ttft_counts):
+            self.ttft_counts[i] += c
+        for i, c in enumerate(other.itl_counts):
+            self.itl_counts[i] += c
+
+
 @dataclass
 class Replica:
     """One replica of either pool; ``gone_at`` is None while it is billed."""
 
     ident: int
+    name: str
     role: Role
     requested_at: float
     ready_at: float
     state: State = State.STARTING
     gone_at: float | None = None
-    # prefill
+    stats: PodStats = field(default_factory=PodStats)
+    # prefill: the batch in progress
     batch: list[int] = field(default_factory=list)
-    busy_s: float = 0.0
+    batch_tokens: int = 0
     # decode: cumulative step count and the running sequences (finish step, request)
     steps: float = 0.0
     last_t: float = 0.0
@@ -152,7 +227,7 @@ class _Ev(IntEnum):
 
 @dataclass(frozen=True)
 class RequestTimes:
-    """Per-request timings (seconds on the simulated clock; NaN = never happened)."""
+    """Per-request timings (seconds on the engine's clock; NaN = never happened)."""
 
     arrival: FloatArray
     prompt: IntArray
@@ -182,23 +257,16 @@ class RequestTimes:
 @dataclass(frozen=True)
 class Sample:
     """What a Prometheus scrape of every pod would return at one instant, summed per
-    pool. Counters are cumulative since t=0; histograms are cumulative bucket counts
-    (per bucket, not yet cumulative over ``le``)."""
+    pool (``prefill``/``decode``: counters over every pod the pool ever had, so they
+    never go backwards; gauges over the live pods). ``requests_arrived`` is what a
+    router in front would count (vLLM itself does not); ``client_ttft_hist`` is the
+    end-to-end TTFT a frontend would observe (arrival -> first decode token)."""
 
     time: float
     requests_arrived: float
-    prompt_tokens_arrived: float
-    requests_finished: float
-    output_tokens_finished: float
-    prefill_tokens_done: float
-    decode_tokens_done: float
-    prefill_busy_s: float
-    ttft_hist: FloatArray
-    tpot_hist: FloatArray
-    prefill_waiting: int
-    prefill_running: int
-    decode_waiting: int
-    decode_running: int
+    prefill: PodStats
+    decode: PodStats
+    client_ttft_hist: FloatArray
     kv_usage: float
     prefill_ready: int
     decode_ready: int
@@ -208,18 +276,19 @@ class Sample:
 
 
 class Engine:
-    """The P/D system. Drive it with :meth:`run_until`, :meth:`scale_to` and
-    :meth:`sample`; it processes the trace's arrivals itself.
+    """The P/D system. Drive it with :meth:`run_until`, :meth:`scale_to` (or
+    :meth:`add_replica`/:meth:`remove_replica`) and :meth:`sample`; it processes the
+    trace's arrivals itself.
 
     ``startup_s`` is the true mean start-up time of a new replica. Initial replicas
-    (``initial``) are ready at t=0 and billed from t=0.
+    (``initial``: prefill, decode) are ready at t=0 and billed from t=0.
     """
 
     def __init__(
         self,
-        arrival: FloatArray,
-        prompt: IntArray,
-        output: IntArray,
+        arrival: Sequence[float] | FloatArray,
+        prompt: Sequence[int] | IntArray,
+        output: Sequence[int] | IntArray,
         params: EngineParams,
         *,
         startup_s: float,
@@ -229,49 +298,99 @@ class Engine:
         self.p = params
         self.startup_s = startup_s
         self._rng = random.Random(seed)
-        self._arr: list[float] = [float(x) for x in arrival]
-        self._prompt: list[int] = [int(x) for x in prompt]
-        self._out: list[int] = [max(1, int(x)) for x in output]
-        n = len(self._arr)
-        nan = math.nan
-        self._pf_start = [nan] * n
-        self._pf_end = [nan] * n
-        self._admit = [nan] * n
-        self._first = [nan] * n
-        self._finish = [nan] * n
+        self._arr: list[float] = []
+        self._prompt: list[int] = []
+        self._out: list[int] = []
+        self._pf_start: list[float] = []
+        self._pf_end: list[float] = []
+        self._handoff: list[float] = []
+        self._admit: list[float] = []
+        self._first: list[float] = []
+        self._finish: list[float] = []
         self._next_arrival = 0
         self.now = 0.0
         self._events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
         self.replicas: list[Replica] = []
+        self._by_name: dict[str, Replica] = {}
         self._pf_queue: deque[int] = deque()
         self._dc_queue: deque[int] = deque()
         self._idle_prefill: list[Replica] = []
-        # counters
+        self._ready_decode: list[Replica] = []
+        self._live: dict[Role, list[Replica]] = {Role.PREFILL: [], Role.DECODE: []}
+        self._retired: dict[Role, PodStats] = {Role.PREFILL: PodStats(), Role.DECODE: PodStats()}
         self._c_arrived = 0
-        self._c_prompt_arrived = 0
         self._c_finished = 0
-        self._c_out_finished = 0
-        self._c_pf_tokens = 0.0
-        self._c_dc_tokens = 0.0
-        self._c_pf_busy = 0.0
-        self._ttft_hist = [0.0] * len(TTFT_BUCKETS)
-        self._tpot_hist = [0.0] * len(TPOT_BUCKETS)
-        self._pf_running = 0
+        self._client_ttft = _zeros(len(TTFT_BUCKETS))
         self.startup_samples: dict[Role, list[float]] = {Role.PREFILL: [], Role.DECODE: []}
+        self.add_requests(arrival, prompt, output)
         for role, count in ((Role.PREFILL, initial[0]), (Role.DECODE, initial[1])):
             for _ in range(count):
-                rep = self._new_replica(role, 0.0, ready_at=0.0)
-                self._make_ready(rep, record=False)
+                self.add_replica(role, 0.0, ready_at=0.0)
+
+    # ---------------------------------------------------------------- requests
+    def add_requests(
+        self,
+        arrival: Sequence[float] | FloatArray,
+        prompt: Sequence[int] | IntArray,
+        output: Sequence[int] | IntArray,
+    ) -> None:
+        """Append requests (sorted, none earlier than the last one already added nor
+        than ``now``). Outputs below 1 token count as 1."""
+        if not len(arrival) == len(prompt) == len(output):
+            raise ValueError("arrival, prompt and output must have the same length")
+        new = [float(x) for x in arrival]
+        floor = max(self._arr[-1] if self._arr else -math.inf, self.now)
+        if new and (new[0] < floor or any(b < a for a, b in itertools.pairwise(new))):
+            raise ValueError("arrivals must be sorted and not earlier than the engine's clock")
+        n = len(new)
+        self._arr.extend(new)
+        self._prompt.extend(int(x) for x in prompt)
+        self._out.extend(max(1, int(x)) for x in output)
+        for column in (
+            self._pf_start,
+            self._pf_end,
+            self._handoff,
+            self._admit,
+            self._first,
+            self._finish,
+        ):
+            column.extend([math.nan] * n)
+
+    @property
+    def requests(self) -> int:
+        return len(self._arr)
 
     # ---------------------------------------------------------------- life cycle
     def _push(self, t: float, kind: _Ev, a: int, b: int = 0) -> None:
         self._seq += 1
         heapq.heappush(self._events, (t, self._seq, int(kind), a, b))
 
-    def _new_replica(self, role: Role, now: float, ready_at: float) -> Replica:
-        rep = Replica(len(self.replicas), role, now, ready_at, last_t=now)
+    def add_replica(
+        self,
+        role: Role,
+        now: float,
+        *,
+        name: str | None = None,
+        ready_at: float | None = None,
+    ) -> Replica:
+        """Request one replica at ``now``; it serves from ``ready_at`` (default: after a
+        jittered start-up time). ``name`` defaults to ``prefill-3``/``decode-7``."""
+        if ready_at is None:
+            jitter = self.p.startup_jitter * (2.0 * self._rng.random() - 1.0)
+            ready_at = now + max(0.0, self.startup_s * (1.0 + jitter))
+        ident = len(self.replicas)
+        name = name if name is not None else f"{role.value}-{ident}"
+        if name in self._by_name and self._by_name[name].state is not State.GONE:
+            raise ValueError(f"replica {name} already exists")
+        rep = Replica(ident, name, role, now, ready_at, last_t=now)
         self.replicas.append(rep)
+        self._by_name[name] = rep
+        self._live[role].append(rep)
+        if ready_at <= now:
+            self._make_ready(rep, record=now > 0.0 and ready_at > rep.requested_at)
+        else:
+            self._push(ready_at, _Ev.READY, ident)
         return rep
 
     def _make_ready(self, rep: Replica, *, record: bool = True) -> None:
@@ -281,71 +400,119 @@ class Engine:
             self.startup_samples[rep.role].append(rep.ready_at - rep.requested_at)
         if rep.role is Role.PREFILL:
             self._idle_prefill.append(rep)
+            self._dispatch_prefill(rep.ready_at)
+        else:
+            self._ready_decode.append(rep)
+            self._dispatch_decode(rep.ready_at)
+
+    def _gone(self, rep: Replica, now: float) -> None:
+        rep.state = State.GONE
+        rep.gone_at = now
+        rep.stats.waiting = rep.stats.running = rep.stats.kv_usage = 0.0
+        self._live[rep.role].remove(rep)
+        self._retired[rep.role].add(rep.stats)
+
+    def _stop_taking_work(self, rep: Replica) -> None:
+        if rep in self._idle_prefill:
+            self._idle_prefill.remove(rep)
+        if rep in self._ready_decode:
+            self._ready_decode.remove(rep)
+
+    def remove_replica(self, name: str, now: float, *, lose: bool = False) -> None:
+        """Take one replica away at ``now``. A starting one is cancelled; a ready one
+        drains (takes no new work, is gone when what it holds is done) or, with
+        ``lose=True`` (the pod died), is gone at once and its requests go back to the
+        front of their pool's queue (decode ones are re-admitted from scratch)."""
+        self.run_until(now)
+        rep = self._by_name.get(name)
+        if rep is None or rep.state is State.GONE:
+            raise KeyError(f"no live replica named {name}")
+        if rep.state is State.STARTING:
+            self._gone(rep, now)
+            return
+        self._stop_taking_work(rep)
+        rep.state = State.DRAINING
+        if lose:
+            self._lose_work(rep, now)
+        if rep.work == 0:
+            self._gone(rep, now)
+        self._dispatch_prefill(now)
+        self._dispatch_decode(now)
+
+    def _lose_work(self, rep: Replica, now: float) -> None:
+        if rep.role is Role.PREFILL:
+            for i in reversed(rep.batch):
+                self._pf_start[i] = math.nan
+                self._pf_queue.appendleft(i)
+            rep.batch = []
+            rep.batch_tokens = 0
+            rep.version += 1  # voids the pending PREFILL_DONE
+            return
+        self._advance(rep, now)
+        for _, i in sorted(rep.finishing, reverse=True):
+            self._admit[i] = self._first[i] = math.nan
+            self._dc_queue.appendleft(i)
+        rep.finishing = []
+        rep.kv_tokens = 0.0
+        rep.kv_reserved = 0
+        rep.version += 1
 
     def pool(self, role: Role) -> list[Replica]:
-        return [r for r in self.replicas if r.role is role and r.state is not State.GONE]
+        """Replicas of ``role`` that are not gone (starting, ready, draining)."""
+        return list(self._live[role])
 
     def desired(self, role: Role) -> int:
         """Replicas asked for: starting + ready (draining ones are on their way out)."""
-        return sum(
-            1
-            for r in self.replicas
-            if r.role is role and r.state in (State.STARTING, State.READY)
-        )
+        return sum(1 for r in self._live[role] if r.state in (State.STARTING, State.READY))
 
     def ready(self, role: Role) -> int:
-        return sum(1 for r in self.replicas if r.role is role and r.state is State.READY)
+        return sum(1 for r in self._live[role] if r.state is State.READY)
 
     def scale_to(self, role: Role, n: int, now: float) -> None:
         """Ask for ``n`` replicas of ``role``. Up: new replicas start now and serve after
         the start-up time. Down: cancel starting replicas first (newest first), then
-        drain the ready ones holding the least work (pod-deletion-cost); a draining
-        replica takes no new work and is gone when its work is done."""
+        drain the ready ones holding the least work (pod-deletion-cost, newest first
+        among equals); a draining replica takes no new work and is gone when its work
+        is done."""
         self.run_until(now)
-        live = [r for r in self.replicas if r.role is role and r.state in (State.STARTING, State.READY)]
-        if n > len(live):
-            for _ in range(n - len(live)):
-                jitter = self.p.startup_jitter * (2.0 * self._rng.random() - 1.0)
-                ready_at = now + max(0.0, self.startup_s * (1.0 + jitter))
-                rep = self._new_replica(role, now, ready_at)
-                self._push(ready_at, _Ev.READY, rep.ident)
-            return
+        live = [r for r in self._live[role] if r.state in (State.STARTING, State.READY)]
+        for _ in range(n - len(live)):
+            self.add_replica(role, now)
         remove = len(live) - n
+        if remove <= 0:
+            return
         starting = sorted(
             (r for r in live if r.state is State.STARTING), key=lambda r: -r.requested_at
         )
         for rep in starting[:remove]:
-            rep.state = State.GONE
-            rep.gone_at = now
+            self._gone(rep, now)
         remove -= min(remove, len(starting))
-        ready = sorted((r for r in live if r.state is State.READY), key=lambda r: (r.work, -r.ident))
+        ready = sorted(
+            (r for r in live if r.state is State.READY), key=lambda r: (r.work, -r.ident)
+        )
         for rep in ready[:remove]:
+            self._stop_taking_work(rep)
             rep.state = State.DRAINING
-            if rep.role is Role.PREFILL and rep in self._idle_prefill:
-                self._idle_prefill.remove(rep)
             if rep.work == 0:
-                rep.state = State.GONE
-                rep.gone_at = now
-        if role is Role.DECODE:
-            self._dispatch_decode(now)
+                self._gone(rep, now)
 
     # ---------------------------------------------------------------- main loop
     def run_until(self, t: float) -> None:
         """Process every arrival and event up to and including time ``t``."""
         arr = self._arr
-        n = len(arr)
         events = self._events
         while True:
+            n = len(arr)
             next_ev = events[0][0] if events else math.inf
             next_arr = arr[self._next_arrival] if self._next_arrival < n else math.inf
-            if min(next_ev, next_arr) > t:
+            nxt = min(next_ev, next_arr)
+            if nxt > t or nxt == math.inf:
                 break
             if next_arr <= next_ev:
                 i = self._next_arrival
                 self._next_arrival += 1
                 self.now = next_arr
                 self._c_arrived += 1
-                self._c_prompt_arrived += self._prompt[i]
                 self._pf_queue.append(i)
                 if self._idle_prefill:
                     self._dispatch_prefill(next_arr)
@@ -356,13 +523,12 @@ class Engine:
                 rep = self.replicas[a]
                 if rep.state is State.STARTING:
                     self._make_ready(rep)
-                    if rep.role is Role.PREFILL:
-                        self._dispatch_prefill(ev_t)
-                    else:
-                        self._dispatch_decode(ev_t)
             elif kind == _Ev.PREFILL_DONE:
-                self._prefill_done(self.replicas[a], ev_t)
+                rep = self.replicas[a]
+                if b == rep.version:
+                    self._prefill_done(rep, ev_t)
             elif kind == _Ev.HANDOFF:
+                self._handoff[a] = ev_t
                 self._dc_queue.append(a)
                 self._dispatch_decode(ev_t)
             else:
@@ -372,8 +538,8 @@ class Engine:
         self.now = max(self.now, t)
 
     def pending(self) -> bool:
-        """True while any request is unfinished (arrived or not)."""
-        return self._next_arrival < len(self._arr) or self._c_finished < len(self._arr)
+        """True while any request added so far is unfinished (arrived or not)."""
+        return self._c_finished < len(self._arr)
 
     def next_time(self) -> float:
         """Time of the next arrival or event (inf when nothing is left)."""
@@ -397,23 +563,31 @@ class Engine:
                 tokens += nxt
                 self._pf_start[i] = now
             rep.batch = batch
-            self._pf_running += len(batch)
+            rep.batch_tokens = tokens
             dur = self.p.prefill_overhead_s + tokens / self.p.prefill_tps
-            rep.busy_s += dur
-            self._c_pf_busy += dur
-            self._push(now + dur, _Ev.PREFILL_DONE, rep.ident)
+            rep.stats.busy_s += dur
+            self._push(now + dur, _Ev.PREFILL_DONE, rep.ident, rep.version)
 
     def _prefill_done(self, rep: Replica, now: float) -> None:
         base, per_tok = self.p.kv_handoff_base_s, self.p.kv_handoff_s_per_token
+        st = rep.stats
         for i in rep.batch:
             self._pf_end[i] = now
-            self._c_pf_tokens += self._prompt[i]
-            self._push(now + base + per_tok * self._prompt[i], _Ev.HANDOFF, i)
-        self._pf_running -= len(rep.batch)
+            p = self._prompt[i]
+            ttft = now - self._arr[i]
+            st.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
+            st.ttft_sum += ttft
+            self._push(now + base + per_tok * p, _Ev.HANDOFF, i)
+        n = len(rep.batch)
+        st.request_success += n
+        st.prompt_tokens += rep.batch_tokens
+        st.request_prompt_tokens_sum += rep.batch_tokens
+        st.generation_tokens += n  # the one token a P/D prefill produces
+        st.request_generation_tokens_sum += n
         rep.batch = []
+        rep.batch_tokens = 0
         if rep.state is State.DRAINING:
-            rep.state = State.GONE
-            rep.gone_at = now
+            self._gone(rep, now)
         elif rep.state is State.READY:
             self._idle_prefill.append(rep)
             self._dispatch_prefill(now)
@@ -429,9 +603,12 @@ class Engine:
             return
         dn = dt / rep.step_s
         rep.steps += dn
-        rep.kv_tokens += b * dn
-        self._c_dc_tokens += b * dn
-        self._tpot_hist[bisect.bisect_left(TPOT_BUCKETS, rep.step_s)] += b * dn
+        tokens = b * dn
+        rep.kv_tokens += tokens
+        st = rep.stats
+        st.generation_tokens += tokens
+        st.itl_counts[bisect.bisect_left(TPOT_BUCKETS, rep.step_s)] += tokens
+        st.itl_sum += tokens * rep.step_s
 
     def _reschedule(self, rep: Replica, now: float) -> None:
         rep.version += 1
@@ -448,11 +625,13 @@ class Engine:
         return rep.kv_reserved + need <= self.p.decode_kv_tokens or not rep.finishing
 
     def _dispatch_decode(self, now: float) -> None:
-        if not self._dc_queue:
+        """Admit queued hand-offs in FIFO order, each to the ready replica with the most
+        free KV that fits it; stop at the first that fits nowhere (head-of-line)."""
+        if not self._dc_queue or not self._ready_decode:
             return
-        ready = [r for r in self.replicas if r.role is Role.DECODE and r.state is State.READY]
-        touched: set[int] = set()
-        while self._dc_queue and ready:
+        ready = self._ready_decode
+        touched: dict[int, Replica] = {}
+        while self._dc_queue:
             i = self._dc_queue[0]
             need = self._prompt[i] + self._out[i]
             best: Replica | None = None
@@ -464,29 +643,35 @@ class Engine:
             self._dc_queue.popleft()
             if best.ident not in touched:
                 self._advance(best, now)
-                touched.add(best.ident)
+                touched[best.ident] = best
             heapq.heappush(best.finishing, (best.steps + self._out[i], i))
             best.kv_tokens += self._prompt[i]
             best.kv_reserved += need
             self._admit[i] = now
             step = self.p.decode_step(len(best.finishing), best.kv_tokens)
-            best.step_s = step
             first = now + step
             self._first[i] = first
             ttft = first - self._arr[i]
-            self._ttft_hist[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
-        for ident in touched:
-            self._reschedule(self.replicas[ident], now)
+            self._client_ttft[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
+            decode_ttft = first - self._handoff[i]
+            best.stats.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, decode_ttft)] += 1
+            best.stats.ttft_sum += decode_ttft
+        for rep in touched.values():
+            self._reschedule(rep, now)
 
     def _decode_event(self, rep: Replica, now: float) -> None:
         self._advance(rep, now)
         fin = rep.finishing
+        st = rep.stats
         done = False
         while fin and fin[0][0] <= rep.steps + 1e-6:
             _, i = heapq.heappop(fin)
             self._finish[i] = now
             self._c_finished += 1
-            self._c_out_finished += self._out[i]
+            st.request_success += 1
+            st.request_prompt_tokens_sum += self._prompt[i]
+            st.request_generation_tokens_sum += self._out[i]
+            st.prompt_tokens += self._prompt[i]
             rep.kv_tokens = max(0.0, rep.kv_tokens - self._prompt[i] - self._out[i])
             rep.kv_reserved -= self._prompt[i] + self._out[i]
             done = True
@@ -495,46 +680,60 @@ class Engine:
         self._reschedule(rep, now)
         if done:
             if rep.state is State.DRAINING and not fin:
-                rep.state = State.GONE
-                rep.gone_at = now
+                self._gone(rep, now)
             self._dispatch_decode(now)
 
     # ---------------------------------------------------------------- observation
+    def pod_stats(self, now: float) -> dict[str, PodStats]:
+        """Per live pod (starting ones included, with zero counters, as a pod that is
+        not Ready yet exports nothing but is known): its series at ``now``. The pool
+        queues are one FIFO each (a work-conserving router); their length is shared
+        out over the pool's ready pods, the remainder to the first ones."""
+        self.run_until(now)
+        out: dict[str, PodStats] = {}
+        for role, queue in ((Role.PREFILL, self._pf_queue), (Role.DECODE, self._dc_queue)):
+            pods = self._live[role]
+            takers = [r for r in pods if r.state is State.READY] or pods[:1]
+            share, extra = divmod(len(queue), max(1, len(takers)))
+            for k, rep in enumerate(takers):
+                rep.stats.waiting = float(share + (1 if k < extra else 0))
+            for rep in pods:
+                if rep not in takers:
+                    rep.stats.waiting = 0.0
+                if role is Role.DECODE:
+                    self._advance(rep, now)
+                    rep.stats.kv_usage = rep.kv_reserved / self.p.decode_kv_tokens
+                rep.stats.running = float(rep.work)
+                out[rep.name] = rep.stats
+        return out
+
+    def _pool_sum(self, role: Role, stats: dict[str, PodStats]) -> PodStats:
+        total = PodStats()
+        total.add(self._retired[role])
+        for rep in self._live[role]:
+            st = stats[rep.name]
+            total.add(st)
+            total.waiting += st.waiting
+            total.running += st.running
+        return total
+
     def sample(self, now: float) -> Sample:
-        """Scrape every pod at ``now`` (after :meth:`run_until`)."""
-        running_by_pod: dict[str, float] = {}
-        kv_used = 0
-        kv_cap = 0
-        dc_running = 0
-        for r in self.replicas:
-            if r.role is Role.DECODE and r.state in (State.READY, State.DRAINING):
-                self._advance(r, now)
-                self._reschedule(r, now)
-                running_by_pod[f"decode-{r.ident}"] = float(len(r.finishing))
-                kv_used += r.kv_reserved
-                kv_cap += self.p.decode_kv_tokens
-                dc_running += len(r.finishing)
+        """Scrape every pod at ``now`` (runs the engine to ``now`` first)."""
+        stats = self.pod_stats(now)
+        decode_pods = [r for r in self._live[Role.DECODE] if r.state is not State.STARTING]
+        kv = [stats[r.name].kv_usage for r in decode_pods]
         return Sample(
             time=now,
             requests_arrived=float(self._c_arrived),
-            prompt_tokens_arrived=float(self._c_prompt_arrived),
-            requests_finished=float(self._c_finished),
-            output_tokens_finished=float(self._c_out_finished),
-            prefill_tokens_done=self._c_pf_tokens,
-            decode_tokens_done=self._c_dc_tokens,
-            prefill_busy_s=self._c_pf_busy,
-            ttft_hist=np.array(self._ttft_hist),
-            tpot_hist=np.array(self._tpot_hist),
-            prefill_waiting=len(self._pf_queue),
-            prefill_running=self._pf_running,
-            decode_waiting=len(self._dc_queue),
-            decode_running=dc_running,
-            kv_usage=kv_used / kv_cap if kv_cap else 0.0,
+            prefill=self._pool_sum(Role.PREFILL, stats),
+            decode=self._pool_sum(Role.DECODE, stats),
+            client_ttft_hist=np.array(self._client_ttft),
+            kv_usage=sum(kv) / len(kv) if kv else 0.0,
             prefill_ready=self.ready(Role.PREFILL),
             decode_ready=self.ready(Role.DECODE),
             prefill_desired=self.desired(Role.PREFILL),
             decode_desired=self.desired(Role.DECODE),
-            decode_running_by_pod=running_by_pod,
+            decode_running_by_pod={r.name: stats[r.name].running for r in decode_pods},
         )
 
     def gpu_seconds(self, until: float) -> dict[Role, float]:
@@ -543,8 +742,7 @@ class Engine:
         out = {Role.PREFILL: 0.0, Role.DECODE: 0.0}
         for r in self.replicas:
             end = until if r.gone_at is None else min(r.gone_at, until)
-            gpus = self.p.prefill_gpus if r.role is Role.PREFILL else self.p.decode_gpus
-            out[r.role] += gpus * max(0.0, end - r.requested_at)
+            out[r.role] += self.p.gpus(r.role) * max(0.0, end - r.requested_at)
         return out
 
     def times(self) -> RequestTimes:
