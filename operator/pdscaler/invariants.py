@@ -1,0 +1,113 @@
+"""The rollout invariants of DESIGN.md §4, checked on a snapshot of a PDDeployment's pods.
+
+Owns: saying, for one instant, whether the pods of a PDDeployment break any of
+
+1. every version with a Ready prefill pod has a Ready decode pod of the same version;
+2. no prefill pod is wired to another revision's decode endpoint;
+3. serving capacity is not below the minimums (Ready prefill >= prefill.replicas.min,
+   Ready decode >= decode.replicas.min; only once the PDDeployment has served), and
+   the GPUs held by pods bound to nodes do not exceed ``maxGPUs + maxSurgeGPUs``.
+
+Used by the lab's rollout checker (sampling every ~200 ms) and by the demo. Must not:
+fetch anything or read the clock. Purely computational.
+
+>>> violations([], spec_example(), "chat", check_capacity=False)
+[]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pdscaler import naming
+from pdscaler.manifests import GPU_RESOURCE
+from pdscaler.observe import is_ready, labels, terminating
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import Role
+
+Obj = Mapping[str, Any]
+
+
+def spec_example() -> PDDeploymentSpec:
+    """A minimal spec for examples: min 1/1, maxGPUs 64, surge 8."""
+    return PDDeploymentSpec.model_validate(
+        {
+            "engine": {"image": "img", "version": "v1"},
+            "prefill": {"tokensPerSecond": 3000},
+            "decode": {"tokensPerSecond": 800},
+        }
+    )
+
+
+def _containers(pod: Obj) -> list[Mapping[str, Any]]:
+    return list((pod.get("spec") or {}).get("containers") or [])
+
+
+def decode_endpoint_of(pod: Obj) -> str | None:
+    """The ``PDSCALER_DECODE_ENDPOINT`` a prefill pod was given, if any."""
+    for c in _containers(pod):
+        for env in c.get("env") or []:
+            if env.get("name") == naming.DECODE_ENDPOINT_ENV:
+                value = env.get("value")
+                return str(value) if value is not None else None
+    return None
+
+
+def pod_gpus(pod: Obj) -> int:
+    """GPUs a pod holds: the sum of its containers' ``nvidia.com/gpu`` limits."""
+    total = 0
+    for c in _containers(pod):
+        limits = (c.get("resources") or {}).get("limits") or {}
+        try:
+            total += int(limits.get(GPU_RESOURCE, 0))
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
+def _holds_gpus(pod: Obj) -> bool:
+    bound = bool((pod.get("spec") or {}).get("nodeName"))
+    finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    return bound and not finished
+
+
+def violations(
+    pods: Iterable[Obj], spec: PDDeploymentSpec, name: str, *, check_capacity: bool
+) -> list[str]:
+    """Every broken invariant in this snapshot, as sentences (empty: all hold).
+
+    A Ready prefill pod of v2 with no Ready decode pod of v2 ->
+    ``["version v2 has 1 ready prefill pod(s) and no ready decode pod"]``.
+    """
+    out: list[str] = []
+    ready: dict[tuple[str, str], int] = {}
+    gpus = 0
+    for pod in pods:
+        lab = labels(pod)
+        role, rev = lab.get(naming.LABEL_ROLE, ""), lab.get(naming.LABEL_REVISION, "")
+        version = lab.get(naming.LABEL_VERSION, "")
+        if _holds_gpus(pod):
+            gpus += pod_gpus(pod)
+        if is_ready(pod):
+            ready[(role, version)] = ready.get((role, version), 0) + 1
+        if role == Role.PREFILL.value and not terminating(pod):
+            endpoint = decode_endpoint_of(pod) or ""
+            own = naming.pool_name(name, rev, Role.DECODE) + "."
+            if not endpoint.startswith(own):
+                pod_name = (pod.get("metadata") or {}).get("name")
+                out.append(f"prefill pod {pod_name} (rev {rev}) is wired to {endpoint!r}")
+    for (role, version), count in sorted(ready.items()):
+        if role == Role.PREFILL.value and ready.get((Role.DECODE.value, version), 0) == 0:
+            out.append(
+                f"version {version} has {count} ready prefill pod(s) and no ready decode pod"
+            )
+    if check_capacity:
+        for role, pool in ((Role.PREFILL, spec.prefill), (Role.DECODE, spec.decode)):
+            have = sum(n for (r, _), n in ready.items() if r == role.value)
+            if have < pool.replicas.min:
+                out.append(f"{role.value} ready {have} < min {pool.replicas.min}")
+        limit = spec.scaling.max_gpus + spec.rollout.max_surge_gpus
+        if gpus > limit:
+            out.append(f"{gpus} GPUs held > maxGPUs + maxSurgeGPUs = {limit}")
+    return out

@@ -1,0 +1,201 @@
+"""Reading the cluster's objects into the policy's observations: what a PDDeployment's
+cells and pools look like right now.
+
+Owns: the predicates on pods (Ready, unschedulable for lack of resources, start-up
+time creation -> Ready) and the summing of a PDDeployment's owned Deployments and pods
+into one ``CellObservation`` per revision and one ``PoolObservation`` per role. Must
+not: talk to the API server (``kube.py`` fetched the objects), read the clock, or
+decide anything.
+
+Purely computational: plain dicts in (as the API server returns them), frozen data
+out.
+
+>>> pod = {"metadata": {"creationTimestamp": "2025-01-01T00:00:00Z"},
+...        "status": {"phase": "Running", "conditions": [{"type": "Ready",
+...        "status": "True", "lastTransitionTime": "2025-01-01T00:00:42Z"}]}}
+>>> is_ready(pod), startup_seconds(pod)
+(True, 42.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pdscaler import naming
+from pdscaler.plan import Observed, owned_by
+from pdscaler.types import PoolObservation, Role
+
+Obj = Mapping[str, Any]
+
+#: At most this many start-up samples per pool (the most recent pods).
+MAX_STARTUP_SAMPLES = 20
+
+
+def parse_time(text: Any) -> float | None:
+    """RFC 3339 -> epoch seconds: ``"1970-01-01T00:01:00Z"`` -> 60.0; junk -> None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _meta(obj: Obj) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def labels(obj: Obj) -> Mapping[str, str]:
+    return _meta(obj).get("labels") or {}
+
+
+def terminating(obj: Obj) -> bool:
+    return _meta(obj).get("deletionTimestamp") is not None
+
+
+def _condition(pod: Obj, type_: str) -> Mapping[str, Any] | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return None
+
+
+def is_ready(pod: Obj) -> bool:
+    """Ready=True and not being deleted (a terminating pod serves no new work)."""
+    cond = _condition(pod, "Ready")
+    return cond is not None and cond.get("status") == "True" and not terminating(pod)
+
+
+def is_unschedulable(pod: Obj) -> bool:
+    """Pending because the scheduler found no node (PodScheduled=False, Unschedulable):
+    with GPU pods that is "Insufficient nvidia.com/gpu"."""
+    if terminating(pod) or (pod.get("status") or {}).get("phase") not in (None, "Pending"):
+        return False
+    cond = _condition(pod, "PodScheduled")
+    return (
+        cond is not None
+        and cond.get("status") == "False"
+        and (cond.get("reason") == "Unschedulable")
+    )
+
+
+def startup_seconds(pod: Obj) -> float | None:
+    """creationTimestamp -> Ready lastTransitionTime, for a Ready pod; else None."""
+    if not is_ready(pod):
+        return None
+    cond = _condition(pod, "Ready") or {}
+    created = parse_time(_meta(pod).get("creationTimestamp"))
+    ready_at = parse_time(cond.get("lastTransitionTime"))
+    if created is None or ready_at is None or ready_at < created:
+        return None
+    return ready_at - created
+
+
+def pool_observation(replicas: int, pods: Iterable[Obj]) -> PoolObservation:
+    """One pool from its Deployments' desired ``replicas`` and its (live) pods."""
+    live = [p for p in pods if not terminating(p)]
+    ready = [p for p in live if is_ready(p)]
+    ready.sort(key=lambda p: parse_time(_meta(p).get("creationTimestamp")) or 0.0)
+    samples = [s for s in (startup_seconds(p) for p in ready) if s is not None]
+    return PoolObservation(
+        replicas=replicas,
+        ready=len(ready),
+        unschedulable=sum(1 for p in live if is_unschedulable(p)),
+        startup_samples=tuple(samples[-MAX_STARTUP_SAMPLES:]),
+    )
+
+
+@dataclass(frozen=True)
+class CellObservation:
+    """One revision's cell as the cluster shows it.
+
+    ``version`` is the engine version from the Deployments' annotation; ``created`` the
+    earliest creation time of its Deployments (the rollout's progress clock starts
+    there); a pool whose Deployment is missing shows ``replicas=0``.
+    """
+
+    rev: str
+    version: str
+    created: float | None
+    prefill: PoolObservation
+    decode: PoolObservation
+    has_prefill: bool = False
+    has_decode: bool = False
+
+    def pool(self, role: Role) -> PoolObservation:
+        return self.prefill if role is Role.PREFILL else self.decode
+
+    @property
+    def ready(self) -> bool:
+        """Both pools have a Ready pod (the cell can serve a request end to end)."""
+        return self.prefill.ready > 0 and self.decode.ready > 0
+
+
+def _replicas(dep: Obj) -> int:
+    value = (dep.get("spec") or {}).get("replicas")
+    return 1 if value is None else int(value)
+
+
+def cells(observed: Observed, uid: str) -> dict[str, CellObservation]:
+    """The cells of the PDDeployment ``uid``, keyed by revision (only Deployments it
+    controls count; a Deployment being deleted still counts while its pods live)."""
+    deps: dict[str, dict[Role, Obj]] = {}
+    for dep in observed.deployments:
+        lab = labels(dep)
+        rev, role = lab.get(naming.LABEL_REVISION), lab.get(naming.LABEL_ROLE)
+        if not rev or role not in (Role.PREFILL.value, Role.DECODE.value) or not owned_by(dep, uid):
+            continue
+        deps.setdefault(rev, {})[Role(role)] = dep
+    pods: dict[tuple[str, str], list[Obj]] = {}
+    for pod in observed.pods:
+        lab = labels(pod)
+        key = (lab.get(naming.LABEL_REVISION, ""), lab.get(naming.LABEL_ROLE, ""))
+        pods.setdefault(key, []).append(pod)
+    out: dict[str, CellObservation] = {}
+    for rev, by_role in sorted(deps.items()):
+        any_dep = next(iter(by_role.values()))
+        version = str(
+            (_meta(any_dep).get("annotations") or {}).get(naming.ANNOTATION_VERSION)
+            or labels(any_dep).get(naming.LABEL_VERSION, "")
+        )
+        created = [parse_time(_meta(d).get("creationTimestamp")) for d in by_role.values()]
+        known = [c for c in created if c is not None]
+        pools = {
+            role: pool_observation(
+                _replicas(by_role[role]) if role in by_role else 0,
+                pods.get((rev, role.value), []),
+            )
+            for role in Role
+        }
+        out[rev] = CellObservation(
+            rev=rev,
+            version=version,
+            created=min(known) if known else None,
+            prefill=pools[Role.PREFILL],
+            decode=pools[Role.DECODE],
+            has_prefill=Role.PREFILL in by_role,
+            has_decode=Role.DECODE in by_role,
+        )
+    return out
+
+
+def total(cell_list: Iterable[CellObservation], role: Role) -> PoolObservation:
+    """A role summed over cells: replicas, ready, unschedulable add; samples concatenate."""
+    replicas = ready = unschedulable = 0
+    samples: list[float] = []
+    for cell in cell_list:
+        pool = cell.pool(role)
+        replicas += pool.replicas
+        ready += pool.ready
+        unschedulable += pool.unschedulable
+        samples.extend(pool.startup_samples)
+    return PoolObservation(
+        replicas=replicas,
+        ready=ready,
+        unschedulable=unschedulable,
+        startup_samples=tuple(samples[-MAX_STARTUP_SAMPLES:]),
+    )
