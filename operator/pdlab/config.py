@@ -109,6 +109,11 @@ class LabConfig:
         return LabConfig(**{**d, "lab_dir": Path(d["lab_dir"]), "ports": dict(d["ports"])})
 
     @property
+    def startup_delay_seconds(self) -> float:
+        """The default pod start-up delay in seconds: "2s" -> 2.0."""
+        return go_duration_ms(self.startup_delay) / 1000
+
+    @property
     def apiserver_url(self) -> str:
         """https://127.0.0.1:26443 with the default ports."""
         return f"https://127.0.0.1:{self.ports['apiserver']}"
