@@ -60,8 +60,6 @@ REASON_CAPACITY_AVAILABLE = "CapacityAvailable"
 REASON_DEADLINE_INFEASIBLE = "RecoveryDeadlineInfeasible"
 REASON_DEADLINE_FEASIBLE = "DeadlineFeasible"
 
-HOLD_ACTIONS = frozenset({"Hold", "HoldMetricsUnavailable"})
-
 
 def rfc3339(t: float) -> datetime:
     """Epoch seconds -> an aware UTC datetime, whole seconds (what metav1.Time keeps)."""
@@ -98,6 +96,7 @@ class StatusInput:
     progress: ProgressFacts
     previous: PDDeploymentStatus | None = None
     memory_window_seconds: float = 300.0
+    metrics_error: str | None = None  # why Prometheus did not answer (metrics is None)
 
 
 def condition(
@@ -156,7 +155,8 @@ def _conditions(inp: StatusInput) -> list[Condition]:
                 METRICS_AVAILABLE,
                 "False",
                 REASON_PROMETHEUS_UNREACHABLE,
-                "Prometheus did not answer; holding replicas, no scale-down",
+                f"{inp.metrics_error or 'Prometheus did not answer'}; "
+                "holding replicas, no scale-down",
                 now,
                 gen,
                 prev,
@@ -246,12 +246,19 @@ def _inputs(m: MetricsSnapshot | None) -> DecisionInputs | None:
 
 
 def last_decision(
-    decision: Decision, metrics: MetricsSnapshot | None, now: float, previous: LastDecision | None
+    decision: Decision,
+    metrics: MetricsSnapshot | None,
+    now: float,
+    previous: LastDecision | None,
+    previous_desired: tuple[int | None, int | None] | None = None,
 ) -> LastDecision:
-    """The decision to publish: a new one when replicas or the action changed, else the
-    previous one (a steady Hold keeps its first time and inputs: no status churn)."""
-    changes = decision.action not in HOLD_ACTIONS
-    if previous is not None and not changes and previous.action == decision.action:
+    """The decision to publish: a new one when the action or the desired replicas
+    changed, else the previous one. A steady Hold keeps its first time and inputs, and
+    so does a repeated ``ScaledDecode`` to the same 6 replicas (Recommend mode, or pods
+    still Pending): no status churn, no repeated Event.
+    """
+    same_target = previous_desired == (decision.prefill, decision.decode)
+    if previous is not None and previous.action == decision.action and same_target:
         return previous
     m = decision.model
     return LastDecision(
@@ -302,8 +309,17 @@ def _pool(obs: PoolObservation, desired: int, version: str) -> PoolStatus:
 
 def build_status(inp: StatusInput) -> PDDeploymentStatus:
     """The status of this tick. Same facts + same previous status -> equal status."""
-    prev_decision = inp.previous.last_decision if inp.previous else None
-    ld = last_decision(inp.decision, inp.metrics, inp.now, prev_decision)
+    prev = inp.previous
+    prev_decision = prev.last_decision if prev else None
+    prev_desired = (
+        (
+            prev.prefill.desired_replicas if prev.prefill else None,
+            prev.decode.desired_replicas if prev.decode else None,
+        )
+        if prev
+        else None
+    )
+    ld = last_decision(inp.decision, inp.metrics, inp.now, prev_decision, prev_desired)
     inputs = ld.inputs
     return PDDeploymentStatus(
         observed_generation=inp.generation,

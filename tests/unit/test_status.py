@@ -207,3 +207,26 @@ def test_memory_stable_across_ticks() -> None:
     once = st.memory_to_status(mem, 145.0, 300.0)
     again = st.memory_to_status(st.memory_from_status(once, 160.0), 160.0, 300.0)
     assert once == again
+
+
+def test_repeated_scale_to_same_target_keeps_last_decision() -> None:
+    """Recommend mode (or Pending pods): ScaledDecode to 6 again -> same status."""
+    first = st.build_status(inp(decision=SCALE, now=1000.0))
+    noisy = replace(METRICS, request_rate=4.4)
+    again = st.build_status(inp(decision=SCALE, metrics=noisy, now=1015.0, previous=first))
+    assert again.to_k8s() == first.to_k8s()
+    further = replace(SCALE, decode=7)
+    moved = st.build_status(inp(decision=further, now=1030.0, previous=first))
+    assert moved.last_decision is not None
+    assert moved.last_decision.time == st.rfc3339(1030.0)
+
+
+def test_unreachable_message_carries_the_error() -> None:
+    s = st.build_status(
+        inp(
+            metrics=None,
+            decision=replace(HOLD, metrics_available=False),
+            metrics_error="cannot connect to http://127.0.0.1:1: connection refused",
+        )
+    )
+    assert cond(s, st.METRICS_AVAILABLE).message.startswith("cannot connect to http://127.0.0.1:1")

@@ -1,0 +1,214 @@
+"""The operator's own metrics and its HTTP endpoint (``/metrics`` and ``/healthz``).
+
+Owns: the prometheus-client series the operator exports about itself, per
+PDDeployment (``namespace``, ``name`` labels):
+
+* ``pdscaler_decisions_total{pool,direction,reason}``: decisions that changed (or, in
+  Recommend mode, would change) a pool; direction ``up``/``down``/``none``;
+* ``pdscaler_desired_replicas{pool}`` / ``pdscaler_ready_replicas{pool}``;
+* ``pdscaler_model_input{input}``: R, L_p, L_d, queues, TTFT, TPOT as seen by the tick;
+* ``pdscaler_model_output{output}``: fractional N_P, N_D, the drain time, T_s, ...;
+* ``pdscaler_reconcile_duration_seconds`` (histogram), ``pdscaler_reconcile_errors_total``;
+* ``pdscaler_api_writes_total{verb,kind}``: every write to the API server.
+
+and a small HTTP server for them plus a liveness probe (``/healthz``: 200 while the
+``healthy`` callback says so). Each ``Telemetry`` has its own registry, so tests can
+make several. Must not: decide anything or talk to Kubernetes.
+"""
+
+from __future__ import annotations
+
+import http.server
+import math
+import threading
+from collections.abc import Callable, Mapping
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from pdscaler.types import Decision, MetricsSnapshot, PoolObservation, Role
+
+_KEY = ("namespace", "name")
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def direction(before: int, after: int) -> str:
+    """``up`` (4 -> 6), ``down`` (6 -> 4) or ``none``."""
+    return "up" if after > before else "down" if after < before else "none"
+
+
+class Telemetry:
+    """The metric families of one operator process, in their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.decisions = Counter(
+            "pdscaler_decisions",
+            "Decisions that change (Auto) or would change (Recommend) a pool's replicas.",
+            [*_KEY, "pool", "direction", "reason"],
+            registry=r,
+        )
+        self.desired = Gauge(
+            "pdscaler_desired_replicas", "Replicas the policy wants.", [*_KEY, "pool"], registry=r
+        )
+        self.ready = Gauge(
+            "pdscaler_ready_replicas", "Ready pods of a pool.", [*_KEY, "pool"], registry=r
+        )
+        self.inputs = Gauge(
+            "pdscaler_model_input",
+            "What the last tick measured (R req/s, L_p and L_d tokens, queues, TTFT, TPOT s).",
+            [*_KEY, "input"],
+            registry=r,
+        )
+        self.outputs = Gauge(
+            "pdscaler_model_output",
+            "The models' numbers of the last decision (fractional replicas, drain s, ...).",
+            [*_KEY, "output"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "pdscaler_reconcile_duration_seconds",
+            "Wall time of one reconcile tick.",
+            list(_KEY),
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.errors = Counter(
+            "pdscaler_reconcile_errors", "Ticks that failed.", list(_KEY), registry=r
+        )
+        self.writes = Counter(
+            "pdscaler_api_writes", "Writes sent to the API server.", ["verb", "kind"], registry=r
+        )
+
+    def record_tick(
+        self,
+        namespace: str,
+        name: str,
+        decision: Decision,
+        before: Mapping[Role, int],
+        ready: Mapping[Role, PoolObservation],
+        metrics: MetricsSnapshot | None,
+        seconds: float,
+    ) -> None:
+        """One tick's numbers. ``before`` is what the pools were asked for before it."""
+        for role in Role:
+            after = decision.prefill if role is Role.PREFILL else decision.decode
+            self.desired.labels(namespace, name, role.value).set(after)
+            self.ready.labels(namespace, name, role.value).set(ready[role].ready)
+            moved = direction(before[role], after)
+            if moved != "none":
+                self.decisions.labels(namespace, name, role.value, moved, decision.action).inc()
+        self._set_many(self.inputs, namespace, name, _inputs(metrics))
+        m = decision.model
+        self._set_many(
+            self.outputs,
+            namespace,
+            name,
+            {
+                "n_prefill": m.n_prefill,
+                "n_decode": m.n_decode,
+                "ratio": m.ratio,
+                "drain_seconds": m.drain_seconds,
+                "prefill_tokens_per_second": m.prefill_tps,
+                "decode_tokens_per_second": m.decode_tps,
+                "startup_seconds": m.startup_seconds,
+                "forecast_rate": m.forecast_rate,
+            },
+        )
+        self.duration.labels(namespace, name).observe(seconds)
+
+    def _set_many(
+        self, gauge: Gauge, namespace: str, name: str, values: Mapping[str, float | None]
+    ) -> None:
+        for key, value in values.items():
+            # unknown is NaN on the gauge (never a fake 0)
+            gauge.labels(namespace, name, key).set(math.nan if value is None else value)
+
+    def record_write(self, verb: str, kind: str) -> None:
+        self.writes.labels(verb, kind).inc()
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop the series of a deleted PDDeployment."""
+        for family in (self.desired, self.ready, self.inputs, self.outputs):
+            for labels in list(_label_sets(family)):
+                if labels[:2] == (namespace, name):
+                    family.remove(*labels)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _label_sets(family: Gauge) -> list[tuple[str, ...]]:
+    # prometheus-client keeps a family's children keyed by their label values
+    return [tuple(key) for key in family._metrics]
+
+
+def _inputs(m: MetricsSnapshot | None) -> dict[str, float | None]:
+    if m is None:
+        return {}
+    return {
+        "request_rate": m.request_rate,
+        "prompt_tokens": m.prompt_tokens,
+        "output_tokens": m.output_tokens,
+        "prefill_queue": m.prefill.queue_depth,
+        "decode_queue": m.decode.queue_depth,
+        "ttft_seconds": m.prefill.latency_seconds,
+        "tpot_seconds": m.decode.latency_seconds,
+    }
+
+
+class MetricsServer:
+    """``/metrics`` and ``/healthz`` on ``host:port`` in a daemon thread (port 0 = any;
+    ``port`` holds the bound one)."""
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        port: int,
+        host: str = "0.0.0.0",
+        healthy: Callable[[], bool] = lambda: True,
+    ) -> None:
+        tel = telemetry
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._send(200, tel.exposition(), CONTENT_TYPE_LATEST)
+                elif path in ("/healthz", "/livez"):
+                    ok = healthy()
+                    self._send(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n")
+                else:
+                    self._send(404, b"not found\n")
+
+            def _send(self, code: int, body: bytes, ctype: str = "text/plain") -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self._server = http.server.ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="pdscaler-metrics", daemon=True
+        )
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
