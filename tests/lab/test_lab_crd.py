@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 from labkit import REPO, Kube
 
@@ -30,7 +29,7 @@ def dry_run_create(kube: Kube, namespace: str, manifest: dict[str, Any]) -> obje
 
 def test_crd_is_established_and_served(kube: Kube, crd: str) -> None:
     assert crd == f"{PLURAL}.{GROUP}"
-    served = kube.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    served: Any = kube.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
     assert served["kind"] == "PDDeploymentList"
 
 
@@ -46,5 +45,5 @@ def test_example_is_accepted_by_server_dry_run(
     created: Any = dry_run_create(kube, namespace, manifest)
     assert created["metadata"]["name"] == manifest["metadata"]["name"]
     # Dry run: nothing was stored.
-    listing = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    listing: Any = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
     assert listing["items"] == []
