@@ -208,8 +208,12 @@ class Lab:
             f"log {self.log(component)}:\n{_tail(self.log(component))}"
         )
 
+    def missing_binaries(self) -> list[str]:
+        """Control-plane binaries not yet built into the cache, e.g. ["kube-apiserver"]."""
+        return [b for b in BINARIES if not (self.bin / b).exists()]
+
     def _ensure_binaries(self) -> None:
-        if all((self.bin / b).exists() for b in BINARIES):
+        if not self.missing_binaries():
             return
         print(f"pdlab: binaries missing in {self.bin}; building them (cold: ~15-20 min)")
         proc = subprocess.run(["bash", str(BUILD_SCRIPT)])
