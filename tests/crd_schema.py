@@ -1,16 +1,19 @@
 """Test helpers for the PDDeployment CRD: load it, translate its Kubernetes OpenAPI v3
 schema into a plain JSON Schema that ``jsonschema`` can check, apply the API server's
-structural defaulting, and list its CEL rules. No cluster, no I/O beyond reading the
-CRD file.
+structural defaulting, list its CEL rules and evaluate them through Python twins
+(``CEL_TWINS``). No cluster, no I/O beyond reading the CRD file.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from pdscaler.spec import parse_duration
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_PATH = ROOT / "crds" / "pdscaler.io_pddeployments.yaml"
@@ -107,3 +110,62 @@ def cel_rules(node: Schema) -> list[tuple[str, dict[str, Any]]]:
     return [
         (path, rule) for path, sub in walk(node) for rule in sub.get("x-kubernetes-validations", [])
     ]
+
+
+def normalise_rule(rule: str) -> str:
+    """A CEL rule's text with its whitespace collapsed (YAML folding varies)."""
+    return " ".join(rule.split())
+
+
+def _budget_floor(spec: dict[str, Any]) -> bool:
+    floor = sum(
+        spec[pool]["replicas"]["min"] * spec[pool]["gpusPerReplica"]
+        for pool in ("prefill", "decode")
+    )
+    return bool(spec["scaling"]["maxGPUs"] >= floor)
+
+
+#: Python twins of the CRD's CEL rules (whitespace-normalised rule text -> predicate on the
+#: object the rule sits on, after defaulting), so the rules can be exercised without an API
+#: server. ``test_invalid_manifests`` fails when the CRD holds a rule without a twin here.
+CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "self.min <= self.max": lambda s: bool(s["min"] <= s["max"]),
+    "self.preset != 'custom' || has(self.queries)": lambda s: (
+        s["preset"] != "custom" or "queries" in s
+    ),
+    "self.preset == 'custom' || !has(self.queries)": lambda s: (
+        s["preset"] == "custom" or "queries" not in s
+    ),
+    "duration(self.interval) >= duration('1s')": lambda s: parse_duration(s["interval"]) >= 1.0,
+    "self.scaling.maxGPUs >= self.prefill.replicas.min * self.prefill.gpusPerReplica + "
+    "self.decode.replicas.min * self.decode.gpusPerReplica": _budget_floor,
+}
+
+
+def _at(value: Any, path: str) -> Any:
+    """The part of ``value`` at a schema path (``spec.prefill.replicas``), None if absent."""
+    for key in path.split(".") if path else []:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def failing_cel_rules(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(path, rule) of every CEL rule of the CRD that rejects ``manifest`` once the API
+    server's defaults are applied; a rule whose object is absent is not evaluated. Raises
+    KeyError for a rule without a twin in ``CEL_TWINS``."""
+    schema = openapi_schema()
+    defaulted = apply_defaults(schema, manifest)
+    failing = []
+    for path, rule in cel_rules(schema):
+        target = _at(defaulted, path)
+        if target is not None and not CEL_TWINS[normalise_rule(rule["rule"])](target):
+            failing.append((path, rule))
+    return failing
+
+
+def rule_error_path(path: str, rule: dict[str, Any]) -> str:
+    """Where the API server reports a failing rule: its path plus its ``fieldPath``
+    (``spec.prefill.replicas`` + ``.min``)."""
+    return path + rule.get("fieldPath", "")

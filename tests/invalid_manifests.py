@@ -1,0 +1,378 @@
+"""The shared table of invalid PDDeployment manifests, each with the error it must get.
+
+Owns: ``CASES``, a list of ``InvalidCase``: a mutation of the valid chat example
+(``deploy/examples/chat.yaml``), the field path and phrase the API server prints, and the
+location and phrase pydantic (``pdscaler.spec``) reports. Used by
+``tests/unit/test_invalid_manifests.py`` (pydantic, and the CRD's OpenAPI/CEL constraints
+checked offline) and ``tests/lab/test_lab_crd.py`` (the real kube-apiserver). Must not
+talk to a cluster itself.
+
+For the lab::
+
+    for case in CASES:
+        body = case.manifest(namespace=ns)
+        # create with dry_run="All" and field_validation="Strict"
+        # -> ApiException 422 (400 for strict unknown fields) whose body satisfies
+        #    case.api_matches(exc.body)
+
+What kube-apiserver prints, per mechanism (``keyword``):
+
+* OpenAPI bounds (``minimum``/``exclusiveMinimum``/``maximum``/``exclusiveMaximum``):
+  ``spec.prefill.gpusPerReplica: Invalid value: 0: spec.prefill.gpusPerReplica in body
+  should be greater than or equal to 1`` (exclusive: ``should be greater than 0``).
+* ``pattern``: ``... in body should match '<regex>'``; ``minLength``: ``... in body should
+  be at least 1 chars long``; ``type``: ``... in body must be of type integer``.
+* ``enum``: ``spec.scaling.mode: Unsupported value: "Manual": supported values: ...``.
+* ``required``: ``spec.engine.version: Required value``.
+* CEL (``x-kubernetes-validations``): the rule's ``message``, at the rule's path plus its
+  ``fieldPath`` (``spec.prefill.replicas.min: Invalid value: "object": replicas.min must
+  be less than or equal to replicas.max``).
+* unknown fields (``additionalProperties``; ``strict_only``): rejected only with
+  ``fieldValidation=Strict`` (kubectl's default; the Python client needs
+  ``field_validation="Strict"``, else the field is silently pruned):
+  ``strict decoding error: unknown field "spec.scaling.maxGpus"``.
+
+``api_matches`` asks for the field path AND the phrase, so the message names the field.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import yaml
+
+from crd_schema import EXAMPLES_DIR
+from pdscaler import spec as pdspec
+
+Manifest = dict[str, Any]
+Mutation = Callable[[Manifest], None]
+
+BASE_PATH = EXAMPLES_DIR / "chat.yaml"
+
+CEL = "x-kubernetes-validations"
+
+
+@cache
+def _base_text() -> str:
+    return BASE_PATH.read_text()
+
+
+def base_manifest() -> Manifest:
+    """A fresh copy of the valid chat example (prefill/decode min 2, maxGPUs 48)."""
+    manifest: Manifest = yaml.safe_load(_base_text())
+    return manifest
+
+
+def _parent(manifest: Manifest, path: str) -> tuple[dict[str, Any], str]:
+    *parents, leaf = path.split(".")
+    node: Any = manifest
+    for key in parents:
+        node = node.setdefault(key, {})
+    return node, leaf
+
+
+def set_(path: str, value: Any) -> Mutation:
+    """Set the dotted ``path`` (``spec.scaling.maxGPUs``) to ``value``."""
+
+    def mutate(manifest: Manifest) -> None:
+        node, leaf = _parent(manifest, path)
+        node[leaf] = copy.deepcopy(value)
+
+    return mutate
+
+
+def drop(path: str) -> Mutation:
+    """Remove the dotted ``path``."""
+
+    def mutate(manifest: Manifest) -> None:
+        node, leaf = _parent(manifest, path)
+        del node[leaf]
+
+    return mutate
+
+
+def both(*mutations: Mutation) -> Mutation:
+    def mutate(manifest: Manifest) -> None:
+        for m in mutations:
+            m(manifest)
+
+    return mutate
+
+
+@dataclass(frozen=True)
+class InvalidCase:
+    """One invalid manifest.
+
+    ``path``: the field the API server names (dotted, from the object root);
+    ``api_error``: a phrase of its message; ``keyword``: the CRD mechanism that rejects it
+    (a JSON-schema keyword, or ``x-kubernetes-validations`` for a CEL rule);
+    ``pydantic_loc``/``pydantic_error``: where and what ``PDDeployment.model_validate``
+    reports (a CEL twin in spec.py raises at the model's location, e.g.
+    ``spec.prefill.replicas``, with the CEL message word for word).
+    """
+
+    id: str
+    mutate: Mutation
+    path: str
+    api_error: str
+    keyword: str
+    pydantic_loc: str
+    pydantic_error: str
+    strict_only: bool = False
+
+    def manifest(self, namespace: str | None = None, name: str | None = None) -> Manifest:
+        """The invalid manifest (a new dict), optionally in another namespace/name."""
+        out = base_manifest()
+        self.mutate(out)
+        if namespace is not None:
+            out["metadata"]["namespace"] = namespace
+        if name is not None:
+            out["metadata"]["name"] = name
+        return out
+
+    def api_matches(self, text: str) -> bool:
+        """The API server's answer names the field and says the phrase."""
+        return self.path in text and self.api_error in text
+
+
+def _bound(path: str, phrase: str, keyword: str, pydantic_phrase: str, value: Any) -> InvalidCase:
+    """A numeric bound broken: kube prints ``<path> in body should be <phrase>``."""
+    return InvalidCase(
+        id="",
+        mutate=set_(path, value),
+        path=path,
+        api_error=f"{path} in body should be {phrase}",
+        keyword=keyword,
+        pydantic_loc=path,
+        pydantic_error=f"Input should be {pydantic_phrase}",
+    )
+
+
+def _pattern(path: str, value: str) -> InvalidCase:
+    """A string that does not match the CRD's pattern (durations, version, URL)."""
+    return InvalidCase(
+        id="",
+        mutate=set_(path, value),
+        path=path,
+        api_error=f"{path} in body should match",
+        keyword="pattern",
+        pydantic_loc=path,
+        pydantic_error="String should match pattern",
+    )
+
+
+def _named(case_id: str, case: InvalidCase) -> InvalidCase:
+    return InvalidCase(**{**case.__dict__, "id": case_id})
+
+
+def _gt(path: str, value: Any, limit: int = 0) -> InvalidCase:
+    return _bound(path, f"greater than {limit}", "exclusiveMinimum", f"greater than {limit}", value)
+
+
+def _ge(path: str, value: Any, limit: int) -> InvalidCase:
+    phrase = f"greater than or equal to {limit}"
+    return _bound(path, phrase, "minimum", phrase, value)
+
+
+def _cel(case_id: str, mutate: Mutation, path: str, message: str, pydantic_loc: str) -> InvalidCase:
+    return InvalidCase(
+        id=case_id,
+        mutate=mutate,
+        path=path,
+        api_error=message,
+        keyword=CEL,
+        pydantic_loc=pydantic_loc,
+        pydantic_error=message,
+    )
+
+
+def _unknown(case_id: str, path: str, value: Any) -> InvalidCase:
+    return InvalidCase(
+        id=case_id,
+        mutate=set_(path, value),
+        path=path,
+        api_error=f'unknown field "{path}"',
+        keyword="additionalProperties",
+        pydantic_loc=path,
+        pydantic_error="Extra inputs are not permitted",
+        strict_only=True,
+    )
+
+
+def _required(case_id: str, path: str) -> InvalidCase:
+    return InvalidCase(
+        id=case_id,
+        mutate=drop(path),
+        path=path,
+        api_error=f"{path}: Required value",
+        keyword="required",
+        pydantic_loc=path,
+        pydantic_error="Field required",
+    )
+
+
+def _enum(case_id: str, path: str, value: str, pydantic_error: str) -> InvalidCase:
+    return InvalidCase(
+        id=case_id,
+        mutate=set_(path, value),
+        path=path,
+        api_error=f'{path}: Unsupported value: "{value}"',
+        keyword="enum",
+        pydantic_loc=path,
+        pydantic_error=pydantic_error,
+    )
+
+
+QUERIES = {
+    "requestRate": "sum(rate(requests_total{ {selector} }[{window}]))",
+    "promptTokens": "avg(prompt_tokens{ {selector} })",
+    "outputTokens": "avg(output_tokens{ {selector} })",
+    "queueDepth": "sum(waiting{ {selector} })",
+    "ttft": "histogram_quantile({quantile}, sum by (le) (rate(ttft_bucket[{window}])))",
+    "tpot": "histogram_quantile({quantile}, sum by (le) (rate(tpot_bucket[{window}])))",
+}
+
+CASES: list[InvalidCase] = [
+    # replicas: min <= max (CEL on the bounds object), and the bounds themselves
+    _cel(
+        "prefill-replicas-min-above-max",
+        set_("spec.prefill.replicas", {"min": 5, "max": 3}),
+        "spec.prefill.replicas.min",
+        pdspec.MSG_REPLICAS_MIN_MAX,
+        "spec.prefill.replicas",
+    ),
+    _cel(
+        "decode-replicas-min-above-default-max",  # max defaults to 16
+        set_("spec.decode.replicas", {"min": 20}),
+        "spec.decode.replicas.min",
+        pdspec.MSG_REPLICAS_MIN_MAX,
+        "spec.decode.replicas",
+    ),
+    _named("prefill-replicas-max-zero", _ge("spec.prefill.replicas.max", 0, 1)),
+    _named("decode-replicas-min-negative", _ge("spec.decode.replicas.min", -1, 0)),
+    # 0 < targetUtilization <= 1
+    _named("prefill-target-utilization-zero", _gt("spec.prefill.targetUtilization", 0)),
+    _named(
+        "decode-target-utilization-above-one",
+        _bound(
+            "spec.decode.targetUtilization",
+            "less than or equal to 1",
+            "maximum",
+            "less than or equal to 1",
+            1.2,
+        ),
+    ),
+    # tokensPerSecond > 0
+    _named("prefill-tokens-per-second-zero", _gt("spec.prefill.tokensPerSecond", 0)),
+    _named("decode-tokens-per-second-negative", _gt("spec.decode.tokensPerSecond", -800)),
+    _required("prefill-tokens-per-second-missing", "spec.prefill.tokensPerSecond"),
+    # gpusPerReplica >= 1, an integer
+    _named("prefill-gpus-per-replica-zero", _ge("spec.prefill.gpusPerReplica", 0, 1)),
+    InvalidCase(
+        id="decode-gpus-per-replica-fractional",
+        mutate=set_("spec.decode.gpusPerReplica", 1.5),
+        path="spec.decode.gpusPerReplica",
+        api_error="spec.decode.gpusPerReplica in body must be of type integer",
+        keyword="type",
+        pydantic_loc="spec.decode.gpusPerReplica",
+        pydantic_error="Input should be a valid integer",
+    ),
+    # SLO values > 0, percentile in (0, 1), recoverySeconds > 0, startupSeconds > 0
+    _named("slo-ttft-zero", _gt("spec.slo.ttftSeconds", 0)),
+    _named("slo-tpot-negative", _gt("spec.slo.tpotSeconds", -0.05)),
+    _named("slo-percentile-zero", _gt("spec.slo.percentile", 0)),
+    _named(
+        "slo-percentile-one",
+        _bound("spec.slo.percentile", "less than 1", "exclusiveMaximum", "less than 1", 1),
+    ),
+    _named(
+        "slo-percentile-as-percent",
+        _bound("spec.slo.percentile", "less than 1", "exclusiveMaximum", "less than 1", 95),
+    ),
+    _named("slo-recovery-seconds-zero", _gt("spec.slo.recoverySeconds", 0)),
+    _named("startup-seconds-zero", _gt("spec.startupSeconds", 0)),
+    # metrics: custom preset needs queries, the others forbid them
+    _cel(
+        "custom-preset-without-queries",
+        set_("spec.metrics.preset", "custom"),
+        "spec.metrics.queries",
+        pdspec.MSG_QUERIES_REQUIRED,
+        "spec.metrics",
+    ),
+    _cel(
+        "vllm-preset-with-queries",
+        set_("spec.metrics.queries", QUERIES),
+        "spec.metrics.queries",
+        pdspec.MSG_QUERIES_FORBIDDEN,
+        "spec.metrics",
+    ),
+    _enum(
+        "unknown-preset",
+        "spec.metrics.preset",
+        "triton",
+        "Input should be 'vllm', 'sglang', 'dynamo' or 'custom'",
+    ),
+    _named("prometheus-url-without-scheme", _pattern("spec.metrics.prometheus.url", "prom:9090")),
+    # the GPU budget covers both pools' minimums (2 x 1 + 2 x 1 = 4 in the base)
+    _cel(
+        "max-gpus-below-minimums",
+        set_("spec.scaling.maxGPUs", 3),
+        "spec.scaling.maxGPUs",
+        pdspec.MSG_BUDGET_FLOOR,
+        "spec",
+    ),
+    _cel(
+        "max-gpus-below-minimums-of-multi-gpu-replicas",  # 2 x 4 + 2 x 1 = 10 > 9
+        both(set_("spec.prefill.gpusPerReplica", 4), set_("spec.scaling.maxGPUs", 9)),
+        "spec.scaling.maxGPUs",
+        pdspec.MSG_BUDGET_FLOOR,
+        "spec",
+    ),
+    _named("max-gpus-zero", _ge("spec.scaling.maxGPUs", 0, 1)),
+    _named("max-surge-gpus-zero", _ge("spec.rollout.maxSurgeGPUs", 0, 1)),
+    # durations parse (and the interval is at least 1s)
+    _named("interval-without-unit", _pattern("spec.scaling.interval", "15")),
+    _named("interval-in-days", _pattern("spec.scaling.interval", "1d")),
+    _cel(
+        "interval-below-one-second",
+        set_("spec.scaling.interval", "500ms"),
+        "spec.scaling.interval",
+        pdspec.MSG_INTERVAL_MIN,
+        "spec.scaling",
+    ),
+    _named("window-spelled-out", _pattern("spec.metrics.window", "2 minutes")),
+    _named("stabilization-bad-unit", _pattern("spec.scaling.scaleDownStabilization", "5min")),
+    _named("progress-deadline-negative", _pattern("spec.rollout.progressDeadline", "-10m")),
+    # enums
+    _enum("unknown-mode", "spec.scaling.mode", "Manual", "Input should be 'Auto' or 'Recommend'"),
+    # unknown fields (typos)
+    _unknown("unknown-field-max-gpus-typo", "spec.scaling.maxGpus", 8),
+    _unknown("unknown-field-in-replica-bounds", "spec.decode.replicas.maximum", 10),
+    # the one engine version
+    _required("engine-version-missing", "spec.engine.version"),
+    _named("engine-version-with-space", _pattern("spec.engine.version", "v0.11.0 beta")),
+    InvalidCase(
+        id="engine-version-empty",
+        mutate=set_("spec.engine.version", ""),
+        path="spec.engine.version",
+        api_error="spec.engine.version in body should be at least 1 chars long",
+        keyword="minLength",
+        pydantic_loc="spec.engine.version",
+        pydantic_error="String should have at least 1 character",
+    ),
+    _required("decode-pool-missing", "spec.decode"),
+    # the pod template's parts are objects
+    InvalidCase(
+        id="template-spec-not-an-object",
+        mutate=set_("spec.prefill.template.spec", "containers: []"),
+        path="spec.prefill.template.spec",
+        api_error="spec.prefill.template.spec in body must be of type object",
+        keyword="type",
+        pydantic_loc="spec.prefill.template",
+        pydantic_error=pdspec.MSG_TEMPLATE_OBJECT,
+    ),
+]
