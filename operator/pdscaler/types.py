@@ -85,6 +85,9 @@ class PolicyMemory:
     ``rate_history``: (time, req/s) for the short-horizon forecast.
     ``prefill_tps``/``decode_tps``/``startup_seconds``: refined capacities and T_s
     (None = use the spec's prior).
+    ``capacity_gpus``/``capacity_time``: the GPUs the cluster could schedule when pods
+    were last Pending for lack of GPUs, and when; the policy keeps sizing within them for
+    one stabilization window instead of re-requesting the same unschedulable pods.
     """
 
     recommendations: tuple[tuple[float, int, int], ...] = ()
@@ -93,6 +96,8 @@ class PolicyMemory:
     decode_tps: float | None = None
     startup_seconds: float | None = None
     last_scale_time: float | None = None
+    capacity_gpus: int | None = None
+    capacity_time: float | None = None
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,28 @@ SCALED_BOTH = "ScaledBoth"
 SCALED_DOWN = "ScaledDown"
 HOLD = "Hold"
 HOLD_METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
+HOLD_STABILIZING = "HoldStabilizing"
+HOLD_ROLLOUT = "HoldRolloutInProgress"
+HOLD_AT_LIMIT = "HoldAtLimit"
 CAPACITY_LIMITED = "CapacityLimited"
+
+#: Actions that change no replica count. Every one of them starts with "Hold", so a
+#: consumer may also test ``action.startswith("Hold")``.
+HOLD_ACTIONS = frozenset(
+    {HOLD, HOLD_METRICS_UNAVAILABLE, HOLD_STABILIZING, HOLD_ROLLOUT, HOLD_AT_LIMIT}
+)
 
 ACTIONS = (
     SCALED_PREFILL,
     SCALED_DECODE,
     SCALED_BOTH,
     SCALED_DOWN,
+    CAPACITY_LIMITED,
     HOLD,
     HOLD_METRICS_UNAVAILABLE,
-    CAPACITY_LIMITED,
+    HOLD_STABILIZING,
+    HOLD_ROLLOUT,
+    HOLD_AT_LIMIT,
 )
 
 
@@ -94,3 +106,90 @@ def pool_signals(
 def change(role: Role, before: int, after: int) -> str:
     """``decode 4->6``."""
     return f"{role.value} {before}->{after}"
+
+
+def sizes(prefill: int, decode: int) -> str:
+    """``prefill 20, decode 18``."""
+    return f"prefill {prefill}, decode {decode}"
+
+
+def sentence(head: str, what: str, parts: list[str]) -> str:
+    """``Scaled decode 4->6: TPOT p95 62ms > 50ms SLO; drain 38s <= 60s``: the head,
+    what changed, then the non-empty parts joined by ``"; "``."""
+    body = "; ".join(p for p in parts if p)
+    return f"{head} {what}: {body}" if body else f"{head} {what}"
+
+
+def drain_clause(drain_seconds: float | None, deadline: float) -> str:
+    """``drain 38s <= 60s``, ``drain 95s > 60s``, ``drain never > 60s``."""
+    meets = drain_seconds is not None and drain_seconds <= deadline * (1 + 1e-6)
+    return f"drain {seconds(drain_seconds)} {'<=' if meets else '>'} {seconds(deadline)}"
+
+
+def ratio_sized(role: Role, fractional: float, rate: float) -> str:
+    """``ratio model N_D 22.86 at 32 req/s``."""
+    symbol = "N_P" if role is Role.PREFILL else "N_D"
+    return f"ratio model {symbol} {fractional:.2f} at {rate:.3g} req/s"
+
+
+def drain_sized(replicas: int, backlog: float) -> str:
+    """``drain model needs 9 for a backlog of 102 requests``."""
+    return f"drain model needs {replicas} for a backlog of {backlog:.0f} requests"
+
+
+def proportional(pressure: float) -> str:
+    """``models see no shortfall; grown with the signals' pressure 1.24x``."""
+    return f"models see no shortfall; grown with the signals' pressure {pressure:.2f}x"
+
+
+def startup_exceeds_deadline(role: Role, startup: float, deadline: float) -> str:
+    """The deadline cannot be met by any size: new capacity arrives too late."""
+    return (
+        f"deadline infeasible: {role.value} startup {seconds(startup)} >= recovery "
+        f"{seconds(deadline)}, sized to drain {seconds(deadline)} after new replicas are up"
+    )
+
+
+def drain_short(
+    role: Role, drain_seconds: float | None, deadline: float, replicas: int, needed: int
+) -> str:
+    """``deadline infeasible: decode drain 95s > 60s at 32 replicas (needs 41)``."""
+    return (
+        f"deadline infeasible: {role.value} drain {seconds(drain_seconds)} > "
+        f"{seconds(deadline)} at {replicas} replicas (needs {needed})"
+    )
+
+
+def scaled_down(window: float, n_prefill: float, n_decode: float, rate: float) -> str:
+    """Why a scale-down applies now."""
+    return (
+        f"recommendations lower for the whole {window:g}s stabilization window "
+        f"(N_P {n_prefill:.2f}, N_D {n_decode:.2f} at {rate:.3g} req/s)"
+    )
+
+
+def within_targets(n_prefill: float, n_decode: float, rate: float) -> str:
+    """``within targets (N_P 19.05, N_D 17.86 at 20 req/s)``."""
+    return f"within targets (N_P {n_prefill:.2f}, N_D {n_decode:.2f} at {rate:.3g} req/s)"
+
+
+def waiting(role: Role, in_flight: int) -> str:
+    """``waiting for 3 decode replicas starting``."""
+    return f"waiting for {in_flight} {role.value} replicas starting"
+
+
+def capacity_note(gpus: int, pending: int, bottleneck: Role | None) -> str:
+    """``capacity limited: the cluster schedules 32 GPUs (6 pods pending), decode first``."""
+    first = f", {bottleneck.value} first" if bottleneck is not None else ""
+    return f"capacity limited: the cluster schedules {gpus} GPUs ({pending} pods pending){first}"
+
+
+def budget_note(gpus: int, bottleneck: Role | None) -> str:
+    """``maxGPUs 32 reached, decode first``."""
+    first = f", {bottleneck.value} first" if bottleneck is not None else ""
+    return f"maxGPUs {gpus} reached{first}"
+
+
+def at_max(role: Role, bound: int, wanted: int) -> str:
+    """``decode at its max 32 (wants 41)``."""
+    return f"{role.value} at its max {bound} (wants {wanted})"

@@ -33,12 +33,20 @@ def prune(records: Sequence[Record], now: float, window: float) -> tuple[Record,
     return tuple(anchor) + tuple(r for r in ordered if r[0] > start)
 
 
+#: Why a scale-down was withheld (``Stabilized.held_by``).
+HELD_ROLLOUT = "rollout"
+HELD_WINDOW = "window"
+HELD_TOLERANCE = "tolerance"
+
+
 @dataclass(frozen=True)
 class Stabilized:
-    """The replicas to apply and, when a scale-down was withheld, why."""
+    """The replicas to apply and, when a scale-down was withheld, why (``deferred``, a
+    sentence) and by what (``held_by``: rollout, window or tolerance)."""
 
     replicas: int
     deferred: str | None = None
+    held_by: str | None = None
 
 
 def stabilize(
@@ -60,21 +68,27 @@ def stabilize(
         return Stabilized(recommended)
     window = f"{window_seconds:g}s"
     if frozen:
-        return Stabilized(current, f"scale-down to {recommended} deferred: rollout in progress")
+        return Stabilized(
+            current, f"scale-down to {recommended} deferred: rollout in progress", HELD_ROLLOUT
+        )
     target = max([recommended, *window_values])
     if target >= current:
         return Stabilized(
             current,
             f"scale-down to {recommended} deferred: a recommendation of {target} "
             f"within the {window} stabilization window",
+            HELD_WINDOW,
         )
     if not covered:
         return Stabilized(
             current,
             f"scale-down to {target} deferred: {window} stabilization window not yet observed",
+            HELD_WINDOW,
         )
     if current - target < TOLERANCE * current:
         return Stabilized(
-            current, f"scale-down to {target} ignored: within the {TOLERANCE:.0%} tolerance"
+            current,
+            f"scale-down to {target} ignored: within the {TOLERANCE:.0%} tolerance",
+            HELD_TOLERANCE,
         )
     return Stabilized(target)

@@ -1,0 +1,245 @@
+"""How many replicas each pool needs this tick, before bounds, budget and stabilization.
+
+Owns: the per-pool signals handed to the bottleneck model, the rule that says which
+pools may grow, and the size of a growth (ratio model, drain-time model, proportional
+fallback). Purely computational; must not apply min/max, the GPU budget, the
+stabilization window (``limits`` and ``stabilize`` do), read clocks or do I/O.
+
+Which pools may grow (the bottleneck rule, MODELS.md §4)
+--------------------------------------------------------
+A pool's *load signals* are its own: token utilisation (load / capacity of its ready
+replicas vs ``targetUtilization``), its queue (more than one waiting request per ready
+replica) and, for decode, KV-cache usage (> 90%). Its *latency* (TTFT, TPOT) can be
+inherited from the other pool: a decode pool that cannot admit holds first tokens back,
+so TTFT rises although prefill is idle. Hence:
+
+1. The *primary* bottleneck is the pool with the larger pressure among the pools whose
+   load signals exceed their limits; when no pool is short by load, the pool whose
+   latency is over its SLO (``models.locate_bottleneck``, ties to prefill).
+2. The primary grows. The other pool grows on the same tick only when its OWN load
+   signals say it is short (then both are bottlenecks: ``ScaledBoth``). A pool that is
+   not short never gains GPUs, whatever the ratio model's steady-state target says.
+
+So longer prompts raise prefill utilisation only and scale prefill; longer outputs
+raise decode utilisation only and scale decode; a rate increase scales each pool whose
+utilisation crosses its target (decode alone when prefill still has head-room).
+
+How much a pool grows
+---------------------
+``want = max(ratio target, drain target)`` where the ratio target is
+``ceil(R_forecast * L / (P * u))`` and the drain target the fewest replicas that drain
+the backlog by ``slo.recoverySeconds`` (``models.replicas_for_deadline``):
+
+* per-replica service rate ``r = P / L`` req/s (P = refined tokens/s, L = tokens per
+  request of the pool: L_p for prefill, L_d for decode), arrivals ``lambda = R_forecast``;
+* backlog ``B = Q_0 + (lambda - mu_0) * T_s`` (``models.backlog``), where ``mu_0`` is
+  what the current replicas serve during T_s: the ready ones all along, the in-flight
+  ones (requested earlier, not ready yet) from when they come up
+  (``T_s - (now - last scale-up)`` from now; all T_s when unknown);
+* only when ``B > 0``. When ``slo.recoverySeconds <= T_s`` no size can meet the
+  deadline: the pool is sized to drain the backlog ``recoverySeconds`` after the new
+  capacity is up (deadline ``T_s + recoverySeconds``), and the deadline is reported
+  infeasible.
+
+Worked numbers (prefill, r = 1300/2000 = 0.65 req/s per replica): R = 3.5 req/s,
+T_s = 10 s, deadline 60 s, 100 requests queued, 5 ready replicas (mu_0 = 3.25):
+B = 100 + 0.25 * 10 = 102.5; mu_min = 3.5 + 102.5/50 = 5.55 req/s -> ceil(8.54) = 9
+replicas (ratio target at u = 0.7: ceil(7.69) = 8), drained at 10 + 102.5/2.35 = 53.6 s.
+
+When a pool is short but the models see no shortfall (the priors overrate the
+replicas; refinement catches up only while queues are non-empty), the primary grows
+like the HPA: ``ceil(ready * min(pressure, 2))``, at least one replica more than it
+runs, counted from READY replicas so in-flight replicas are not compounded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pdscaler.models import (
+    Bottleneck,
+    PoolSignals,
+    ceil_replicas,
+    drain_time,
+    locate_bottleneck,
+    pool_pressure,
+    replicas_for_deadline,
+)
+from pdscaler.models import backlog as backlog_of
+from pdscaler.models.bottleneck import PRESSURE_LIMIT
+from pdscaler.types import Role
+
+#: The proportional fallback grows a pool at most this many times its ready replicas
+#: per tick (the HPA's default scale-up policy allows +100% per period).
+MAX_PROPORTIONAL_STEP = 2.0
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    """One pool as sizing sees it. ``tps`` is the refined per-replica tokens/s,
+    ``tokens`` the pool's tokens per request (L_p or L_d), ``in_flight`` replicas asked
+    for that are neither ready nor unschedulable (still starting)."""
+
+    role: Role
+    current: int
+    ready: int
+    in_flight: int
+    tps: float
+    tokens: float
+    target_utilization: float
+    slo_seconds: float
+    latency: float | None
+    queue: float | None
+    kv_usage: float | None
+
+    def load_tps(self, rate: float) -> float:
+        """Tokens/s this pool must process at ``rate`` req/s."""
+        return rate * self.tokens
+
+    def utilization(self, rate: float) -> float:
+        """Load over the capacity of the READY replicas (one replica when none is ready,
+        so a starved pool shows as loaded): 24 req/s x 2000 / (20 x 3000) = 0.8."""
+        return self.load_tps(rate) / (max(self.ready, 1) * self.tps)
+
+    def signals(self, rate: float, with_latency: bool = True) -> PoolSignals:
+        """The bottleneck model's view; the queue limit is one request per ready replica."""
+        return PoolSignals(
+            latency_seconds=self.latency if with_latency else None,
+            slo_seconds=self.slo_seconds,
+            queue_depth=self.queue,
+            utilization=self.utilization(rate),
+            kv_usage=self.kv_usage if self.role is Role.DECODE else None,
+            target_utilization=self.target_utilization,
+            queue_limit=max(1.0, float(self.ready)),
+        )
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Which pools may grow: ``primary`` (the bottleneck, None when no pool is under
+    pressure) and ``growing`` (the primary plus a pool short by its own load)."""
+
+    primary: Role | None
+    growing: tuple[Role, ...]
+    bottleneck: Bottleneck
+    load_pressure: dict[Role, float]
+
+
+def attribute(prefill: PoolFacts, decode: PoolFacts, rate: float) -> Attribution:
+    """Apply the bottleneck rule of the module docstring at the measured ``rate``.
+
+    Chat pools at 20 prefill / 18 decode ready, R = 24 (+20%): prefill utilisation
+    48000/60000 = 0.80 (1.14x of 0.7), decode 12000/14400 = 0.83 (1.19x): primary
+    decode, both growing. With 24 prefill ready, prefill is at 0.67 (0.95x): decode only.
+    """
+    full = locate_bottleneck(prefill.signals(rate), decode.signals(rate))
+    load = {
+        f.role: pool_pressure(f.role, f.signals(rate, with_latency=False))[0]
+        for f in (prefill, decode)
+    }
+    short = [r for r in (Role.PREFILL, Role.DECODE) if load[r] > PRESSURE_LIMIT]
+    primary: Role | None
+    if short:
+        primary = max(short, key=lambda r: (full.pressure(r), r is Role.PREFILL))
+    else:
+        primary = full.pool
+    growing = tuple(r for r in (Role.PREFILL, Role.DECODE) if r == primary or r in short)
+    return Attribution(primary=primary, growing=growing, bottleneck=full, load_pressure=load)
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    """The drain-time view of one pool: the backlog when new capacity is up, the
+    replicas that drain it by the deadline (None: none needed, ``B = 0``), whether the
+    deadline is reachable at all (``slo.recoverySeconds > T_s``), and the numbers a
+    message needs."""
+
+    backlog: float
+    replicas: int | None
+    feasible: bool
+    arrival_rate: float
+    per_replica_rate: float
+    startup_seconds: float
+    deadline: float
+
+    def drain_seconds(self, replicas: int) -> float | None:
+        """When the backlog is gone with ``replicas`` up (None: never)."""
+        return drain_time(
+            self.arrival_rate, replicas * self.per_replica_rate, self.startup_seconds, self.backlog
+        ).drain_seconds
+
+
+def plan_drain(
+    facts: PoolFacts,
+    arrival_rate: float,
+    startup_seconds: float,
+    deadline: float,
+    since_last_scale: float | None,
+) -> DrainPlan | None:
+    """The drain sizing of one pool; None when the pool has no per-request work
+    (``tokens`` 0: an infinite service rate). See the module docstring for the numbers."""
+    if facts.tokens <= 0:
+        return None
+    per_replica = facts.tps / facts.tokens
+    if since_last_scale is None:
+        remaining = startup_seconds
+    else:
+        remaining = min(max(startup_seconds - since_last_scale, 0.0), startup_seconds)
+    served = facts.ready * per_replica * startup_seconds
+    served += facts.in_flight * per_replica * (startup_seconds - remaining)
+    mu_0 = served / startup_seconds if startup_seconds > 0 else 0.0
+    b = backlog_of(arrival_rate, startup_seconds, facts.queue or 0.0, mu_0)
+    feasible = deadline > startup_seconds
+    effective = deadline if feasible else startup_seconds + deadline
+    replicas = None
+    if b > 0:
+        replicas = replicas_for_deadline(arrival_rate, b, startup_seconds, effective, per_replica)
+    return DrainPlan(
+        backlog=b,
+        replicas=replicas,
+        feasible=feasible,
+        arrival_rate=arrival_rate,
+        per_replica_rate=per_replica,
+        startup_seconds=startup_seconds,
+        deadline=deadline,
+    )
+
+
+@dataclass(frozen=True)
+class Want:
+    """What one pool asks for: ``replicas`` (unbounded), and where it came from."""
+
+    replicas: int
+    ratio_target: int
+    drain: DrainPlan | None
+    proportional: bool = False
+
+
+def grow(
+    facts: PoolFacts,
+    ratio_target: int,
+    drain: DrainPlan | None,
+    pressure: float,
+    primary: bool,
+) -> Want:
+    """The size of a growing pool: ``max(ratio, drain)``; for the primary, when that is
+    not above what it runs, ``max(current, ceil(ready * min(pressure, 2)))`` and at least
+    ``ready + 1`` (4 ready at pressure 1.24 -> ceil(4.96) = 5)."""
+    drain_target = drain.replicas if drain is not None and drain.replicas is not None else 0
+    model = max(ratio_target, drain_target)
+    if model > facts.current or not primary:
+        return Want(max(model, facts.current), ratio_target, drain)
+    step = ceil_replicas(facts.ready * min(pressure, MAX_PROPORTIONAL_STEP))
+    replicas = max(facts.current, step, facts.ready + 1)
+    return Want(replicas, ratio_target, drain, proportional=replicas > facts.current)
+
+
+def ratio_targets(n_prefill: float, n_decode: float) -> dict[Role, int]:
+    """Ceilings of the fractional ratio-model replicas (19.05 -> 20, 17.86 -> 18)."""
+    return {Role.PREFILL: ceil_replicas(n_prefill), Role.DECODE: ceil_replicas(n_decode)}
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` unless it is NaN or infinite (those are not published)."""
+    return value if value is not None and math.isfinite(value) else None
