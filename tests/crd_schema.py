@@ -168,4 +168,4 @@ def failing_cel_rules(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any
 def rule_error_path(path: str, rule: dict[str, Any]) -> str:
     """Where the API server reports a failing rule: its path plus its ``fieldPath``
     (``spec.prefill.replicas`` + ``.min``)."""
-    return path + rule.get("fieldPath", "")
+    return path + str(rule.get("fieldPath", ""))

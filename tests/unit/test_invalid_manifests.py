@@ -33,11 +33,13 @@ def reported_path(error: ValidationError) -> list[str]:
     names them: a missing or unknown property is named itself, not its parent."""
     where = ".".join(str(p) for p in error.absolute_path)
     prefix = f"{where}." if where else ""
+    instance: Any = error.instance
     if error.validator == "required":
-        return [prefix + name for name in error.validator_value if name not in error.instance]
+        required: Any = error.validator_value
+        return [prefix + name for name in required if name not in instance]
     if error.validator == "additionalProperties":
-        known = error.schema.get("properties", {})
-        return [prefix + name for name in error.instance if name not in known]
+        schema: Any = error.schema
+        return [prefix + name for name in instance if name not in schema.get("properties", {})]
     return [where]
 
 
