@@ -1,0 +1,100 @@
+"""kopf glue, and nothing else: which events call ``reconcile_once``, and when.
+
+Owns: the kopf registrations for PDDeployments and the operator settings they need.
+
+* ``@kopf.on.create`` / ``@kopf.on.update`` / ``@kopf.on.resume``: one tick at once (a
+  new or changed spec is acted on without waiting for the next interval);
+* ``@kopf.daemon``: per PDDeployment, one tick every ``spec.scaling.interval`` (re-read
+  on every loop, so a changed interval applies from the next tick); kopf stops it when
+  the object is deleted (kopf puts a finalizer on objects with daemons for that);
+* ``@kopf.on.startup``: settings. No handler returns a value (kopf would store it in
+  ``status.<handler>``; the status is written, typed, by ``reconcile``); kopf's progress
+  and diff-base records live in ``pdscaler.io`` annotations, not in the status; kopf
+  posts only warnings and errors as Events (a converged tick writes nothing at all).
+
+Handlers are sync (kopf runs them in its thread pool) because ``kube.py`` uses the
+blocking ``kubernetes`` client. Must not: hold logic (that is ``reconcile``'s).
+
+The process-wide ``Runtime`` (API client, Prometheus clients, telemetry, the policy
+memory) is made on first use from the environment, or installed beforehand with
+``install(runtime)`` (``pdscaler run`` and the lab tests do).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import kopf
+
+from pdscaler import reconcile
+from pdscaler.spec import GROUP, PLURAL, VERSION
+
+RESOURCE = (GROUP, VERSION, PLURAL)
+ANNOTATION_PREFIX = "pdscaler.io"
+MIN_INTERVAL_SECONDS = 1.0
+
+_lock = threading.Lock()
+_runtime: reconcile.Runtime | None = None
+
+
+def install(runtime: reconcile.Runtime | None) -> None:
+    """Use ``runtime`` for every handler from now on (None: make one on first use)."""
+    global _runtime
+    with _lock:
+        _runtime = runtime
+
+
+def runtime() -> reconcile.Runtime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = reconcile.Runtime.from_environment()
+        return _runtime
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{ANNOTATION_PREFIX}/finalizer"
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "pdscaler"
+    settings.execution.max_workers = max(settings.execution.max_workers or 0, 8)
+    runtime()  # fail at start-up, not on the first event, if the config is broken
+
+
+def _tick(namespace: str | None, name: str | None) -> None:
+    if namespace and name:
+        runtime().tick(namespace, name)
+
+
+@kopf.on.create(*RESOURCE)
+def on_create(namespace: str | None, name: str | None, **_: Any) -> None:
+    _tick(namespace, name)
+
+
+@kopf.on.update(*RESOURCE, field="spec")
+def on_update(namespace: str | None, name: str | None, **_: Any) -> None:
+    _tick(namespace, name)
+
+
+@kopf.on.resume(*RESOURCE)
+def on_resume(namespace: str | None, name: str | None, **_: Any) -> None:
+    _tick(namespace, name)
+
+
+@kopf.daemon(*RESOURCE, cancellation_timeout=5.0)
+def every_interval(
+    stopped: kopf.DaemonStopped, namespace: str | None, name: str | None, **_: Any
+) -> None:
+    """Tick, then wait ``spec.scaling.interval`` (or until kopf stops the daemon)."""
+    while not stopped:
+        _tick(namespace, name)
+        interval = runtime().interval(namespace or "", name or "")
+        stopped.wait(max(interval, MIN_INTERVAL_SECONDS))

@@ -1,0 +1,145 @@
+"""The Helm chart (charts/pdscaler): its CRD is the one in crds/, values validate against
+values.schema.json, RBAC is least privilege, the pod is hardened, and the operator
+arguments it passes are options ``pdscaler run`` really has.
+
+Helm is not installed here, so templates are read with a minimal reading: template
+actions alone on a line are dropped (both branches of an ``if`` are kept, so the
+optional peering rules are checked too) and inline ``{{ ... }}`` become ``X``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pdscaler.cli import build_app
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "pdscaler"
+ACTION_LINE = re.compile(r"^\s*\{\{-?.*-?\}\}\s*$")
+INLINE = re.compile(r"\{\{-?.*?-?\}\}")
+
+
+def read_template(name: str) -> list[dict[str, Any]]:
+    lines = []
+    for line in (CHART / "templates" / name).read_text().splitlines():
+        if ACTION_LINE.match(line):
+            continue
+        lines.append(INLINE.sub("X", line))
+    return [d for d in yaml.safe_load_all("\n".join(lines)) if d]
+
+
+def values() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return data
+
+
+def schema() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return data
+
+
+def test_chart_crd_is_the_source_crd() -> None:
+    """charts/pdscaler/crds/ holds crds/'s file byte for byte (copy it when it changes)."""
+    source = REPO / "crds" / "pdscaler.io_pddeployments.yaml"
+    assert (CHART / "crds" / source.name).read_bytes() == source.read_bytes()
+
+
+def test_values_validate_against_schema() -> None:
+    jsonschema.validate(values(), schema())
+
+
+@pytest.mark.parametrize(
+    ("path", "bad"),
+    [
+        (("logFormat",), "xml"),
+        (("metrics", "port"), 80),
+        (("watchNamespaces",), ["Not_A_Namespace"]),
+        (("replicaCount",), 0),
+        (("unknownKey",), 1),
+    ],
+)
+def test_schema_rejects_bad_values(path: tuple[str, ...], bad: Any) -> None:
+    v = values()
+    node = v
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = bad
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(v, schema())
+
+
+def rules_of(role_name_suffix: str) -> list[dict[str, Any]]:
+    for doc in read_template("rbac.yaml"):
+        if doc["kind"] == "ClusterRole" and doc["metadata"]["name"].endswith(role_name_suffix):
+            return list(doc["rules"])
+    raise AssertionError(f"no ClusterRole *{role_name_suffix}")
+
+
+def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def test_workload_role_is_exactly_what_the_operator_uses() -> None:
+    assert grants(rules_of("X")) == {
+        ("pdscaler.io", "pddeployments"): {"get", "list", "watch", "patch"},
+        ("pdscaler.io", "pddeployments/status"): {"get", "patch"},
+        ("apps", "deployments"): {"get", "list", "create", "patch", "delete"},
+        ("", "services"): {"get", "list", "create", "patch", "delete"},
+        ("", "pods"): {"get", "list", "patch"},
+        ("", "events"): {"create"},
+        ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"},  # peering only
+    }
+
+
+def test_discovery_role_is_read_only() -> None:
+    g = grants(rules_of("-discovery"))
+    assert g[("apiextensions.k8s.io", "customresourcedefinitions")] == {"list", "watch"}
+    assert g[("", "namespaces")] == {"list", "watch"}
+    writes = {"create", "update", "delete", "deletecollection"}
+    assert all(not (verbs & writes) for verbs in g.values())
+
+
+def test_no_wildcards_and_no_secrets() -> None:
+    for doc in read_template("rbac.yaml"):
+        for rule in doc.get("rules") or []:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key]
+            assert "secrets" not in rule["resources"]
+
+
+def test_pod_is_hardened() -> None:
+    v = values()
+    pod, ctr = v["podSecurityContext"], v["securityContext"]
+    assert pod["runAsNonRoot"] is True
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert ctr["allowPrivilegeEscalation"] is False
+    assert ctr["readOnlyRootFilesystem"] is True
+    assert ctr["capabilities"] == {"drop": ["ALL"]}
+    (dep,) = read_template("deployment.yaml")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_operator_args_are_real_run_options() -> None:
+    """Every ``--flag`` the Deployment passes is an option of ``pdscaler run``."""
+    (dep,) = read_template("deployment.yaml")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "run"
+    flags = {a.split("=")[0] for a in container["args"][1:]}
+    assert {"--all-namespaces", "--standalone", "--metrics-port", "--log-format"} <= flags
+    help_text = CliRunner().invoke(build_app(), ["run", "--help"], terminal_width=200).output
+    for flag in flags:
+        assert flag in help_text, flag
