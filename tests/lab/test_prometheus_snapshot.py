@@ -1,0 +1,228 @@
+"""read_snapshot against the lab's REAL Prometheus, fed by the settable exporter
+(tests/lab/exporter.py): the preset's PromQL, the scoping per deployment and pool, the
+escaping of names, "no data" read as unknown, and Prometheus going away and coming back.
+
+Each test uses its own made-up namespace (the exporter's pods need not exist in the
+cluster: Prometheus only sees their labels). Windows are 10 s with the lab's 2 s scrapes.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from lab.exporter import DECODE, PREFILL, EngineExporter, PodLoad
+from labkit import wait_for
+from pdlab.lab import Lab
+from pdscaler.prometheus import (
+    REASON_UNREACHABLE,
+    MetricsUnavailableError,
+    PrometheusClient,
+    read_snapshot,
+)
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import MetricsSnapshot
+
+WINDOW_SECONDS = 10
+FILL_WINDOW = WINDOW_SECONDS // 2 + 1  # scrapes for the window to hold only current load
+SPEC = PDDeploymentSpec.model_validate(
+    {
+        "engine": {"image": "img", "version": "v1"},
+        "prefill": {"tokensPerSecond": 3000},
+        "decode": {"tokensPerSecond": 800},
+        "slo": {"percentile": 0.95},
+        "metrics": {"preset": "vllm", "window": f"{WINDOW_SECONDS}s"},
+    }
+)
+
+
+@pytest.fixture
+def ns() -> str:
+    return f"prom-{secrets.token_hex(3)}"
+
+
+@pytest.fixture
+def exporter(lab: Lab) -> Iterator[EngineExporter]:
+    with EngineExporter(lab) as exp:
+        yield exp
+
+
+def snapshot(lab: Lab, ns: str, name: str, now: float | None = None) -> MetricsSnapshot:
+    client = PrometheusClient(lab.prometheus_url, timeout=3.0)
+    return read_snapshot(client, SPEC, ns, name, now=time.time() if now is None else now)
+
+
+def serve_chat(exp: EngineExporter, ns: str, name: str = "chat", rate: float = 4.0) -> None:
+    """4 req/s of 2000 prompt / 500 output tokens through 2 prefill pods and 1 decode
+    pod; TTFT 0.8 s, TPOT 40 ms; 6 requests waiting in prefill, 2 in decode."""
+    exp.set_deployment(
+        ns,
+        name,
+        [f"{name}-p-0", f"{name}-p-1"],
+        [f"{name}-d-0"],
+        rate=rate,
+        prompt_tokens=2000,
+        output_tokens=500,
+        ttft=0.8,
+        tpot=0.04,
+        prefill_waiting=6,
+        decode_waiting=2,
+        prefill_running=2,
+        decode_running=40,
+        kv_usage=0.5,
+    )
+
+
+def test_snapshot_reads_rate_lengths_queues_and_latencies(
+    lab: Lab, exporter: EngineExporter, ns: str
+) -> None:
+    """What the pods report comes back: R = 4 req/s summed over both prefill pods;
+    L_p = 2000 from prefill, L_d = 500 from decode (prefill's 1-token outputs are not
+    mixed in); TTFT p95 of a point mass at 0.8 s = 0.792 + 0.008 * 0.95 = 0.7996 s;
+    tokens/s 4 * 2000 = 8000 (prefill) and 4 * 500 = 2000 (decode). A neighbour
+    deployment in the same namespace and a namespace twin at 10x the rate do not leak in."""
+    serve_chat(exporter, ns)
+    serve_chat(exporter, ns, name="chat-2", rate=40.0)
+    serve_chat(exporter, f"{ns}-twin", rate=40.0)
+    exporter.wait_scraped(times=FILL_WINDOW)
+
+    snap = snapshot(lab, ns, "chat")
+
+    assert snap.problems == ()
+    assert snap.request_rate == pytest.approx(4.0, rel=0.05)
+    assert snap.prompt_tokens == pytest.approx(2000.0, rel=0.001)
+    assert snap.output_tokens == pytest.approx(500.0, rel=0.001)
+    assert snap.prefill.latency_seconds == pytest.approx(0.7996, rel=0.001)
+    assert snap.decode.latency_seconds == pytest.approx(0.03998, rel=0.001)
+    assert (snap.prefill.queue_depth, snap.decode.queue_depth) == (6.0, 2.0)
+    assert (snap.prefill.running, snap.decode.running) == (2.0, 40.0)
+    assert snap.prefill.tokens_per_second == pytest.approx(8000.0, rel=0.05)
+    assert snap.decode.tokens_per_second == pytest.approx(2000.0, rel=0.05)
+    assert snap.decode.kv_usage == 0.5
+    assert snap.decode.running_by_pod == {"chat-d-0": 40.0}
+
+
+def test_older_vllm_names_are_read_too(lab: Lab, ns: str) -> None:
+    """vLLM releases with time_per_output_token_seconds and gpu_cache_usage_perc only:
+    the preset's `or` fallback reads them."""
+    with EngineExporter(lab, legacy_names=True) as exp:
+        serve_chat(exp, ns)
+        exp.wait_scraped(times=FILL_WINDOW)
+        snap = snapshot(lab, ns, "chat")
+    assert snap.decode.latency_seconds == pytest.approx(0.03998, rel=0.001)
+    assert snap.decode.kv_usage == 0.5
+    assert snap.problems == ()
+
+
+def test_no_series_is_unknown_not_zero(lab: Lab, exporter: EngineExporter, ns: str) -> None:
+    """A deployment nobody exports: every value None, each with a reason; no error."""
+    serve_chat(exporter, ns)  # something else is served, so Prometheus is not idle
+    exporter.wait_scraped(times=1)
+
+    snap = snapshot(lab, ns, "nobody")
+
+    values = [
+        snap.request_rate,
+        snap.prompt_tokens,
+        snap.output_tokens,
+        snap.prefill.latency_seconds,
+        snap.decode.latency_seconds,
+        snap.prefill.queue_depth,
+        snap.decode.queue_depth,
+        snap.decode.kv_usage,
+    ]
+    assert values == [None] * len(values)
+    assert snap.decode.running_by_pod == {}
+    assert "request_rate: no data (empty answer)" in snap.problems
+    assert "prefill.queue_depth: no data (empty answer)" in snap.problems
+
+
+def test_nan_and_nothing_observed_are_unknown(lab: Lab, exporter: EngineExporter, ns: str) -> None:
+    """A NaN gauge and a TTFT histogram with no observations in the window (0/0 -> NaN
+    in PromQL) are unknown; the values next to them are still read."""
+    exporter.set_pool(
+        ns,
+        "chat",
+        PREFILL,
+        ["chat-p-0"],
+        PodLoad(rate=2, prompt_tokens=100, output_tokens=1, ttft=None, waiting=math.nan),
+    )
+    exporter.set_pool(
+        ns,
+        "chat",
+        DECODE,
+        ["chat-d-0"],
+        PodLoad(rate=2, prompt_tokens=100, output_tokens=50, tpot=0.02, waiting=1),
+    )
+    exporter.wait_scraped(times=FILL_WINDOW)
+
+    snap = snapshot(lab, ns, "chat")
+
+    assert snap.prefill.queue_depth is None
+    assert snap.prefill.latency_seconds is None
+    assert "prefill.queue_depth: value is NaN (nothing observed in the window?)" in snap.problems
+    assert "prefill.latency_seconds: value is NaN (nothing observed in the window?)" in (
+        snap.problems
+    )
+    assert snap.decode.queue_depth == 1.0
+    assert snap.request_rate == pytest.approx(2.0, rel=0.05)
+
+
+def test_a_name_that_tries_to_inject_promql_matches_only_itself(
+    lab: Lab, exporter: EngineExporter, ns: str
+) -> None:
+    """PDDeployment names cannot hold quotes, but the escaping must not rely on it: a
+    name written to close the selector and add `or vector(1)` reads exactly the pods
+    labelled with that odd name, and nothing when there are none (not 1)."""
+    evil = 'x"} or vector(1) #'
+    exporter.set_pool(ns, evil, PREFILL, ["evil-p-0"], PodLoad(waiting=7))
+    exporter.wait_scraped(times=2)
+
+    assert snapshot(lab, ns, evil).prefill.queue_depth == 7.0
+    assert snapshot(lab, f"{ns}-empty", evil).prefill.queue_depth is None
+
+
+def test_a_pool_not_scraped_lately_is_stale(lab: Lab, exporter: EngineExporter, ns: str) -> None:
+    """Evaluated 90 s after the newest scrape (a Prometheus whose scraping stopped looks
+    like this), gauges would still answer from the 5 min lookback; the freshness check on
+    `up` voids them."""
+    serve_chat(exporter, ns)
+    exporter.wait_scraped(times=2)
+
+    snap = snapshot(lab, ns, "chat", now=time.time() + 90)
+
+    assert snap.prefill.queue_depth is None
+    assert snap.decode.queue_depth is None
+    assert any(p.startswith("prefill: stale: newest prefill scrape") for p in snap.problems)
+    assert any(p.startswith("decode: stale: newest decode scrape") for p in snap.problems)
+
+
+def test_prometheus_down_is_unavailable_then_recovers(
+    lab: Lab, exporter: EngineExporter, ns: str
+) -> None:
+    """Prometheus stopped: read_snapshot raises PrometheusUnreachable with the reason;
+    started again: the next snapshots are complete without any other action. The shared
+    Prometheus is down for as short a time as possible and always restarted."""
+    serve_chat(exporter, ns)
+    exporter.wait_scraped(times=FILL_WINDOW)
+    assert snapshot(lab, ns, "chat").complete
+
+    assert lab.stop_prometheus()
+    try:
+        with pytest.raises(MetricsUnavailableError) as info:
+            snapshot(lab, ns, "chat")
+    finally:
+        lab.start_prometheus()
+
+    assert info.value.reason == REASON_UNREACHABLE
+    assert info.value.message == f"cannot connect to {lab.prometheus_url}: connection refused"
+    back = wait_for(
+        lambda: (s := snapshot(lab, ns, "chat")).complete and s.prefill.queue_depth == 6.0 and s,
+        30,
+        "a complete snapshot after Prometheus restarted",
+    )
+    assert back.request_rate == pytest.approx(4.0, rel=0.1)
