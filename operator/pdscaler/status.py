@@ -391,6 +391,8 @@ def memory_to_status(memory: PolicyMemory, now: float, window_seconds: float) ->
         ("decodeTps", _sig(memory.decode_tps)),
         ("startupSeconds", _sig(memory.startup_seconds)),
         ("lastScaleTime", memory.last_scale_time),
+        ("capacityGPUs", memory.capacity_gpus),
+        ("capacityTime", memory.capacity_time),
     ):
         if value is not None:
             out[key] = value
@@ -426,6 +428,8 @@ def memory_from_status(data: dict[str, Any] | None, now: float) -> PolicyMemory:
             decode_tps=num("decodeTps"),
             startup_seconds=num("startupSeconds"),
             last_scale_time=num("lastScaleTime"),
+            capacity_gpus=int(data["capacityGPUs"]) if "capacityGPUs" in data else None,
+            capacity_time=num("capacityTime"),
         )
     except (TypeError, ValueError):
         return PolicyMemory()

@@ -230,3 +230,11 @@ def test_unreachable_message_carries_the_error() -> None:
         )
     )
     assert cond(s, st.METRICS_AVAILABLE).message.startswith("cannot connect to http://127.0.0.1:1")
+
+
+def test_memory_keeps_learnt_capacity() -> None:
+    mem = PolicyMemory(capacity_gpus=16, capacity_time=900.0)
+    out = st.memory_to_status(mem, 1000.0, 300.0)
+    assert (out["capacityGPUs"], out["capacityTime"]) == (16, 900.0)
+    back = st.memory_from_status(out, 1000.0)
+    assert (back.capacity_gpus, back.capacity_time) == (16, 900.0)
