@@ -46,9 +46,9 @@ T_s = 10 s, deadline 60 s, 100 requests queued, 5 ready replicas (mu_0 = 3.25):
 B = 100 + 0.25 * 10 = 102.5; mu_min = 3.5 + 102.5/50 = 5.55 req/s -> ceil(8.54) = 9
 replicas (ratio target at u = 0.7: ceil(7.69) = 8), drained at 10 + 102.5/2.35 = 53.6 s.
 
-When a pool is short but the models see no shortfall (the priors overrate the
-replicas; refinement catches up only while queues are non-empty), the primary grows
-like the HPA: ``ceil(ready * min(pressure, 2))``, at least one replica more than it
+When a pool is short, no replica of it is still starting, and the models see no
+shortfall (the priors overrate the replicas; refinement catches up only while queues
+are non-empty), the primary grows like the HPA: ``ceil(ready * min(pressure, 2))``, at least one replica more than it
 runs, counted from READY replicas so in-flight replicas are not compounded.
 """
 
@@ -224,11 +224,12 @@ def grow(
     primary: bool,
 ) -> Want:
     """The size of a growing pool: ``max(ratio, drain)``; for the primary, when that is
-    not above what it runs, ``max(current, ceil(ready * min(pressure, 2)))`` and at least
-    ``ready + 1`` (4 ready at pressure 1.24 -> ceil(4.96) = 5)."""
+    not above what it runs and no replica is still starting (those may be all it needs),
+    ``max(current, ceil(ready * min(pressure, 2)))`` and at least ``ready + 1``
+    (4 ready at pressure 1.24 -> ceil(4.96) = 5)."""
     drain_target = drain.replicas if drain is not None and drain.replicas is not None else 0
     model = max(ratio_target, drain_target)
-    if model > facts.current or not primary:
+    if model > facts.current or not primary or facts.in_flight > 0:
         return Want(max(model, facts.current), ratio_target, drain)
     step = ceil_replicas(facts.ready * min(pressure, MAX_PROPORTIONAL_STEP))
     replicas = max(facts.current, step, facts.ready + 1)

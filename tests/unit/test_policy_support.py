@@ -1,0 +1,110 @@
+"""Builders shared by the policy tests (no tests here): the chat service of MODELS.md
+as a spec, metrics snapshots and tick inputs with readable defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdscaler.policy import decide
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import (
+    Decision,
+    MetricsSnapshot,
+    PolicyMemory,
+    PoolMetrics,
+    PoolObservation,
+    TickInput,
+)
+
+
+def chat_spec(**overrides: Any) -> PDDeploymentSpec:
+    """The chat service: P_prefill 3000, P_decode 800 tok/s, u 0.7, 1 GPU per replica,
+    replicas [1, 32] per pool, maxGPUs 64, T_s 60 s, recovery 60 s, interval 15 s,
+    stabilization 5m. ``overrides`` are merged (one level deep) into the manifest."""
+    doc: dict[str, Any] = {
+        "engine": {"image": "vllm/vllm-openai", "version": "v0.11.0"},
+        "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 1, "max": 32}},
+        "decode": {"tokensPerSecond": 800, "replicas": {"min": 1, "max": 32}},
+        "scaling": {"maxGPUs": 64},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(doc.get(key), dict):
+            doc[key] = {**doc[key], **value}
+        else:
+            doc[key] = value
+    return PDDeploymentSpec.model_validate(doc)
+
+
+def snapshot(
+    rate: float | None = 20.0,
+    prompt: float | None = 2000.0,
+    output: float | None = 500.0,
+    *,
+    ttft: float | None = None,
+    tpot: float | None = None,
+    prefill_queue: float | None = 0.0,
+    decode_queue: float | None = 0.0,
+    prefill_tps: float | None = None,
+    decode_tps: float | None = None,
+    kv: float | None = None,
+    time: float = 0.0,
+) -> MetricsSnapshot:
+    """A snapshot of the chat load (R 20, L_p 2000, L_d 500) with empty queues."""
+    return MetricsSnapshot(
+        time=time,
+        request_rate=rate,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        prefill=PoolMetrics(
+            queue_depth=prefill_queue, latency_seconds=ttft, tokens_per_second=prefill_tps
+        ),
+        decode=PoolMetrics(
+            queue_depth=decode_queue,
+            latency_seconds=tpot,
+            tokens_per_second=decode_tps,
+            kv_usage=kv,
+        ),
+    )
+
+
+def pools(prefill: int, decode: int, **kwargs: Any) -> dict[str, PoolObservation]:
+    """Both pools fully ready at the given sizes (``pools(20, 18)``)."""
+    return {
+        "prefill": PoolObservation(replicas=prefill, ready=prefill, **kwargs),
+        "decode": PoolObservation(replicas=decode, ready=decode, **kwargs),
+    }
+
+
+def tick(
+    spec: PDDeploymentSpec,
+    metrics: MetricsSnapshot | None,
+    prefill: int | PoolObservation,
+    decode: int | PoolObservation,
+    *,
+    now: float = 10_000.0,
+    memory: PolicyMemory | None = None,
+    rollout: bool = False,
+) -> TickInput:
+    """A TickInput; integer pools are fully ready."""
+    p = prefill if isinstance(prefill, PoolObservation) else PoolObservation(prefill, prefill)
+    d = decode if isinstance(decode, PoolObservation) else PoolObservation(decode, decode)
+    return TickInput(
+        now=now,
+        spec=spec,
+        metrics=metrics,
+        prefill=p,
+        decode=d,
+        memory=memory or PolicyMemory(),
+        rollout_in_progress=rollout,
+    )
+
+
+def run(
+    spec: PDDeploymentSpec,
+    metrics: MetricsSnapshot | None,
+    prefill: int | PoolObservation,
+    decode: int | PoolObservation,
+    **kwargs: Any,
+) -> Decision:
+    """``decide`` on ``tick(...)``."""
+    return decide(tick(spec, metrics, prefill, decode, **kwargs))
