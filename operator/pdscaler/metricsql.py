@@ -49,7 +49,10 @@ metrics Dynamo's workers pass through (vLLM's, or SGLang's).
 Unknown is never 0: an empty answer, NaN, +/-Inf, a stale sample, several series where
 one was expected, or a query error each give ``None`` plus a sentence in
 ``MetricsSnapshot.problems``. A pool whose newest scrape (``timestamp(up)``) is older
-than ``max_age`` has all its values set to ``None``.
+than ``max_age`` has all its values set to ``None``: without that check a gauge would
+keep answering its last value for Prometheus' 5 min lookback. The check is per pool (the
+newest of its pods), not per pod: one pod whose target vanished without staleness
+markers (across a Prometheus restart) still adds its last gauge values for the lookback.
 """
 
 from __future__ import annotations
@@ -532,8 +535,10 @@ def parse_scalar(answer: Mapping[str, Any], *, now: float, max_age: float) -> Re
 
     Unknown (None + problem) when: the query failed; the answer is empty (no such
     series: a wrong preset, pods not scraped, nothing ever observed); the value is NaN
-    or +/-Inf (e.g. 0/0 for a mean when no request finished in the window); the sample
-    is older than ``max_age`` seconds at ``now``; or several series came back (the
+    or +/-Inf (e.g. 0/0 for a mean when no request finished in the window); the answer's
+    time is more than ``max_age`` seconds before ``now`` (``prometheus.py`` evaluates at
+    ``now``, so this only catches an answer evaluated elsewhere, e.g. by a caching proxy;
+    stale scrapes are caught by ``stale_pools``); or several series came back (the
     query lacks an aggregation such as ``sum(...)``). Worked example: ``{"status":
     "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value":
     [1700000000, "2.5"]}]}}`` at now=1700000001 -> ``Reading(2.5)``.
