@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from pdlab import engine_cli
 from pdlab.config import LabConfig
 from pdlab.lab import Lab, LabError
 from pdlab.processes import State
@@ -50,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--purge", action="store_true", help="also delete data, PKI and logs")
     sub.add_parser("status", help="components, PIDs, health, log files (JSON)")
     sub.add_parser("env", help="print export lines: KUBECONFIG, PDLAB_PROMETHEUS_URL")
+    engine_cli.add_subcommands(sub)  # engine-sim, demo: see pdlab.engine_cli
     args = parser.parse_args(argv)
+    if args.cmd in engine_cli.COMMANDS:
+        return engine_cli.dispatch(args)
 
     try:
         if args.cmd == "up":

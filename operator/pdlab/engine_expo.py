@@ -1,0 +1,150 @@
+"""Prometheus text exposition of one simulated vLLM pod's series.
+
+Owns: the metric names, types and help texts the engine simulator exports (the vLLM
+names ``pdscaler.metricsql``'s ``vllm`` preset queries) and rendering a
+:class:`pdscaler.sim.engine.PodStats` in the text format (version 0.0.4).
+Must not: run the engine, hold state, or do I/O.
+
+Two renderings of the same series: ``render_pod(stats)`` for the pod's own endpoint
+(no pod labels: Prometheus attaches ``namespace``, ``pod``, ``pdscaler_io_name`` and
+``pdscaler_io_role`` from the scrape target, as a Kubernetes pod scrape would), and
+``render_pod(stats, labels)`` for the combined ``/metrics`` page a human reads.
+Histogram counts arrive per bucket and are written cumulative over ``le``:
+
+>>> print(histogram("h", (1.0, float("inf")), [2.0, 1.0], 4.5, {}), end="")
+h_bucket{le="1.0"} 2
+h_bucket{le="+Inf"} 3
+h_sum 4.5
+h_count 3
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from pdscaler.sim.engine import TPOT_BUCKETS, TTFT_BUCKETS, PodStats
+
+MODEL_NAME = "simulated/llama-3.1-8b"
+
+#: name -> (type, help) of every series exported, in exposition order.
+METRICS: dict[str, tuple[str, str]] = {
+    "vllm:num_requests_waiting": ("gauge", "Number of requests waiting to be processed."),
+    "vllm:num_requests_running": ("gauge", "Number of requests in model execution batches."),
+    "vllm:kv_cache_usage_perc": ("gauge", "KV-cache usage. 1 means 100 percent usage."),
+    "vllm:prompt_tokens": ("counter", "Number of prefill tokens processed."),
+    "vllm:generation_tokens": ("counter", "Number of generation tokens processed."),
+    "vllm:request_success": ("counter", "Count of successfully processed requests."),
+    "vllm:time_to_first_token_seconds": ("histogram", "Histogram of time to first token."),
+    "vllm:inter_token_latency_seconds": ("histogram", "Histogram of inter-token latency."),
+    "vllm:time_per_output_token_seconds": (
+        "histogram",
+        "Histogram of time per output token (deprecated name of the inter-token latency).",
+    ),
+    "vllm:request_prompt_tokens": ("histogram", "Number of prefill tokens processed."),
+    "vllm:request_generation_tokens": ("histogram", "Number of generation tokens processed."),
+}
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    """``{a="x",b="y"}`` (empty string for no labels)."""
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+
+
+def _num(value: float) -> str:
+    """Integers without a fraction (``3``), others in repr (``0.25``), ``+Inf``."""
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def histogram(
+    name: str,
+    bounds: Sequence[float],
+    counts: Sequence[float],
+    total: float,
+    labels: Mapping[str, str],
+) -> str:
+    """``name_bucket`` lines (cumulative), ``name_sum`` and ``name_count``."""
+    lines = []
+    acc = 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        acc += count
+        lines.append(f"{name}_bucket{_labels({**labels, 'le': _le(bound)})} {_num(acc)}")
+    lines.append(f"{name}_sum{_labels(labels)} {_num(total)}")
+    lines.append(f"{name}_count{_labels(labels)} {_num(acc)}")
+    return "\n".join(lines) + "\n"
+
+
+def _sample(name: str, labels: Mapping[str, str], value: float) -> str:
+    return f"{name}{_labels(labels)} {_num(value)}\n"
+
+
+def _series(stats: PodStats, labels: Mapping[str, str]) -> dict[str, str]:
+    """The sample lines of each metric for one pod."""
+    base = {"model_name": MODEL_NAME, "engine": "0", **labels}
+    inf = (math.inf,)
+    ok = stats.request_success
+    return {
+        "vllm:num_requests_waiting": _sample("vllm:num_requests_waiting", base, stats.waiting),
+        "vllm:num_requests_running": _sample("vllm:num_requests_running", base, stats.running),
+        "vllm:kv_cache_usage_perc": _sample("vllm:kv_cache_usage_perc", base, stats.kv_usage),
+        "vllm:prompt_tokens": _sample("vllm:prompt_tokens_total", base, stats.prompt_tokens),
+        "vllm:generation_tokens": _sample(
+            "vllm:generation_tokens_total", base, stats.generation_tokens
+        ),
+        "vllm:request_success": _sample(
+            "vllm:request_success_total", {**base, "finished_reason": "stop"}, ok
+        ),
+        "vllm:time_to_first_token_seconds": histogram(
+            "vllm:time_to_first_token_seconds",
+            TTFT_BUCKETS,
+            stats.ttft_counts,
+            stats.ttft_sum,
+            base,
+        ),
+        "vllm:inter_token_latency_seconds": histogram(
+            "vllm:inter_token_latency_seconds", TPOT_BUCKETS, stats.itl_counts, stats.itl_sum, base
+        ),
+        "vllm:time_per_output_token_seconds": histogram(
+            "vllm:time_per_output_token_seconds",
+            TPOT_BUCKETS,
+            stats.itl_counts,
+            stats.itl_sum,
+            base,
+        ),
+        "vllm:request_prompt_tokens": histogram(
+            "vllm:request_prompt_tokens", inf, [ok], stats.request_prompt_tokens_sum, base
+        ),
+        "vllm:request_generation_tokens": histogram(
+            "vllm:request_generation_tokens", inf, [ok], stats.request_generation_tokens_sum, base
+        ),
+    }
+
+
+def render_pods(pods: Sequence[tuple[PodStats, Mapping[str, str]]]) -> str:
+    """One exposition page for several pods (each with its own labels), grouped by
+    metric with one ``# HELP``/``# TYPE`` header each, as the format requires."""
+    per_pod = [_series(stats, labels) for stats, labels in pods]
+    out: list[str] = []
+    for name, (kind, help_text) in METRICS.items():
+        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+        out.extend(series[name] for series in per_pod)
+    return "".join(out)
+
+
+def render_pod(stats: PodStats, labels: Mapping[str, str] | None = None) -> str:
+    """One pod's page (its own endpoint: no pod labels)."""
+    return render_pods([(stats, labels or {})])

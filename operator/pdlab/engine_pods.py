@@ -1,0 +1,86 @@
+"""Which PDDeployment pods the engine simulator serves: a poll of the lab's API server.
+
+Owns: listing the pods labelled ``pdscaler.io/name`` + ``pdscaler.io/role`` (optionally
+one namespace, one PDDeployment) with the ``kubernetes`` client and the lab's admin
+kubeconfig, and the readiness predicate. Must not: change anything in the cluster, or
+know about the serving model.
+
+A pod counts as serving when its phase is Running, its ``Ready`` condition is True and
+it is not being deleted (``metadata.deletionTimestamp`` unset): the same pods a
+Service's endpoints would route to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from pdscaler.naming import LABEL_NAME, LABEL_ROLE, LABEL_VERSION
+from pdscaler.types import Role
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """One pool pod as the simulator sees it."""
+
+    namespace: str
+    name: str
+    deployment: str
+    role: Role
+    version: str
+    ready: bool
+
+
+def is_serving(pod: Any) -> bool:
+    """Running, Ready=True and not terminating (a kubernetes-client V1Pod)."""
+    if pod.metadata.deletion_timestamp is not None:
+        return False
+    status = pod.status
+    if status is None or status.phase != "Running":
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+
+
+def to_info(pod: Any) -> PodInfo | None:
+    """A PodInfo, or None for a pod whose role label is neither prefill nor decode."""
+    labels = pod.metadata.labels or {}
+    try:
+        role = Role(labels.get(LABEL_ROLE, ""))
+    except ValueError:
+        return None
+    return PodInfo(
+        namespace=pod.metadata.namespace,
+        name=pod.metadata.name,
+        deployment=labels.get(LABEL_NAME, ""),
+        role=role,
+        version=labels.get(LABEL_VERSION, ""),
+        ready=is_serving(pod),
+    )
+
+
+class PodLister:
+    """``list()`` the pool pods; one API call per poll."""
+
+    def __init__(
+        self, kubeconfig: Path, namespace: str | None = None, name: str | None = None
+    ) -> None:
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        self._api = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        selector = f"{LABEL_NAME}={name}" if name else LABEL_NAME
+        self.selector = f"{selector},{LABEL_ROLE}"
+
+    def list(self) -> list[PodInfo]:
+        """Every pool pod (ready or not) matching the namespace/name filter."""
+        if self.namespace:
+            items = self._api.list_namespaced_pod(
+                self.namespace, label_selector=self.selector, _request_timeout=10
+            ).items
+        else:
+            items = self._api.list_pod_for_all_namespaces(
+                label_selector=self.selector, _request_timeout=10
+            ).items
+        return [info for info in (to_info(p) for p in items) if info is not None]

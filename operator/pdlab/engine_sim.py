@@ -1,0 +1,502 @@
+"""`python -m pdlab engine-sim`: the live engine simulator of the lab.
+
+Owns: one serving model (``pdscaler.sim.engine.Engine``) per PDDeployment, advanced in
+wall-clock time; keeping its replicas equal to the Ready pods of each pool (polled from
+the API server every second); replaying a scenario (``pdlab.scenarios``) or a real trace
+into it; an HTTP server exporting every pod's vLLM series; registering one Prometheus
+scrape target per pod with the labels a Kubernetes pod scrape would give; and a JSON
+status page the demo reads. Must not: change anything in the cluster, or decide
+anything about scaling (the operator does, from Prometheus only).
+
+HTTP endpoints (``--port``, loopback):
+
+* ``/pods/<namespace>/<pod>/metrics``: one pod's series, no pod labels. Prometheus
+  scrapes these; each target carries ``namespace``, ``pod``, ``pdscaler_io_name`` and
+  ``pdscaler_io_role`` (and so does ``up``), exactly what ``pdscaler.metricsql`` selects.
+* ``/metrics``: every pod's series with those labels, for humans.
+* ``/status``: per PDDeployment, the scenario phase and clock, ready pods, queues,
+  request rate, and client-side TTFT/TPOT percentiles over the last 30 s.
+
+Timing: a PDDeployment's scenario starts when it has at least one Ready prefill pod AND
+one Ready decode pod (its requests have somewhere to go); its engine clock is wall
+seconds since the simulator first saw one of its pods. The model is stepped every
+``--step`` seconds (0.5); pods are polled every ``--poll`` seconds (1). A pod that turns
+Ready becomes a replica serving at once (its start-up happened in Kubernetes); a pod
+that stops being Ready or disappears drains (takes no new work, finishes what it holds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from pdlab import scenarios
+from pdlab.engine_expo import render_pod, render_pods
+from pdlab.engine_pods import PodInfo
+from pdscaler.metricsql import PROM_NAME, PROM_NAMESPACE, PROM_POD, PROM_ROLE
+from pdscaler.sim.engine import (
+    TPOT_BUCKETS,
+    TTFT_BUCKETS,
+    Engine,
+    EngineParams,
+    PodStats,
+    Sample,
+)
+from pdscaler.sim.prom import histogram_quantile
+from pdscaler.sim.traces import Trace, scale_rate
+from pdscaler.types import Role
+
+STATUS_WINDOW_S = 30.0
+RATE_WINDOW_S = 10.0
+TARGET_PREFIX = "engine-sim"
+
+
+Workload = Callable[[], tuple[Trace, scenarios.Scenario]]
+Labelled = list[tuple[PodStats, dict[str, str]]]
+
+
+class PodSource(Protocol):
+    """Lists the pool pods (``pdlab.engine_pods.PodLister``, or a fake in tests)."""
+
+    def list(self) -> list[PodInfo]: ...
+
+
+class TargetRegistry(Protocol):
+    """Where scrape targets are registered (``pdlab.lab.Lab``)."""
+
+    @property
+    def prom_dir(self) -> Path: ...
+
+    def add_scrape_target(
+        self, name: str, host_port: str, labels: dict[str, str] | None = None
+    ) -> Path: ...
+
+    def remove_scrape_target(self, name: str) -> bool: ...
+
+
+@dataclass
+class PodPage:
+    """A pod's rendered page and the labels of its scrape target."""
+
+    text: str
+    labels: dict[str, str]
+
+
+def target_labels(pod: PodInfo) -> dict[str, str]:
+    """The labels a relabelled Kubernetes pod scrape gives (see ``pdscaler.metricsql``)."""
+    return {
+        PROM_NAMESPACE: pod.namespace,
+        PROM_POD: pod.name,
+        PROM_NAME: pod.deployment,
+        PROM_ROLE: pod.role.value,
+    }
+
+
+def pod_path(namespace: str, pod: str) -> str:
+    """``/pods/serving/chat-v1-prefill-abc/metrics``"""
+    return f"/pods/{namespace}/{pod}/metrics"
+
+
+def _quantile_delta(
+    q: float,
+    new: Sequence[float] | npt.NDArray[np.float64],
+    old: Sequence[float] | npt.NDArray[np.float64],
+    bounds: Sequence[float],
+) -> float | None:
+    """``histogram_quantile`` of the observations between two cumulative snapshots."""
+    delta = [float(a - b) for a, b in zip(new, old, strict=True)]
+    return histogram_quantile(q, delta, bounds)
+
+
+class DeploymentSim:
+    """The serving model of one PDDeployment and the mapping pod -> replica."""
+
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        trace: Trace,
+        scenario: scenarios.Scenario,
+        params: EngineParams,
+        seed: int,
+        created: float,
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.trace = trace
+        self.scenario = scenario
+        self.created = created  # monotonic seconds at engine time 0
+        self.engine = Engine([], [], [], params, startup_s=0.0, initial=(0, 0), seed=seed)
+        self.started_at: float | None = None  # engine time the scenario started
+        self.started_wall: float | None = None
+        self.replica_of: dict[str, str] = {}  # pod name -> replica name
+        self.pods: dict[str, PodInfo] = {}  # pods with a replica
+        self.samples: deque[Sample] = deque()
+        self.log: list[str] = []
+
+    def clock(self, mono: float) -> float:
+        return mono - self.created
+
+    def sync(self, pods: Sequence[PodInfo], mono: float) -> None:
+        """Make the replicas the Ready pods: drain those whose pod is not Ready any more,
+        add one per newly Ready pod; start the scenario once both pools serve."""
+        now = self.clock(mono)
+        ready = {p.name: p for p in pods if p.ready}
+        for pod in [p for p in self.replica_of if p not in ready]:
+            self.engine.remove_replica(self.replica_of.pop(pod), now)
+            info = self.pods.pop(pod)
+            self.log.append(f"{info.role.value} pod {pod} left: draining")
+        taken = {r.name for r in self.engine.replicas}
+        for pod, info in ready.items():
+            if pod in self.replica_of:
+                continue
+            name, k = pod, 1
+            while name in taken:
+                k += 1
+                name = f"{pod}#{k}"
+            self.engine.add_replica(info.role, now, name=name, ready_at=now)
+            self.replica_of[pod] = name
+            self.pods[pod] = info
+            self.log.append(f"{info.role.value} pod {pod} Ready: serving")
+        if self.started_at is None and {p.role for p in self.pods.values()} == set(Role):
+            self.started_at = now
+            self.started_wall = time.time()
+            self.engine.add_requests(self.trace.arrival + now, self.trace.prompt, self.trace.output)
+            self.log.append(f"scenario {self.scenario.name} started ({len(self.trace)} requests)")
+
+    def step(self, mono: float) -> dict[str, PodPage]:
+        """Run the model to now; the pages of the pods that serve."""
+        now = self.clock(mono)
+        sample = self.engine.sample(now)
+        self.samples.append(sample)
+        while self.samples and self.samples[0].time < now - STATUS_WINDOW_S:
+            self.samples.popleft()
+        stats = {rep.name: rep.stats for role in Role for rep in self.engine.pool(role)}
+        pages: dict[str, PodPage] = {}
+        for pod, rep_name in self.replica_of.items():
+            st = stats.get(rep_name)
+            if st is not None:
+                info = self.pods[pod]
+                pages[pod_path(info.namespace, pod)] = PodPage(render_pod(st), target_labels(info))
+        return pages
+
+    def combined(self) -> Labelled:
+        """(stats, labels) of every serving pod, for the human-readable /metrics."""
+        stats = {rep.name: rep.stats for role in Role for rep in self.engine.pool(role)}
+        return [
+            (stats[rep], target_labels(self.pods[pod]))
+            for pod, rep in self.replica_of.items()
+            if rep in stats
+        ]
+
+    def phase(self) -> tuple[str | None, float | None]:
+        """(phase name, scenario seconds) now; (None, None) before the start."""
+        if self.started_at is None:
+            return None, None
+        t = self.engine.now - self.started_at
+        return self.scenario.phase_at(t) or "done", t
+
+    def status(self) -> dict[str, Any]:
+        """The JSON status of this PDDeployment (see the module docstring)."""
+        phase, t = self.phase()
+        out: dict[str, Any] = {
+            "namespace": self.namespace,
+            "name": self.name,
+            "scenario": self.scenario.name,
+            "phases": self.scenario.boundaries(),
+            "phase": phase,
+            "scenario_time_s": t,
+            "scenario_duration_s": self.scenario.duration_s,
+            "started_wall": self.started_wall,
+            "pods": {
+                role.value: sorted(p for p, i in self.pods.items() if i.role is role)
+                for role in Role
+            },
+            "requests_total": len(self.trace),
+        }
+        if not self.samples:
+            return out
+        new, old = self.samples[-1], self.samples[0]
+        recent = next(
+            (s for s in self.samples if s.time >= new.time - RATE_WINDOW_S), self.samples[0]
+        )
+        dt = new.time - recent.time
+        out.update(
+            prefill_queue=new.prefill.waiting,
+            decode_queue=new.decode.waiting,
+            prefill_running=new.prefill.running,
+            decode_running=new.decode.running,
+            kv_usage=new.kv_usage,
+            arrived=new.requests_arrived,
+            finished=new.decode.request_success,
+            request_rate=(new.requests_arrived - recent.requests_arrived) / dt if dt > 0 else None,
+            ttft_p50_s=_quantile_delta(
+                0.5, new.client_ttft_hist, old.client_ttft_hist, TTFT_BUCKETS
+            ),
+            ttft_p95_s=_quantile_delta(
+                0.95, new.client_ttft_hist, old.client_ttft_hist, TTFT_BUCKETS
+            ),
+            tpot_p50_s=_quantile_delta(
+                0.5, new.decode.itl_counts, old.decode.itl_counts, TPOT_BUCKETS
+            ),
+            tpot_p95_s=_quantile_delta(
+                0.95, new.decode.itl_counts, old.decode.itl_counts, TPOT_BUCKETS
+            ),
+        )
+        return out
+
+
+@dataclass
+class Pages:
+    """What the HTTP server serves; replaced as a whole after each step."""
+
+    pods: dict[str, PodPage] = field(default_factory=dict)
+    combined: Labelled = field(default_factory=list)
+    status: bytes = b"{}"
+
+
+class EngineSim:
+    """The whole simulator: deployments, the pod poll, the step loop, the targets."""
+
+    def __init__(
+        self,
+        lister: PodSource,
+        make_workload: Workload,
+        params: EngineParams,
+        *,
+        port: int,
+        seed: int = 0,
+        registry: TargetRegistry | None = None,
+        step_s: float = 0.5,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.lister = lister
+        self.make_workload = make_workload
+        self.params = params
+        self.port = port
+        self.seed = seed
+        self.registry = registry
+        self.step_s = step_s
+        self.poll_s = poll_s
+        self.deployments: dict[tuple[str, str], DeploymentSim] = {}
+        self.pages = Pages()
+        self.targets: dict[str, str] = {}  # path -> target name
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+
+    # ---------------------------------------------------------------- targets
+    def _target_name(self, path: str) -> str:
+        _, _, ns, pod, _ = path.split("/")
+        return f"{TARGET_PREFIX}-{self.port}-{ns}-{pod}"
+
+    def clear_stale_targets(self) -> None:
+        """Remove targets an earlier simulator on this port left (e.g. after a kill)."""
+        if self.registry is None:
+            return
+        for path in (self.registry.prom_dir / "targets").glob(
+            f"{TARGET_PREFIX}-{self.port}-*.json"
+        ):
+            self.registry.remove_scrape_target(path.stem)
+
+    def _sync_targets(self, pages: dict[str, PodPage]) -> None:
+        if self.registry is None:
+            return
+        for path in [p for p in self.targets if p not in pages]:
+            self.registry.remove_scrape_target(self.targets.pop(path))
+        for path, page in pages.items():
+            if path in self.targets:
+                continue
+            name = self._target_name(path)
+            labels = {
+                "job": "engine-sim",
+                "instance": f"{page.labels[PROM_NAMESPACE]}/{page.labels[PROM_POD]}",
+                "__metrics_path__": path,
+                **page.labels,
+            }
+            self.registry.add_scrape_target(name, f"127.0.0.1:{self.port}", labels)
+            self.targets[path] = name
+
+    def remove_all_targets(self) -> None:
+        if self.registry is None:
+            return
+        for name in self.targets.values():
+            self.registry.remove_scrape_target(name)
+        self.targets.clear()
+
+    # ---------------------------------------------------------------- loop
+    def poll(self, mono: float) -> None:
+        """One API call; creates a DeploymentSim per new PDDeployment, syncs replicas."""
+        pods = self.lister.list()
+        by_dep: dict[tuple[str, str], list[PodInfo]] = {}
+        for p in pods:
+            by_dep.setdefault((p.namespace, p.deployment), []).append(p)
+        for key in by_dep:
+            if key not in self.deployments:
+                trace, scenario = self.make_workload()
+                self.deployments[key] = DeploymentSim(
+                    key[0], key[1], trace, scenario, self.params, self.seed, mono
+                )
+                self._say(f"{key[0]}/{key[1]}: new PDDeployment, scenario {scenario.name}")
+        for key, dep in self.deployments.items():
+            dep.sync(by_dep.get(key, []), mono)
+
+    def step(self, mono: float) -> None:
+        pages: dict[str, PodPage] = {}
+        combined: Labelled = []
+        status = []
+        for dep in self.deployments.values():
+            pages.update(dep.step(mono))
+            combined.extend(dep.combined())
+            status.append(dep.status())
+            for line in dep.log:
+                self._say(f"{dep.namespace}/{dep.name}: {line}")
+            dep.log.clear()
+        doc = {"port": self.port, "time": time.time(), "deployments": status}
+        self.pages = Pages(pages, combined, json.dumps(doc, default=_json_default).encode())
+        self._sync_targets(pages)
+
+    def run(self, duration_s: float | None = None) -> None:
+        """Poll and step until ``stop`` is set (or ``duration_s`` elapsed)."""
+        t0 = time.monotonic()
+        next_poll = t0
+        while not self.stop.is_set():
+            mono = time.monotonic()
+            if duration_s is not None and mono - t0 >= duration_s:
+                break
+            if mono >= next_poll:
+                try:
+                    with self.lock:
+                        self.poll(mono)
+                except Exception as err:  # the API server may be restarting
+                    self._say(f"pod poll failed: {err!r}")
+                next_poll = mono + self.poll_s
+            with self.lock:
+                self.step(mono)
+            self.stop.wait(max(0.0, self.step_s - (time.monotonic() - mono)))
+
+    @staticmethod
+    def _say(line: str) -> None:
+        print(f"engine-sim {time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def make_handler(sim: EngineSim) -> type[BaseHTTPRequestHandler]:
+    """A request handler serving ``sim.pages`` (read-only, lock-free: the page set is
+    replaced as a whole)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            pages = sim.pages
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, render_pods(pages.combined), "text/plain; version=0.0.4")
+            elif path in pages.pods:
+                self._send(200, pages.pods[path].text, "text/plain; version=0.0.4")
+            elif path == "/status":
+                self._send(200, pages.status.decode(), "application/json")
+            elif path == "/healthz":
+                self._send(200, "ok\n", "text/plain")
+            else:
+                self._send(404, f"no such page: {path}\n", "text/plain")
+
+        def _send(self, code: int, body: str, ctype: str) -> None:
+            data = body.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # scrapes every 2 s per pod: keep the log for events
+
+    return Handler
+
+
+# -------------------------------------------------------------------- command line
+
+
+def workload(args: argparse.Namespace) -> tuple[Trace, scenarios.Scenario]:
+    """The trace to replay and the scenario describing it, from the flags."""
+    if args.trace is not None:
+        return scenarios.from_trace(
+            args.trace, args.rate_scale, args.trace_start, args.duration, args.seed
+        )
+    scenario = scenarios.get(args.scenario)
+    if args.duration is not None:
+        scenario = scenarios.scaled(scenario, args.duration)
+    trace = scenarios.generate(scenario, args.seed)
+    if args.rate_scale != 1.0:
+        trace = scale_rate(trace, args.rate_scale, args.seed)
+    return trace, scenario
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT (or ``--run-for``); 0 on a clean stop, 2 on bad flags."""
+    from pdlab.engine_pods import PodLister
+    from pdlab.lab import Lab
+
+    if not (args.rate_scale > 0 and math.isfinite(args.rate_scale)):
+        print(f"engine-sim: --rate-scale must be > 0, got {args.rate_scale}", file=sys.stderr)
+        return 2
+    try:
+        trace, scenario = workload(args)
+    except (OSError, ValueError) as err:
+        print(f"engine-sim: {err}", file=sys.stderr)
+        return 2
+    lab = Lab()
+    if not lab.kubeconfig.exists():
+        print(f"engine-sim: no lab kubeconfig at {lab.kubeconfig}: run `python -m pdlab up`",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    sim = EngineSim(
+        PodLister(lab.kubeconfig, args.namespace, args.name),
+        lambda: (trace, scenario),
+        EngineParams(),
+        port=args.port,
+        seed=args.seed,
+        registry=None if args.no_register else lab,
+        step_s=args.step,
+        poll_s=args.poll,
+    )
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(sim))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sim.stop.set())
+    sim.clear_stale_targets()
+    EngineSim._say(
+        f"serving http://127.0.0.1:{args.port}/metrics; scenario {scenario.name}: "
+        f"{len(trace)} requests over {scenario.duration_s:.0f}s"
+    )
+    try:
+        sim.run(args.run_for)
+    finally:
+        with contextlib.suppress(Exception):
+            sim.remove_all_targets()
+        server.shutdown()
+        server.server_close()
+        EngineSim._say("stopped")
+    return 0

@@ -1,0 +1,310 @@
+"""The live engine simulator (`python -m pdlab engine-sim`).
+
+Without the lab (driven with fake pods and a hand-moved clock): its pages parse as
+Prometheus text exposition and carry every vLLM series the operator's `vllm` preset
+queries; the pool queue is shared out over the pool's pods; pods that go away stop
+being served. Against the lab: pods labelled like a PDDeployment's pools get scraped by
+the lab's Prometheus with the labels a Kubernetes pod scrape gives, and the operator's
+own snapshot code reads the scenario's rate and request shape back from Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from labkit import Kube, free_port, gpu_deployment, wait_for
+from pdlab import scenarios
+from pdlab.engine_pods import PodInfo
+from pdlab.engine_sim import TARGET_PREFIX, DeploymentSim, EngineSim, Workload
+from pdlab.lab import Lab
+from pdscaler import metricsql
+from pdscaler.prometheus import PrometheusClient, read_snapshot
+from pdscaler.sim.engine import EngineParams
+from pdscaler.spec import PDDeployment
+from pdscaler.types import MetricsSnapshot, Role
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pods(prefill: int, decode: int, name: str = "chat", ns: str = "ns") -> list[PodInfo]:
+    """Ready pods p0.. and d0.. of one PDDeployment."""
+    return [PodInfo(ns, f"p{i}", name, Role.PREFILL, "v1", True) for i in range(prefill)] + [
+        PodInfo(ns, f"d{i}", name, Role.DECODE, "v1", True) for i in range(decode)
+    ]
+
+
+def chat_sim(seconds: float, rate_scale: float = 1.0) -> DeploymentSim:
+    scenario = scenarios.scaled(scenarios.get("chat"), seconds)
+    trace = scenarios.generate(scenario, seed=1)
+    if rate_scale != 1.0:
+        from pdscaler.sim.traces import scale_rate
+
+        trace = scale_rate(trace, rate_scale, 1)
+    return DeploymentSim("ns", "chat", trace, scenario, EngineParams(), 1, created=0.0)
+
+
+def run(sim: DeploymentSim, start: float, end: float, step: float = 0.5) -> dict[str, Any]:
+    """Step the simulator on a hand-moved clock; the last pages."""
+    pages: dict[str, Any] = {}
+    t = start
+    while t < end:
+        t += step
+        pages = sim.step(t)
+    return pages
+
+
+def families(text: str) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def sample_names(text: str) -> set[str]:
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+# ------------------------------------------------------------------ without the lab
+
+
+def test_pages_parse_and_carry_every_series_the_vllm_preset_queries() -> None:
+    """Every metric name in the vllm preset's PromQL (for each `a or b`, at least one
+    side) is a sample name on a prefill and on a decode pod's page."""
+    sim = chat_sim(30.0)
+    sim.sync(pods(2, 2), 0.0)
+    pages = run(sim, 0.0, 20.0)
+    assert set(pages) == {f"/pods/ns/{p}/metrics" for p in ("p0", "p1", "d0", "d1")}
+    templates = [v for v in vars(metricsql.VLLM).values() if isinstance(v, str) and "vllm:" in v]
+    assert len(templates) >= 10
+    for path in ("/pods/ns/p0/metrics", "/pods/ns/d0/metrics"):
+        names = sample_names(pages[path].text)
+        for template in templates:
+            alternatives = [set(re.findall(r"vllm:[a-z_]+", alt)) for alt in template.split(" or ")]
+            assert any(alt <= names for alt in alternatives), (path, template)
+
+
+def test_counters_follow_the_scenario_and_roles() -> None:
+    """20 s of chat at 21 req/s on 4+4 pods (the ratio model's sizing): the prefill pods'
+    request_success adds up to about 420 (less what is still in prefill), mean prompt
+    ~1000 tokens on the prefill side, mean output ~200 on the decode side, TTFT
+    observed on both sides."""
+    sim = chat_sim(30.0)
+    sim.sync(pods(4, 4), 0.0)
+    pages = run(sim, 0.0, 20.0)
+
+    def value(path: str, sample: str) -> float:
+        fam = families(pages[path].text)
+        return float(sum(s.value for f in fam.values() for s in f.samples if s.name == sample))
+
+    arrived = sim.status()["arrived"]
+    assert 300 <= arrived <= 540  # Poisson at 21 req/s for 20 s
+    prefilled = sum(value(f"/pods/ns/p{i}/metrics", "vllm:request_success_total") for i in range(4))
+    assert 0.9 * arrived <= prefilled <= arrived
+    prompt_sum = sum(
+        value(f"/pods/ns/p{i}/metrics", "vllm:request_prompt_tokens_sum") for i in range(4)
+    )
+    assert 800 <= prompt_sum / prefilled <= 1200
+    done = sum(value(f"/pods/ns/d{i}/metrics", "vllm:request_success_total") for i in range(4))
+    gen_sum = sum(
+        value(f"/pods/ns/d{i}/metrics", "vllm:request_generation_tokens_sum") for i in range(4)
+    )
+    assert done > 0.5 * arrived
+    assert 130 <= gen_sum / done <= 260  # finished ones skew short; the mean is 200
+    for path in ("/pods/ns/p0/metrics", "/pods/ns/d1/metrics"):
+        assert value(path, "vllm:time_to_first_token_seconds_count") > 0
+    assert value("/pods/ns/d0/metrics", "vllm:inter_token_latency_seconds_count") > 1000
+
+
+def test_pool_queue_is_shared_out_over_the_pool_pods() -> None:
+    """Chat at 3x the rate on 1 prefill pod (63 req/s x 1000 tokens vs ~8,400 tokens/s)
+    builds a prefill queue; with a second and third pod added later, the waiting gauges
+    of the three pods add up to the pool queue and differ by at most one."""
+    sim = chat_sim(60.0, rate_scale=3.0)
+    sim.sync(pods(1, 3), 0.0)
+    run(sim, 0.0, 10.0)
+    sim.sync(pods(3, 3), 10.0)
+    pages = run(sim, 10.0, 10.5)
+    waiting = [
+        families(pages[f"/pods/ns/p{i}/metrics"].text)["vllm:num_requests_waiting"].samples[0].value
+        for i in range(3)
+    ]
+    queue = sim.status()["prefill_queue"]
+    assert queue > 100
+    assert sum(waiting) == pytest.approx(queue)
+    assert max(waiting) - min(waiting) <= 1
+
+
+def test_pods_that_go_away_stop_being_served_and_the_scenario_waits_for_both_pools() -> None:
+    sim = chat_sim(30.0)
+    sim.sync(pods(2, 0), 0.0)
+    run(sim, 0.0, 5.0)
+    assert sim.status()["scenario_time_s"] is None  # no decode pod yet: no traffic
+    assert sim.status()["arrived"] == 0
+    sim.sync(pods(2, 1), 5.0)
+    run(sim, 5.0, 10.0)
+    assert sim.status()["scenario_time_s"] == pytest.approx(5.0)
+    assert sim.status()["arrived"] > 50
+    sim.sync([p for p in pods(2, 1) if p.name != "p1"], 10.0)
+    pages = run(sim, 10.0, 12.0)
+    assert set(pages) == {"/pods/ns/p0/metrics", "/pods/ns/d0/metrics"}
+    assert sim.status()["pods"] == {"prefill": ["p0"], "decode": ["d0"]}
+
+
+class FakePods:
+    def __init__(self, listing: list[PodInfo]) -> None:
+        self.listing = listing
+
+    def list(self) -> list[PodInfo]:
+        return list(self.listing)
+
+
+class FakeRegistry:
+    def __init__(self, root: Path) -> None:
+        self.prom_dir = root
+        self.targets: dict[str, tuple[str, dict[str, str]]] = {}
+        (root / "targets").mkdir(parents=True, exist_ok=True)
+
+    def add_scrape_target(
+        self, name: str, host_port: str, labels: dict[str, str] | None = None
+    ) -> Path:
+        self.targets[name] = (host_port, dict(labels or {}))
+        return self.prom_dir / "targets" / f"{name}.json"
+
+    def remove_scrape_target(self, name: str) -> bool:
+        return self.targets.pop(name, None) is not None
+
+
+def test_one_scrape_target_per_serving_pod_with_the_pod_labels(tmp_path: Path) -> None:
+    listing = pods(1, 2, name="chat", ns="serving")
+    registry = FakeRegistry(tmp_path)
+    workload: Workload = lambda: (  # noqa: E731
+        scenarios.generate(scenarios.scaled(scenarios.get("chat"), 20.0)),
+        scenarios.scaled(scenarios.get("chat"), 20.0),
+    )
+    sim = EngineSim(FakePods(listing), workload, EngineParams(), port=9999, registry=registry)
+    sim.poll(100.0)
+    sim.step(101.0)
+    assert set(registry.targets) == {
+        f"{TARGET_PREFIX}-9999-serving-{p}" for p in ("p0", "d0", "d1")
+    }
+    host, labels = registry.targets[f"{TARGET_PREFIX}-9999-serving-d1"]
+    assert host == "127.0.0.1:9999"
+    assert labels["__metrics_path__"] == "/pods/serving/d1/metrics"
+    assert (labels["namespace"], labels["pod"]) == ("serving", "d1")
+    assert (labels["pdscaler_io_name"], labels["pdscaler_io_role"]) == ("chat", "decode")
+    listing.pop()  # d1 is gone
+    sim.poll(102.0)
+    sim.step(102.5)
+    assert f"{TARGET_PREFIX}-9999-serving-d1" not in registry.targets
+    status = json.loads(sim.pages.status)
+    assert status["deployments"][0]["pods"]["decode"] == ["d0"]
+    sim.remove_all_targets()
+    assert registry.targets == {}
+
+
+# ------------------------------------------------------------------ against the lab
+
+
+def pool_deployment(name: str, role: str, replicas: int) -> dict[str, Any]:
+    """A GPU Deployment whose pods carry the pdscaler labels of a PDDeployment's pool."""
+    dep: dict[str, Any] = gpu_deployment(f"{name}-{role}", replicas, startup_delay="1s")
+    labels = {"pdscaler.io/name": name, "pdscaler.io/role": role, "pdscaler.io/version": "v1"}
+    dep["spec"]["template"]["metadata"]["labels"].update(labels)
+    return dep
+
+
+@pytest.fixture
+def engine_sim(lab: Lab, namespace: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`python -m pdlab engine-sim` on the test's namespace: chat at half rate."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pdlab", "engine-sim", "--namespace", namespace,
+         "--scenario", "chat", "--rate-scale", "0.5", "--port", str(port)],
+        cwd=REPO,
+    )  # fmt: skip
+    try:
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(20)
+
+
+def test_engine_sim_series_reach_prometheus_with_pod_labels_and_plausible_values(
+    lab: Lab, kube: Kube, namespace: str, engine_sim: tuple[subprocess.Popen[bytes], int]
+) -> None:
+    """2 prefill + 2 decode pods labelled as pools of PDDeployment `sim`; chat at 0.5x
+    (10.5 req/s, prompts ~1000, outputs ~200 tokens). The operator's own snapshot code
+    (metricsql + prometheus.read_snapshot, 30 s window) reads back R ~ 10.5, L_p ~ 1000,
+    L_d ~ 200, a TTFT and a TPOT, and per-pod running requests of both decode pods."""
+    proc, port = engine_sim
+    for role in ("prefill", "decode"):
+        kube.apps.create_namespaced_deployment(
+            namespace, cast(Any, pool_deployment("sim", role, 2))
+        )
+    sel = f'namespace="{namespace}"'
+
+    def four_up() -> list[dict[str, Any]] | None:
+        found = lab.query(f"up{{{sel}}} == 1")
+        return found if len(found) == 4 else None
+
+    up = wait_for(four_up, 90, "4 engine-sim pod targets up in Prometheus")
+    roles = sorted(s["metric"]["pdscaler_io_role"] for s in up)
+    assert roles == ["decode", "decode", "prefill", "prefill"]
+    assert {s["metric"]["pdscaler_io_name"] for s in up} == {"sim"}
+    assert all(s["metric"]["pod"].startswith("sim-") for s in up)
+
+    doc = yaml.safe_load((REPO / "deploy" / "demo" / "demo.yaml").read_text())
+    spec = PDDeployment.model_validate(doc).spec  # window 30s, percentile 0.95
+    client = PrometheusClient(lab.prometheus_url)
+    time.sleep(32)  # a full rate window of traffic
+
+    def snapshot() -> MetricsSnapshot | None:
+        snap = read_snapshot(client, spec, namespace, "sim", now=time.time())
+        known = (snap.request_rate, snap.prompt_tokens, snap.output_tokens)
+        return snap if None not in known else None
+
+    snap = wait_for(snapshot, 30, "a snapshot with R, L_p and L_d")
+    assert snap.request_rate is not None
+    assert snap.prompt_tokens is not None
+    assert snap.output_tokens is not None
+    assert 10.5 * 0.6 <= snap.request_rate <= 10.5 * 1.4, snap
+    assert 750 <= snap.prompt_tokens <= 1300, snap
+    assert 120 <= snap.output_tokens <= 280, snap
+    assert snap.prefill.latency_seconds is not None
+    assert 0 < snap.prefill.latency_seconds < 5
+    assert snap.decode.latency_seconds is not None
+    assert 0 < snap.decode.latency_seconds < 0.2
+    assert snap.prefill.queue_depth is not None
+    assert snap.decode.queue_depth is not None
+    assert len(snap.decode.running_by_pod) == 2
+    assert snap.decode.tokens_per_second is not None
+    assert snap.decode.tokens_per_second > 500
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as resp:
+        status = json.loads(resp.read())["deployments"][0]
+    assert (status["name"], status["phase"]) == ("sim", "chat")
+    assert (len(status["pods"]["prefill"]), len(status["pods"]["decode"])) == (2, 2)
+
+    # Scale decode to 1: the simulator drops the gone pod's target.
+    kube.apps.patch_namespaced_deployment_scale(
+        "sim-decode", namespace, cast(Any, {"spec": {"replicas": 1}})
+    )
+    targets = lab.prom_dir / "targets"
+    wait_for(
+        lambda: len(list(targets.glob(f"{TARGET_PREFIX}-{port}-{namespace}-*.json"))) == 3,
+        30,
+        "3 scrape targets after the decode scale-down",
+    )
+    proc.terminate()
+    assert proc.wait(20) == 0
+    assert list(targets.glob(f"{TARGET_PREFIX}-{port}-*.json")) == []
