@@ -1,0 +1,551 @@
+"""`python -m pdlab demo` (`make demo`): the lab, the operator, the engine simulator and a
+shifting request mix, with the two pools rebalancing live.
+
+Owns: the demo's sequence: the lab up (started only if it was not running), the CRD
+installed, the namespace, the engine simulator and the operator started as child
+processes (logs in the output directory), the demo PDDeployment applied
+(``deploy/demo/demo.yaml``, its Prometheus URL set to the lab's), one observation per
+second (engine simulator ``/status``, the PDDeployment's status and Events, the Ready
+pods) shown live and recorded, then the summary, ``summary.json``, ``timeline.csv``
+and ``demo.png``, and the clean-up: PDDeployment deleted (while the operator still runs,
+so a finalizer can be honoured), operator and simulator stopped by PID, the namespace
+deleted if the demo created it, the lab stopped if the demo started it and nobody else
+uses it. Must not: stop processes it did not start, or touch other namespaces.
+
+The scenario (``pdlab.scenarios``' demo): chat (P:D about 1:1), long documents (the
+prefill pool must grow about tenfold relative to decode), a burst, a cool-down; 300 s,
+or ``--duration``/``--speed`` for a shorter run (the test uses 120 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from pdlab import demo_report, demo_view, scenarios
+from pdlab.config import REPO_DIR
+from pdlab.lab import Lab, LabError
+from pdscaler.naming import LABEL_NAME, LABEL_ROLE
+from pdscaler.spec import GROUP, PLURAL, VERSION, PDDeployment
+
+DEFAULT_MANIFEST = REPO_DIR / "deploy" / "demo" / "demo.yaml"
+CRD_PATH = REPO_DIR / "crds" / "pdscaler.io_pddeployments.yaml"
+FULL_DEMO_S = scenarios.get("demo").duration_s
+POOLS_UP_TIMEOUT_S = 120.0
+CLEANUP_TIMEOUT_S = 60.0
+
+
+class DemoError(RuntimeError):
+    """The demo cannot go on; the message says why and where the log is."""
+
+
+# ------------------------------------------------------------------------ child processes
+
+
+@dataclass
+class Child:
+    """A process the demo started (own session, so its group can be signalled)."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: dict[str, str]) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=REPO_DIR,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the child's process group, SIGKILL after ``grace_s``; reap it."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5.0)
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def operator_argv(namespace: str) -> list[str]:
+    """The operator, watching only the demo's namespace, standalone (no peering)."""
+    return [sys.executable, "-m", "pdscaler", "run", "--standalone", "--namespace", namespace]
+
+
+def engine_sim_argv(args: argparse.Namespace, name: str, duration_s: float) -> list[str]:
+    return [
+        sys.executable, "-m", "pdlab", "engine-sim", "--namespace", args.namespace,
+        "--name", name, "--scenario", "demo", "--duration", f"{duration_s:g}",
+        "--port", str(args.port), "--seed", str(args.seed),
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------------ Kubernetes
+
+
+@dataclass
+class Kube:
+    core: client.CoreV1Api
+    custom: client.CustomObjectsApi
+    apiext: client.ApiextensionsV1Api
+
+    @staticmethod
+    def connect(kubeconfig: Path) -> Kube:
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        return Kube(
+            client.CoreV1Api(api), client.CustomObjectsApi(api), client.ApiextensionsV1Api(api)
+        )
+
+
+def _until(check: Any, timeout: float, what: str, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise DemoError(f"demo: timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def install_crd(kube: Kube) -> None:
+    """Create or update the PDDeployment CRD; wait until it is Established."""
+    body: dict[str, Any] = yaml.safe_load(CRD_PATH.read_text())
+    name = body["metadata"]["name"]
+    try:
+        kube.apiext.create_custom_resource_definition(cast(Any, body))
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        current: Any = kube.apiext.read_custom_resource_definition(name)
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        kube.apiext.replace_custom_resource_definition(name, cast(Any, body))
+
+    def established() -> bool:
+        crd: Any = kube.apiext.read_custom_resource_definition(name)
+        conds = (crd.status.conditions if crd.status else None) or []
+        return any(c.type == "Established" and c.status == "True" for c in conds)
+
+    _until(established, 30, f"CRD {name} Established")
+
+
+def ensure_namespace(kube: Kube, namespace: str) -> bool:
+    """Create the namespace; True if the demo created it (and so may delete it)."""
+    try:
+        kube.core.create_namespace(cast(Any, {"metadata": {"name": namespace}}))
+    except ApiException as err:
+        if err.status == 409:
+            return False
+        raise
+    return True
+
+
+def ready_pods(kube: Kube, namespace: str, name: str) -> dict[str, int]:
+    """Ready, not terminating pods per role: {"prefill": 4, "decode": 4}."""
+    pods: list[Any] = kube.core.list_namespaced_pod(
+        namespace, label_selector=f"{LABEL_NAME}={name},{LABEL_ROLE}", _request_timeout=10
+    ).items
+    out = {"prefill": 0, "decode": 0}
+    for pod in pods:
+        conds = (pod.status.conditions if pod.status else None) or []
+        ready = any(c.type == "Ready" and c.status == "True" for c in conds)
+        role = (pod.metadata.labels or {}).get(LABEL_ROLE)
+        if ready and pod.metadata.deletion_timestamp is None and role in out:
+            out[role] += 1
+    return out
+
+
+def read_pdd(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj = cast(
+            dict[str, Any],
+            kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return obj
+
+
+def apply_pdd(kube: Kube, manifest: dict[str, Any]) -> None:
+    ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+    current = read_pdd(kube, ns, name)
+    if current is None:
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, manifest)
+        return
+    manifest["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    kube.custom.replace_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, manifest)
+
+
+def load_manifest(path: Path, namespace: str, prometheus_url: str) -> dict[str, Any]:
+    """The demo PDDeployment, validated, in ``namespace``, reading the lab's Prometheus."""
+    doc: dict[str, Any] = yaml.safe_load(path.read_text())
+    doc["metadata"]["namespace"] = namespace
+    doc["spec"].setdefault("metrics", {}).setdefault("prometheus", {})["url"] = prometheus_url
+    PDDeployment.model_validate(doc)
+    return doc
+
+
+@dataclass
+class EventLog:
+    """Decisions as they appear: the PDDeployment's Events (reason: message), or its
+    ``status.lastDecision`` when the operator has emitted no Event yet."""
+
+    seen: set[tuple[str, int]] = field(default_factory=set)
+    last_decision: str | None = None
+    entries: list[tuple[float, str, str]] = field(default_factory=list)  # wall, hh:mm:ss, text
+
+    def poll(self, kube: Kube, namespace: str, name: str, pdd: dict[str, Any] | None) -> None:
+        events: list[Any] = kube.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}", _request_timeout=10
+        ).items
+        events.sort(key=_event_time)
+        for ev in events:
+            if ev.involved_object.kind != "PDDeployment":
+                continue
+            key = (str(ev.metadata.uid), int(ev.count or 1))
+            if key not in self.seen:
+                self.seen.add(key)
+                self._add(f"{ev.reason}: {ev.message}")
+        decision = ((pdd or {}).get("status") or {}).get("lastDecision") or {}
+        text = decision.get("message") or decision.get("reason")
+        stamp = f"{decision.get('time')}|{text}"
+        if text and stamp != self.last_decision:
+            self.last_decision = stamp
+            if not self.seen:  # no Events at all: fall back on the status
+                self._add(f"{decision.get('action', '')}: {text}")
+
+    def _add(self, text: str) -> None:
+        now = time.time()
+        self.entries.append((now, time.strftime("%H:%M:%S", time.localtime(now)), text))
+
+
+def _event_time(ev: Any) -> float:
+    stamp = ev.last_timestamp or ev.event_time or ev.metadata.creation_timestamp
+    return float(stamp.timestamp()) if stamp is not None else 0.0
+
+
+def engine_status(port: int) -> dict[str, Any] | None:
+    """The engine simulator's /status for the demo's PDDeployment (None if unreachable)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2.0) as resp:
+            doc: dict[str, Any] = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    deps = doc.get("deployments") or []
+    return deps[0] if deps else {}
+
+
+# ------------------------------------------------------------------------ the demo
+
+
+@dataclass
+class Observation:
+    wall: float
+    snapshot: demo_view.Snapshot
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        speed = args.speed if args.speed and args.speed > 0 else 1.0
+        self.duration = (args.duration or FULL_DEMO_S) / (1.0 if args.duration else speed)
+        self.scenario = scenarios.scaled(scenarios.get("demo"), self.duration)
+        self.out: Path = args.out
+        self.lab = Lab()
+        self.started_lab = False
+        self.created_ns = False
+        self.kube: Kube | None = None
+        self.name = "demo"
+        self.children: list[Child] = []
+        self.observations: list[Observation] = []
+        self.events = EventLog()
+        self.slo = (2.0, 0.05)
+        self.started_wall: float | None = None
+
+    # ------------------------------------------------------------- set-up
+    def setup(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.lab.register_user()
+        if not self.lab.is_up():
+            self._say("starting the lab (etcd, kube-apiserver, controller-manager, scheduler, "
+                      "kwok, Prometheus)...")  # fmt: skip
+            self.started_lab = not self.lab.running_components()
+            took = self.lab.ensure_up(timeout=600)
+            self._say(f"lab up in {took:.0f}s")
+        self.kube = Kube.connect(self.lab.kubeconfig)
+        install_crd(self.kube)
+        ns = self.args.namespace
+        self.created_ns = ensure_namespace(self.kube, ns)
+        manifest = load_manifest(
+            self.args.manifest or DEFAULT_MANIFEST, ns, self.lab.prometheus_url
+        )
+        self.name = manifest["metadata"]["name"]
+        slo = manifest["spec"].get("slo", {})
+        self.slo = (float(slo.get("ttftSeconds", 2.0)), float(slo.get("tpotSeconds", 0.05)))
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.lab.kubeconfig),
+            "PDLAB_PROMETHEUS_URL": self.lab.prometheus_url,
+            "PYTHONUNBUFFERED": "1",
+        }
+        sim = Child("engine-sim", engine_sim_argv(self.args, self.name, self.duration),
+                    self.out / "engine-sim.log")  # fmt: skip
+        op = Child("operator", operator_argv(ns), self.out / "operator.log")
+        for child in (sim, op):
+            child.start(env)
+            self.children.append(child)
+            self._say(f"started {child.name} (pid {child.pid}, log {child.log})")
+        _until(lambda: engine_status(self.args.port) is not None, 30, "the engine simulator")
+        apply_pdd(self.kube, manifest)
+        self._say(f"applied PDDeployment {ns}/{self.name}")
+
+    # ------------------------------------------------------------- the loop
+    def observe(self) -> demo_view.Snapshot:
+        assert self.kube is not None
+        ns = self.args.namespace
+        pdd = read_pdd(self.kube, ns, self.name)
+        status = (pdd or {}).get("status") or {}
+        pods = ready_pods(self.kube, ns, self.name)
+        self.events.poll(self.kube, ns, self.name, pdd)
+        sim = engine_status(self.args.port) or {}
+        if sim.get("started_wall") and self.started_wall is None:
+            self.started_wall = float(sim["started_wall"])
+        return demo_view.Snapshot(
+            phase=sim.get("phase"),
+            scenario_time_s=sim.get("scenario_time_s"),
+            duration_s=self.duration,
+            request_rate=sim.get("request_rate"),
+            prefill_ready=pods["prefill"],
+            decode_ready=pods["decode"],
+            prefill_desired=(status.get("prefill") or {}).get("desiredReplicas"),
+            decode_desired=(status.get("decode") or {}).get("desiredReplicas"),
+            prefill_queue=sim.get("prefill_queue"),
+            decode_queue=sim.get("decode_queue"),
+            ttft_p95_s=sim.get("ttft_p95_s"),
+            tpot_p95_s=sim.get("tpot_p95_s"),
+            operator_ttft=status.get("ttft"),
+            operator_tpot=status.get("tpot"),
+            operator_ratio=status.get("ratio"),
+            decisions=[(when, text) for _, when, text in self.events.entries],
+            slo=self.slo,
+        )
+
+    def _check_children(self) -> None:
+        for child in self.children:
+            if not child.alive():
+                raise DemoError(
+                    f"demo: {child.name} exited (code {child.proc.poll() if child.proc else '?'})"
+                    f"; log {child.log}:\n{child.tail()}"
+                )
+
+    def play(self) -> None:
+        """Observe once a second until the scenario is over; show it live."""
+        live_ok = not self.args.no_live and sys.stdout.isatty()
+        deadline_start = time.monotonic() + POOLS_UP_TIMEOUT_S
+        title = f"pdscaler demo · {self.args.namespace}/{self.name}"
+        last_line = 0.0
+        live_cm: Any = contextlib.nullcontext()
+        if live_ok:
+            from rich.live import Live
+
+            live_cm = Live(auto_refresh=False, redirect_stdout=False, transient=False)
+        with live_cm as live:
+            while True:
+                tick = time.monotonic()
+                self._check_children()
+                snap = self.observe()
+                self.observations.append(Observation(time.time(), snap))
+                if live is not None:
+                    live.update(demo_view.render(snap, title), refresh=True)
+                elif tick - last_line >= 5.0:
+                    print(demo_view.line(snap), flush=True)
+                    last_line = tick
+                if snap.scenario_time_s is None and tick > deadline_start:
+                    op = self.children[-1]
+                    raise DemoError(
+                        "demo: the pools did not get a Ready prefill and decode pod within "
+                        f"{POOLS_UP_TIMEOUT_S:.0f}s; operator log {op.log}:\n{op.tail()}"
+                    )
+                if snap.scenario_time_s is not None and snap.scenario_time_s >= self.duration:
+                    break
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+        if not live_ok:
+            for _, when, text in self.events.entries:
+                print(f"  {when} {text}")
+
+    # ------------------------------------------------------------- report
+    def rows(self) -> list[demo_report.Row]:
+        t0 = self.started_wall or (self.observations[0].wall if self.observations else 0.0)
+        return [
+            demo_report.Row(
+                t=o.wall - t0,
+                phase=o.snapshot.phase,
+                prefill_ready=o.snapshot.prefill_ready,
+                decode_ready=o.snapshot.decode_ready,
+                prefill_desired=o.snapshot.prefill_desired,
+                decode_desired=o.snapshot.decode_desired,
+                request_rate=o.snapshot.request_rate,
+                ttft_p95_s=o.snapshot.ttft_p95_s,
+                tpot_p95_s=o.snapshot.tpot_p95_s,
+                prefill_queue=o.snapshot.prefill_queue,
+                decode_queue=o.snapshot.decode_queue,
+            )
+            for o in self.observations
+        ]
+
+    def report(self, wall_s: float) -> list[demo_report.PhaseSummary]:
+        rows = self.rows()
+        phases = self.scenario.boundaries()
+        summaries = demo_report.summarize(phases, rows)
+        t0 = self.started_wall or 0.0
+        decisions = [(wall - t0, text) for wall, _, text in self.events.entries]
+        demo_report.write_timeline(self.out / "timeline.csv", rows)
+        demo_report.write_summary(
+            self.out / "summary.json",
+            {
+                "namespace": self.args.namespace,
+                "name": self.name,
+                "scenario_duration_s": self.duration,
+                "wall_seconds": wall_s,
+                "decisions": [{"t": t, "text": text} for t, text in decisions],
+                "processes": {c.name: c.pid for c in self.children},
+                "slo": {"ttft_s": self.slo[0], "tpot_s": self.slo[1]},
+            },
+            summaries,
+        )
+        if rows:
+            demo_report.plot(self.out / "demo.png", rows, phases, self.slo, decisions)
+        self._print_summary(summaries, len(decisions), wall_s)
+        return summaries
+
+    def _print_summary(
+        self, summaries: list[demo_report.PhaseSummary], decisions: int, wall_s: float
+    ) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"demo summary: {decisions} decisions, {wall_s:.0f}s wall clock")
+        for col in ("phase", "seconds", "prefill", "decode", "P:D", "prefill share",
+                    "GPUs max", "TTFT p95", "TPOT p95"):  # fmt: skip
+            table.add_column(col, justify="left" if col == "phase" else "right")
+        for s in summaries:
+            table.add_row(
+                s.name,
+                f"{s.start_s:.0f}-{s.end_s:.0f}",
+                f"{s.prefill_mean:.1f}",
+                f"{s.decode_mean:.1f}",
+                "-" if s.ratio is None else f"{s.ratio:.2f}",
+                "-" if s.prefill_share is None else f"{s.prefill_share:.2f}",
+                str(s.max_gpus),
+                "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f}s",
+                "-" if s.tpot_p95_s is None else f"{s.tpot_p95_s * 1000:.0f}ms",
+            )
+        console = Console()
+        console.print(table)
+        console.print(f"(replicas and ratio over each phase's second half; results in {self.out})")
+
+    # ------------------------------------------------------------- clean-up
+    def cleanup(self) -> list[str]:
+        """Undo everything the demo did; the problems met (empty when all went well)."""
+        problems: list[str] = []
+        ns = self.args.namespace
+        if self.kube is not None:
+            try:
+                with contextlib.suppress(ApiException):
+                    self.kube.custom.delete_namespaced_custom_object(
+                        GROUP, VERSION, ns, PLURAL, self.name
+                    )
+                kube = self.kube
+                _until(
+                    lambda: read_pdd(kube, ns, self.name) is None,
+                    CLEANUP_TIMEOUT_S,
+                    f"PDDeployment {ns}/{self.name} to be deleted",
+                )
+            except (DemoError, ApiException, OSError) as err:
+                problems.append(str(err))
+        for child in reversed(self.children):
+            child.stop()
+        if self.kube is not None and self.created_ns:
+            try:
+                self.kube.core.delete_namespace(ns)
+            except ApiException as err:
+                if err.status != 404:
+                    problems.append(f"deleting namespace {ns}: {err.reason}")
+        self.lab.unregister_user()
+        if self.started_lab and not self.lab.other_users():
+            self._say("stopping the lab the demo started")
+            self.lab.down()
+        return problems
+
+    @staticmethod
+    def _say(text: str) -> None:
+        print(f"demo: {text}", flush=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    """0: the demo ran and cleaned up; 1: it failed (message printed); 2: bad flags."""
+    if args.duration is not None and not args.duration > 0:
+        print("demo: --duration must be > 0 seconds", file=sys.stderr)
+        return 2
+    if not args.speed > 0:
+        print("demo: --speed must be > 0", file=sys.stderr)
+        return 2
+    demo = Demo(args)
+    t0 = time.monotonic()
+    code = 0
+    try:
+        demo.setup()
+        demo.play()
+    except KeyboardInterrupt:
+        print("demo: interrupted; cleaning up", file=sys.stderr)
+        code = 130
+    except (DemoError, LabError, ApiException, OSError, ValueError) as err:
+        print(str(err), file=sys.stderr)
+        code = 1
+    finally:
+        wall = time.monotonic() - t0
+        problems = demo.cleanup()
+        for p in problems:
+            print(f"demo: clean-up: {p}", file=sys.stderr)
+    if demo.observations:
+        demo.report(wall)
+    return code or (1 if problems else 0)
