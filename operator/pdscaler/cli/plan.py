@@ -837,9 +837,8 @@ def plan_callback(
     ]
     if missing:
         fail(f"--from-file needs {', '.join(missing)}")
-    run_from_file(
-        from_file, rate or 0.0, prompt_tokens or 0.0, output_tokens or 0.0, prefer, as_json
-    )
+    load = (rate or 0.0, prompt_tokens or 0.0, output_tokens or 0.0)  # all given (checked)
+    run_from_file(from_file, *load, prefer, as_json)
 
 
 def register(app: typer.Typer) -> None:
