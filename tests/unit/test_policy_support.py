@@ -108,3 +108,26 @@ def run(
 ) -> Decision:
     """``decide`` on ``tick(...)``."""
     return decide(tick(spec, metrics, prefill, decode, **kwargs))
+
+
+def replay(
+    spec: PDDeploymentSpec,
+    metrics_at: Any,
+    prefill: int,
+    decode: int,
+    times: list[float],
+    memory: PolicyMemory | None = None,
+    persist: Any = None,
+) -> list[tuple[float, Decision]]:
+    """Tick at each of ``times``, applying every decision at once (pods ready
+    instantly) and carrying the memory; ``metrics_at(t)`` gives the snapshot. With
+    ``persist``, the memory goes through ``persist(memory, t)`` between ticks (e.g. the
+    status round trip of a restarting operator)."""
+    out: list[tuple[float, Decision]] = []
+    mem = memory or PolicyMemory()
+    for t in times:
+        d = run(spec, metrics_at(t), prefill, decode, now=t, memory=mem)
+        out.append((t, d))
+        prefill, decode = d.prefill, d.decode
+        mem = persist(d.memory, t) if persist is not None else d.memory
+    return out
