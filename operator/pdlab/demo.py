@@ -105,8 +105,12 @@ class Child:
 
 
 def operator_argv(namespace: str) -> list[str]:
-    """The operator, watching only the demo's namespace, standalone (no peering)."""
-    return [sys.executable, "-m", "pdscaler", "run", "--standalone", "--namespace", namespace]
+    """The operator, watching only the demo's namespace, standalone (no peering), with
+    its own metrics port off (the lab may run other operators)."""
+    return [
+        sys.executable, "-m", "pdscaler", "run", "--standalone", "--namespace", namespace,
+        "--metrics-port", "0", "--log-format", "plain",
+    ]  # fmt: skip
 
 
 def engine_sim_argv(args: argparse.Namespace, name: str, duration_s: float) -> list[str]:

@@ -1,0 +1,83 @@
+"""`python -m pdlab demo`, shortened to a 120 s scenario, against the lab: the operator
+moves the pools the way the request mix asks, and the demo leaves nothing behind.
+
+The scenario (pdlab.scenarios, demo scaled to 120 s): chat 36 s (P:D ~1:1), long
+documents 48 s (prompts 4x longer, outputs 4x shorter: the ratio model asks for ~11
+prefill per decode replica), a burst 24 s, a cool-down 12 s. Judged on the second half
+of each phase (summary.json, pdlab.demo_report).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from labkit import Kube, free_port, not_found, wait_for
+from pdlab.engine_sim import TARGET_PREFIX
+from pdlab.lab import Lab
+from pdscaler.spec import GROUP, PLURAL, VERSION
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIO_S = 120
+DEMO_TIMEOUT_S = 420
+
+
+def cmdline(pid: int) -> str:
+    """The command line of a live process ("" when it is gone or a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat[stat.rindex(")") + 2] in "ZX":
+            return ""
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_shortened_demo_moves_the_ratio_with_the_mix_and_cleans_up(
+    lab: Lab, kube: Kube, crd: str, tmp_path: Path
+) -> None:
+    namespace = f"t-demo-{secrets.token_hex(3)}"
+    out = tmp_path / "demo-results"
+    port = free_port()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pdlab", "demo", "--duration", str(SCENARIO_S), "--no-live",
+         "--out", str(out), "--namespace", namespace, "--port", str(port)],
+        cwd=REPO, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S,
+    )  # fmt: skip
+    logs = "\n".join(
+        f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in out.glob("*.log")
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}\n{logs}"
+
+    summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    phases = {p["name"]: p for p in summary["phases"]}
+    chat, docs = phases["chat"], phases["long-docs"]
+    # Long documents: the prefill pool's share of the replicas goes up, and the P:D
+    # ratio at least doubles (the ratio model asks for ~11:1 against ~1:1).
+    assert docs["prefill_share"] > chat["prefill_share"] + 0.15, phases
+    assert docs["ratio"] > 2 * chat["ratio"], phases
+    assert chat["prefill_mean"] >= 2, phases  # the chat load needed more than the minimum
+    assert summary["decisions"], "no decision was shown"
+    assert (out / "demo.png").stat().st_size > 20_000
+    assert len((out / "timeline.csv").read_text().splitlines()) > SCENARIO_S
+
+    # Nothing left running: the operator and the engine simulator are gone, the
+    # PDDeployment is deleted, its scrape targets unregistered, its pods going.
+    for name, pid in summary["processes"].items():
+        line = cmdline(pid)  # "" when gone; a reused PID runs something else
+        assert "pdlab" not in line, f"{name} (pid {pid}) still runs: {line}"
+        assert "pdscaler" not in line, f"{name} (pid {pid}) still runs: {line}"
+    assert not_found(
+        lambda: kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "demo")
+    )
+    assert list((lab.prom_dir / "targets").glob(f"{TARGET_PREFIX}-{port}-*.json")) == []
+    wait_for(
+        lambda: not_found(lambda: kube.core.read_namespace(namespace)),
+        120,
+        f"namespace {namespace} deleted",
+        interval=1.0,
+    )
