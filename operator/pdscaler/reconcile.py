@@ -27,6 +27,7 @@ forecast included) and, compacted, in ``status.memory`` for a restarted operator
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -86,6 +87,9 @@ class Runtime:
     telemetry: Telemetry = field(default_factory=Telemetry)
     clock: Callable[[], float] = time.time
     prometheus_url: str | None = None
+    #: Replaces Prometheus (tests, the overhead benchmark): returns the snapshot or
+    #: raises ``MetricsUnavailableError``.
+    metrics_source: Callable[[PDDeploymentSpec, str, str, float], MetricsSnapshot] | None = None
     memory: dict[str, PolicyMemory] = field(default_factory=dict)
     last: dict[tuple[str, str], TickReport] = field(default_factory=dict)
     intervals: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -203,6 +207,13 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
             rt.telemetry.record_write(action.verb.value, action.kind)
     events += _warn_foreign(rt, pdd, the_plan)
 
+    # Recommend mode scaled nothing: the policy must not believe capacity is coming.
+    kept_memory = (
+        decision.memory
+        if auto
+        else dataclasses.replace(decision.memory, last_scale_time=memory.last_scale_time)
+    )
+    decision = dataclasses.replace(decision, memory=kept_memory)
     new_status = status.build_status(
         status.StatusInput(
             now=now,
@@ -228,7 +239,7 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
     if written:
         rt.kube.patch_status(namespace, name, new_status.to_k8s(), pdd.get("status"))
         rt.telemetry.record_write("status", "PDDeployment")
-    rt.memory[uid] = decision.memory
+    rt.memory[uid] = kept_memory
     done = report(
         decision=decision,
         plan=the_plan,
@@ -263,8 +274,10 @@ def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
 def _read_metrics(
     rt: Runtime, spec: PDDeploymentSpec, namespace: str, name: str, now: float
 ) -> tuple[MetricsSnapshot | None, str | None]:
-    client = rt.prometheus(spec.metrics.prometheus.url)
     try:
+        if rt.metrics_source is not None:
+            return rt.metrics_source(spec, namespace, name, now), None
+        client = rt.prometheus(spec.metrics.prometheus.url)
         return read_snapshot(client, spec, namespace, name, now), None
     except MetricsUnavailableError as err:
         return None, err.message

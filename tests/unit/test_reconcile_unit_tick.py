@@ -1,0 +1,233 @@
+"""``reconcile_once`` against an in-memory API server (fakekube.FakeKube) and a metrics
+source set by the test: the whole tick (kube.py's requests included) without a cluster.
+
+Worked numbers: prefill 3000 tok/s, decode 800 tok/s, u = 0.7, min 1 / max 8 each.
+At R = 1 req/s, L_p = 2000, L_d = 500 the ratio model wants N_P = 2000/2100 = 0.95 -> 1
+and N_D = 500/560 = 0.89 -> 1: one replica each, which is where a new cell starts.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from fakekube import FakeKube
+
+from pdscaler import manifests, naming, status
+from pdscaler.prometheus import MetricsUnavailableError
+from pdscaler.reconcile import Runtime, reconcile_once
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import MetricsSnapshot, PoolMetrics, Role
+
+NS, NAME = "serving", "chat"
+PDD_PATH = f"/apis/pdscaler.io/v1alpha1/namespaces/{NS}/pddeployments/{NAME}"
+REV = naming.revision("img", "v1")
+
+
+def manifest(mode: str = "Auto") -> dict[str, Any]:
+    return {
+        "apiVersion": "pdscaler.io/v1alpha1",
+        "kind": "PDDeployment",
+        "metadata": {"name": NAME, "namespace": NS, "generation": 1},
+        "spec": {
+            "engine": {"image": "img", "version": "v1"},
+            "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 1, "max": 8}},
+            "decode": {"tokensPerSecond": 800, "replicas": {"min": 1, "max": 8}},
+            "scaling": {"mode": mode, "interval": "5s", "maxGPUs": 16},
+        },
+    }
+
+
+def snapshot(rate: float = 1.0, prompt: float = 2000.0, output: float = 500.0) -> MetricsSnapshot:
+    return MetricsSnapshot(
+        time=0.0,
+        request_rate=rate,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        prefill=PoolMetrics(queue_depth=0.0, latency_seconds=0.3, running=0.0),
+        decode=PoolMetrics(queue_depth=0.0, latency_seconds=0.02, running=0.0),
+    )
+
+
+class World:
+    """A fake cluster, a settable metrics source and a clock."""
+
+    def __init__(self, mode: str = "Auto") -> None:
+        self.kube = FakeKube()
+        self.kube.put(PDD_PATH, manifest(mode))
+        self.metrics: MetricsSnapshot | None = snapshot()
+        self.now = 1_000_000.0
+        self.rt = Runtime(kube=self.kube, clock=lambda: self.now, metrics_source=self.source)
+
+    def source(self, spec: PDDeploymentSpec, ns: str, name: str, now: float) -> MetricsSnapshot:
+        if self.metrics is None:
+            raise MetricsUnavailableError("PrometheusUnreachable", "connection refused")
+        return self.metrics
+
+    def tick(self, advance: float = 5.0) -> Any:
+        self.now += advance
+        return reconcile_once(self.rt, NS, NAME)
+
+    def pdd(self) -> dict[str, Any]:
+        return copy.deepcopy(self.kube.store[PDD_PATH])
+
+    def deployment(self, role: Role) -> dict[str, Any]:
+        path = f"/apis/apps/v1/namespaces/{NS}/deployments/{NAME}-{REV}-{role.value}"
+        return self.kube.store[path]
+
+    def run_pods(self) -> None:
+        """What the Deployment controller + kwok would do: Ready pods up to replicas."""
+        for role in Role:
+            dep = self.deployment(role)
+            labels = dep["spec"]["template"]["metadata"]["labels"]
+            for i in range(dep["spec"]["replicas"]):
+                self.kube.add_pod(NS, f"{NAME}-{role.value}-{i}", labels, ready=True)
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        (c,) = [c for c in self.pdd()["status"]["conditions"] if c["type"] == type_]
+        return dict(c)
+
+
+def test_first_tick_creates_the_cell_with_field_manager_and_status() -> None:
+    w = World()
+    rep = w.tick()
+    kinds = sorted((r.verb, r.kind) for r in w.kube.audit.records if r.verb != "event")
+    assert kinds == [
+        ("create", "Deployment"),
+        ("create", "Deployment"),
+        ("create", "Service"),
+        ("create", "Service"),
+        ("status", "PDDeployment"),
+    ]
+    assert w.deployment(Role.PREFILL)["spec"]["replicas"] == 1
+    assert (
+        w.deployment(Role.DECODE)["metadata"]["ownerReferences"][0]["uid"]
+        == (w.pdd()["metadata"]["uid"])
+    )
+    st = w.pdd()["status"]
+    assert st["activeVersion"] == "v1"
+    assert st["prefill"]["summary"] == "0/1"
+    assert rep.applied
+    assert any(e.startswith("Normal CreatedDeployment") for e in rep.events)
+
+
+def test_converged_tick_makes_zero_writes() -> None:
+    w = World()
+    w.tick()
+    w.run_pods()
+    w.tick()  # status catches up with the Ready pods
+    before = w.kube.audit.count
+    for _ in range(3):
+        rep = w.tick()
+        assert rep.writes == 0
+        assert rep.plan is not None
+        assert rep.plan.empty
+    assert w.kube.audit.count == before
+    assert all(method == "GET" for method, _, _ in w.kube.requests[-12:])
+
+
+def test_load_rise_scales_and_publishes_the_decision() -> None:
+    """R 1 -> 8 req/s: N_D = 8*500/560 = 7.1 -> 8 decode replicas (max 8)."""
+    w = World()
+    w.tick()
+    w.run_pods()
+    w.tick()
+    w.metrics = snapshot(rate=8.0)
+    rep = w.tick()
+    assert rep.decision is not None
+    assert rep.decision.decode > 1
+    assert w.deployment(Role.DECODE)["spec"]["replicas"] == rep.decision.decode
+    ld = w.pdd()["status"]["lastDecision"]
+    assert ld["action"] == rep.decision.action
+    assert ld["inputs"]["requestRate"] == 8.0
+    assert any(rep.decision.action in e for e in rep.events)
+
+
+def test_recommend_mode_writes_only_status_and_events() -> None:
+    w = World()
+    w.tick()
+    w.run_pods()
+    w.tick()
+    spec_dep = copy.deepcopy(w.deployment(Role.DECODE))
+    pdd = w.kube.store[PDD_PATH]
+    pdd["spec"]["scaling"]["mode"] = "Recommend"
+    w.metrics = snapshot(rate=8.0)
+    count = w.kube.audit.count
+    rep = w.tick()
+    verbs = {(r.verb, r.kind) for r in w.kube.audit.since(count)}
+    assert verbs <= {("status", "PDDeployment"), ("event", "Event")}
+    assert w.deployment(Role.DECODE)["spec"] == spec_dep["spec"]
+    assert rep.decision is not None
+    assert rep.decision.decode > 1
+    assert w.pdd()["status"]["decode"]["desiredReplicas"] == rep.decision.decode
+    assert any("RecommendScaled" in e for e in rep.events)
+    again = w.tick()  # the same recommendation again: no new status, no new Event
+    assert again.writes == 0
+
+
+def test_prometheus_unreachable_holds_and_sets_condition() -> None:
+    w = World()
+    w.tick()
+    w.run_pods()
+    w.metrics = snapshot(rate=8.0)
+    w.tick()
+    replicas = w.deployment(Role.DECODE)["spec"]["replicas"]
+    w.metrics = None
+    rep = w.tick(advance=600.0)  # well past any stabilization window
+    assert w.deployment(Role.DECODE)["spec"]["replicas"] == replicas
+    c = w.condition(status.METRICS_AVAILABLE)
+    assert (c["status"], c["reason"]) == ("False", status.REASON_PROMETHEUS_UNREACHABLE)
+    assert "connection refused" in c["message"]
+    assert rep.metrics_error == "connection refused"
+    w.metrics = snapshot(rate=8.0)
+    w.tick()
+    assert w.condition(status.METRICS_AVAILABLE)["status"] == "True"
+
+
+def test_foreign_object_is_left_alone_with_one_warning() -> None:
+    w = World()
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": NAME, "namespace": NS, "labels": {"app": "theirs"}},
+        "spec": {"selector": {"app": "theirs"}},
+    }
+    w.kube.put(f"/api/v1/namespaces/{NS}/services/{NAME}", foreign)
+    first = w.tick()
+    assert any(e.startswith("Warning NotOwned") for e in first.events)
+    svc = w.kube.store[f"/api/v1/namespaces/{NS}/services/{NAME}"]
+    assert svc["spec"] == {"selector": {"app": "theirs"}}
+    second = w.tick()
+    assert not any("NotOwned" in e for e in second.events)
+
+
+def test_deleted_or_missing_pdd_is_a_no_op() -> None:
+    w = World()
+    del w.kube.store[PDD_PATH]
+    rep = w.tick()
+    assert rep.skipped == "not found"
+    assert rep.writes == 0
+
+
+def test_template_change_updates_the_deployment() -> None:
+    w = World()
+    w.tick()
+    w.run_pods()
+    w.tick()
+    pdd = w.kube.store[PDD_PATH]
+    pdd["spec"]["decode"]["gpusPerReplica"] = 2
+    count = w.kube.audit.count
+    w.tick()
+    applied = [(r.verb, r.name) for r in w.kube.audit.since(count) if r.kind == "Deployment"]
+    assert applied == [("update", f"{NAME}-{REV}-decode")]
+    engine = w.deployment(Role.DECODE)["spec"]["template"]["spec"]["containers"][0]
+    assert engine["resources"]["limits"][manifests.GPU_RESOURCE] == "2"
+
+
+@pytest.mark.parametrize("mode", ["Auto", "Recommend"])
+def test_status_has_every_condition(mode: str) -> None:
+    w = World(mode)
+    w.tick()
+    types = {c["type"] for c in w.pdd()["status"]["conditions"]}
+    assert types == set(status.CONDITION_TYPES)
