@@ -117,18 +117,26 @@ class EngineParams:
         budget = float(self.prefill_token_budget)
         return budget / (self.prefill_overhead_s + budget / self.prefill_tps)
 
-    def decode_tps(self, prompt_tokens: float, output_tokens: float, tpot_cap: float) -> float:
-        """Sustainable output tokens/s of one decode replica for a request mix: the
-        largest batch that fits the KV (prompt + output reserved per sequence), the
-        sequence slots and a step time <= ``tpot_cap``, times 1/step. Used by the oracle
-        and the work floor. Chat mix (1,155 + 211 tokens, cap 50 ms): 73 sequences,
-        step 12 + 7.3 + 22.9 = 42.2 ms -> ~1,730 tokens/s."""
+    def decode_operating_point(
+        self, prompt_tokens: float, output_tokens: float, tpot_cap: float
+    ) -> tuple[int, float]:
+        """(batch, step seconds) of one decode replica at full load for a request mix:
+        the largest batch that fits the KV (prompt + output reserved per sequence) and
+        the sequence slots, with a step time <= ``tpot_cap``. Chat mix (1,155 + 211
+        tokens, cap 50 ms): 73 sequences, step 12 + 7.3 + 22.9 = 42.2 ms."""
         ctx = max(1.0, prompt_tokens + output_tokens / 2.0)
         per_seq = max(1.0, prompt_tokens + output_tokens)
         batch = min(self.decode_max_seqs, max(1, int(self.decode_kv_tokens // per_seq)))
         while batch > 1 and self.decode_step(batch, batch * ctx) > tpot_cap:
             batch -= 1
-        return batch / self.decode_step(batch, batch * ctx)
+        return batch, self.decode_step(batch, batch * ctx)
+
+    def decode_tps(self, prompt_tokens: float, output_tokens: float, tpot_cap: float) -> float:
+        """Sustainable output tokens/s of one decode replica for a request mix: batch /
+        step at the operating point. Chat mix, 50 ms: 73 / 0.0422 = ~1,730 tokens/s.
+        Used by the oracle and the work floor."""
+        batch, step = self.decode_operating_point(prompt_tokens, output_tokens, tpot_cap)
+        return batch / step
 
 
 class State(IntEnum):
@@ -273,6 +281,10 @@ class Sample:
     prefill_desired: int
     decode_desired: int
     decode_running_by_pod: dict[str, float]
+
+
+def _reserved(rep: Replica) -> int:
+    return rep.kv_reserved
 
 
 class Engine:
@@ -468,6 +480,10 @@ class Engine:
     def ready(self, role: Role) -> int:
         return sum(1 for r in self._live[role] if r.state is State.READY)
 
+    def queued(self, role: Role) -> int:
+        """Requests waiting in the pool's queue (prefill: arrived; decode: handed off)."""
+        return len(self._pf_queue if role is Role.PREFILL else self._dc_queue)
+
     def scale_to(self, role: Role, n: int, now: float) -> None:
         """Ask for ``n`` replicas of ``role``. Up: new replicas start now and serve after
         the start-up time. Down: cancel starting replicas first (newest first), then
@@ -619,25 +635,33 @@ class Engine:
         left = max(0.0, rep.finishing[0][0] - rep.steps)
         self._push(now + left * rep.step_s, _Ev.DECODE, rep.ident, rep.version)
 
-    def _fits(self, rep: Replica, need: int) -> bool:
-        if len(rep.finishing) >= self.p.decode_max_seqs:
-            return False
-        return rep.kv_reserved + need <= self.p.decode_kv_tokens or not rep.finishing
+    def _pick_decode(self, need: int) -> Replica | None:
+        """The ready decode replica with the most free KV (least reserved) that has a
+        free sequence slot, if ``need`` tokens fit in it (an empty replica takes any
+        request). All replicas have the same KV size, so when the least-reserved one
+        cannot take it, none can."""
+        ready = self._ready_decode
+        max_seqs = self.p.decode_max_seqs
+        best = min(ready, key=_reserved)
+        if len(best.finishing) >= max_seqs:
+            open_slots = [r for r in ready if len(r.finishing) < max_seqs]
+            if not open_slots:
+                return None
+            best = min(open_slots, key=_reserved)
+        if best.finishing and best.kv_reserved + need > self.p.decode_kv_tokens:
+            return None
+        return best
 
     def _dispatch_decode(self, now: float) -> None:
         """Admit queued hand-offs in FIFO order, each to the ready replica with the most
         free KV that fits it; stop at the first that fits nowhere (head-of-line)."""
         if not self._dc_queue or not self._ready_decode:
             return
-        ready = self._ready_decode
         touched: dict[int, Replica] = {}
         while self._dc_queue:
             i = self._dc_queue[0]
             need = self._prompt[i] + self._out[i]
-            best: Replica | None = None
-            for r in ready:
-                if self._fits(r, need) and (best is None or r.kv_reserved < best.kv_reserved):
-                    best = r
+            best = self._pick_decode(need)
             if best is None:
                 break
             self._dc_queue.popleft()

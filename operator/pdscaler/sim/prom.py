@@ -93,12 +93,13 @@ class PromView:
         now: float,
         window: float,
         q: float,
-        hist: Callable[[Sample], np.ndarray],
+        hist: Callable[[Sample], Sequence[float]],
         bounds: Sequence[float],
     ) -> float | None:
-        """``histogram_quantile(q, rate(h_bucket[window]))``; None with no observations."""
+        """``histogram_quantile(q, rate(h_bucket[window]))``; None with no observations.
+        ``hist`` gives per-bucket counts (``PodStats.ttft_counts``)."""
         pair = self._window(now, window)
         if pair is None:
             return None
-        delta = hist(pair[1]) - hist(pair[0])
+        delta = np.asarray(hist(pair[1]), dtype=np.float64) - np.asarray(hist(pair[0]))
         return histogram_quantile(q, [float(x) for x in delta], bounds)

@@ -1,0 +1,175 @@
+"""What a run is worth: SLO attainment, latency percentiles, GPU-hours, scale actions and
+reversals, the Pareto front, and the JSON result of ``pdscaler simulate``.
+
+Owns: the definitions, once.
+
+* A request meets the SLO when its TTFT <= ``slo.ttftSeconds`` AND its TPOT <=
+  ``slo.tpotSeconds``; a request that never finished misses it. SLO attainment is
+  the fraction of ALL requests of the trace that met it (0-1).
+* Percentiles are over all requests, an unfinished one counting as infinitely late
+  (so a p99 is ``inf`` when more than 1% never finished; JSON writes ``null``).
+* A scale action is one change of one pool's desired replicas; a reversal is an
+  action whose direction is opposite to the same pool's previous action less than
+  ``REVERSAL_WINDOW_S`` (10 min) earlier (flapping, not following a daily curve).
+* A policy is on the Pareto front when no other policy has both attainment >= and
+  GPU-hours <= with at least one strictly better.
+
+Must not: run anything, read clocks or write files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from pdscaler.sim.engine import FloatArray, RequestTimes
+from pdscaler.sim.loop import Action, Run
+from pdscaler.types import Role
+
+REVERSAL_WINDOW_S = 600.0
+
+
+def met_slo(times: RequestTimes, ttft_s: float, tpot_s: float) -> np.ndarray:
+    """Boolean per request: TTFT and TPOT both within the SLO (NaN = never = miss).
+    A tolerance of 1 ns absorbs float noise at exactly the SLO."""
+    with np.errstate(invalid="ignore"):
+        ttft = np.nan_to_num(times.ttft, nan=math.inf)
+        tpot = np.nan_to_num(times.tpot, nan=math.inf)
+        return (ttft <= ttft_s + 1e-9) & (tpot <= tpot_s + 1e-9)
+
+
+def percentile(values: FloatArray, q: float) -> float:
+    """Nearest-rank-interpolated percentile (numpy's default) with NaN as +inf:
+    [1, 2, 3, NaN] p50 -> 2.5, p99 -> inf."""
+    if len(values) == 0:
+        return math.nan
+    return float(np.percentile(np.nan_to_num(values, nan=math.inf), q))
+
+
+def reversals(actions: Sequence[Action], window_s: float = REVERSAL_WINDOW_S) -> int:
+    """Actions that undo the same pool's previous one within ``window_s``: prefill
+    2->4 at 0 s, 4->3 at 300 s (reversal), 3->2 at 900 s (same direction) -> 1."""
+    last: dict[Role, Action] = {}
+    count = 0
+    for a in sorted(actions, key=lambda a: a.time):
+        prev = last.get(a.role)
+        if prev is not None and a.time - prev.time < window_s:
+            up_before = prev.after > prev.before
+            up_now = a.after > a.before
+            count += up_before != up_now
+        last[a.role] = a
+    return count
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One policy on one trace. Seconds and GPU-hours; attainment 0-1."""
+
+    policy: str
+    requests: int
+    finished: int
+    slo_attainment: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
+    gpu_hours: float
+    prefill_gpu_hours: float
+    decode_gpu_hours: float
+    scale_actions: int
+    reversals: int
+
+    def to_json(self, oracle_gpu_hours: float | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {k: _json_number(v) for k, v in asdict(self).items()}
+        del out["policy"]
+        if oracle_gpu_hours:
+            out["ratio_to_oracle"] = _json_number(self.gpu_hours / oracle_gpu_hours)
+        return out
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def summarize(run: Run) -> Summary:
+    t = run.times
+    ok = met_slo(t, run.slo_ttft_s, run.slo_tpot_s)
+    n = len(t.arrival)
+    p = run.gpu_seconds[Role.PREFILL] / 3600.0
+    d = run.gpu_seconds[Role.DECODE] / 3600.0
+    return Summary(
+        policy=run.policy,
+        requests=n,
+        finished=int(np.sum(np.isfinite(t.finish))),
+        slo_attainment=float(np.mean(ok)) if n else 1.0,
+        ttft_p50_s=percentile(t.ttft, 50),
+        ttft_p99_s=percentile(t.ttft, 99),
+        tpot_p50_s=percentile(t.tpot, 50),
+        tpot_p99_s=percentile(t.tpot, 99),
+        gpu_hours=p + d,
+        prefill_gpu_hours=p,
+        decode_gpu_hours=d,
+        scale_actions=len(run.actions),
+        reversals=reversals(run.actions),
+    )
+
+
+def attainment_over_time(run: Run, bin_s: float = 60.0) -> tuple[FloatArray, FloatArray]:
+    """(bin start, fraction of the requests ARRIVING in that bin that met the SLO);
+    NaN for a bin without arrivals."""
+    t = run.times
+    if len(t.arrival) == 0:
+        return np.zeros(0), np.zeros(0)
+    ok = met_slo(t, run.slo_ttft_s, run.slo_tpot_s).astype(np.float64)
+    nbins = max(1, math.ceil(float(t.arrival.max()) / bin_s + 1e-9))
+    b = np.minimum((t.arrival // bin_s).astype(np.int64), nbins - 1)
+    count = np.bincount(b, minlength=nbins).astype(np.float64)
+    good = np.bincount(b, weights=ok, minlength=nbins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(count > 0, good / count, np.nan)
+    return np.arange(nbins, dtype=np.float64) * bin_s, frac
+
+
+def pareto_front(summaries: Sequence[Summary]) -> set[str]:
+    """Names not dominated on (higher attainment, fewer GPU-hours)."""
+    front = set()
+    for a in summaries:
+        dominated = any(
+            b.slo_attainment >= a.slo_attainment
+            and b.gpu_hours <= a.gpu_hours
+            and (b.slo_attainment > a.slo_attainment or b.gpu_hours < a.gpu_hours)
+            for b in summaries
+            if b is not a
+        )
+        if not dominated:
+            front.add(a.policy)
+    return front
+
+
+def result_json(
+    summaries: Sequence[Summary],
+    *,
+    oracle_gpu_hours: float,
+    work_floor_gpu_hours: float,
+    meta: dict[str, Any],
+) -> dict[str, Any]:
+    """The JSON document of ``pdscaler simulate``::
+
+    {"policies": {"pdscaler": {"slo_attainment": 0.995, "ttft_p99_s": 1.2, ...,
+                               "gpu_hours": 9.8, "ratio_to_oracle": 1.12, ...}, ...},
+     "oracle": {"gpu_hours": 8.75}, "work_floor": {"gpu_hours": 6.1},
+     "pareto_front": ["pdscaler", "static-mean"], "meta": {...}}
+    """
+    return {
+        "policies": {s.policy: s.to_json(oracle_gpu_hours) for s in summaries},
+        "oracle": {"gpu_hours": oracle_gpu_hours},
+        "work_floor": {"gpu_hours": work_floor_gpu_hours},
+        "pareto_front": sorted(pareto_front(summaries)),
+        "meta": meta,
+    }
