@@ -179,9 +179,14 @@ def waiting(role: Role, in_flight: int) -> str:
 
 
 def capacity_note(gpus: int, pending: int, bottleneck: Role | None) -> str:
-    """``capacity limited: the cluster schedules 32 GPUs (6 pods pending), decode first``."""
+    """``capacity limited: the cluster schedules 38 GPUs (6 pods pending), decode first``;
+    without pending pods (a capacity learnt earlier): ``... schedules at most 38 GPUs``."""
     first = f", {bottleneck.value} first" if bottleneck is not None else ""
-    return f"capacity limited: the cluster schedules {gpus} GPUs ({pending} pods pending){first}"
+    if pending:
+        return (
+            f"capacity limited: the cluster schedules {gpus} GPUs ({pending} pods pending){first}"
+        )
+    return f"capacity limited: the cluster schedules at most {gpus} GPUs{first}"
 
 
 def budget_note(gpus: int, bottleneck: Role | None) -> str:

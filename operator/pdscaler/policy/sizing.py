@@ -48,8 +48,8 @@ replicas (ratio target at u = 0.7: ceil(7.69) = 8), drained at 10 + 102.5/2.35 =
 
 When a pool is short, no replica of it is still starting, and the models see no
 shortfall (the priors overrate the replicas; refinement catches up only while queues
-are non-empty), the primary grows like the HPA: ``ceil(ready * min(pressure, 2))``, at least one replica more than it
-runs, counted from READY replicas so in-flight replicas are not compounded.
+are non-empty), the primary grows like the HPA: ``ceil(ready * min(pressure, 2))``,
+at least one replica more than it runs.
 """
 
 from __future__ import annotations
