@@ -19,6 +19,7 @@ import sys
 
 import typer
 
+USAGE_EXIT = 2
 SUBCOMMAND_MODULES = ("plan", "simulate", "run", "explain")
 
 
@@ -43,6 +44,24 @@ def build_app() -> typer.Typer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point (``pdscaler``, ``python -m pdscaler``)."""
-    app = build_app()
-    app(args=argv if argv is not None else sys.argv[1:], prog_name="pdscaler")
+    """Console-script entry point (``pdscaler``, ``python -m pdscaler``).
+
+    Usage errors anywhere (unknown command or option, bad value) are one line on stderr
+    and exit code 2; a command's own exit code passes through.
+    """
+    command = typer.main.get_command(build_app())
+    args = argv if argv is not None else sys.argv[1:]
+    try:
+        rc = command.main(args=args, prog_name="pdscaler", standalone_mode=False)
+    except typer.Abort:
+        print("Aborted.", file=sys.stderr)
+        sys.exit(1)
+    except typer.TyperException as err:
+        code = getattr(err, "exit_code", 1)
+        message = err.format_message() if hasattr(err, "format_message") else str(err)
+        ctx = getattr(err, "ctx", None)
+        where = f"{ctx.command_path}: " if ctx is not None else "pdscaler: "
+        hint = " (see --help)" if code == USAGE_EXIT else ""
+        print(f"Error: {where}{message}{hint}", file=sys.stderr)
+        sys.exit(code)
+    sys.exit(rc if isinstance(rc, int) else 0)
