@@ -1,12 +1,13 @@
 """Traffic scenarios for the live engine simulator and the demo: phases of Poisson
 arrivals with a request mix, generated deterministically for a seed.
 
-Owns: the built-in scenarios (``chat``, ``long-docs``, ``burst`` and ``demo``, which
-plays the three in a row), their sizing against the demo PDDeployment
-(``deploy/demo/demo.yaml``), shortening a scenario for a quick run (``scaled``),
-turning a scenario into a :class:`pdscaler.sim.traces.Trace`, and loading a real trace
-window for replay (``from_trace``). Must not: start processes, talk to Kubernetes or
-Prometheus, or read clocks (time is scenario seconds from the first arrival).
+Owns: the built-in scenarios (``chat``, ``long-docs``, ``burst`` and ``demo``: a
+warm-up ramp from 4 to 21 req/s, then the three in a row and a cool-down), their
+sizing against the demo PDDeployment (``deploy/demo/demo.yaml``), shortening a
+scenario for a quick run (``scaled``), turning a scenario into a
+:class:`pdscaler.sim.traces.Trace`, and loading a real trace window for replay
+(``from_trace``). Must not: start processes, talk to Kubernetes or Prometheus, or read
+clocks (time is scenario seconds from the first arrival).
 
 Sizing (the ratio model of MODELS.md §2 with the demo manifest's priors: prefill
 7,500 prompt tokens/s, decode 1,600 output tokens/s, both planned at 70% utilisation;
@@ -63,12 +64,21 @@ LONG_DOCS = Mix(
 
 @dataclass(frozen=True)
 class Phase:
-    """``duration_s`` seconds of Poisson arrivals at ``rate`` req/s with ``mix``."""
+    """``duration_s`` seconds of Poisson arrivals with ``mix``: at ``rate`` req/s, or
+    ramping linearly from ``rate_from`` at the phase's start to ``rate`` at its end."""
 
     name: str
     duration_s: float
     rate: float
     mix: Mix
+    rate_from: float | None = None
+
+    def rate_at(self, t: float) -> float:
+        """Req/s ``t`` seconds into the phase: a 4 -> 21 ramp over 30 s gives 12.5 at 15 s."""
+        if self.rate_from is None or self.duration_s <= 0:
+            return self.rate
+        frac = min(1.0, max(0.0, t / self.duration_s))
+        return self.rate_from + (self.rate - self.rate_from) * frac
 
 
 @dataclass(frozen=True)
@@ -83,8 +93,8 @@ class Scenario:
         return sum(p.duration_s for p in self.phases)
 
     def boundaries(self) -> list[tuple[str, float, float]]:
-        """(phase name, start, end) in scenario seconds: demo -> chat 0-90, long-docs
-        90-210, burst 210-270, cool-down 270-300."""
+        """(phase name, start, end) in scenario seconds: demo -> warm-up 0-30, chat
+        30-105, long-docs 105-210, burst 210-270, cool-down 270-300."""
         out: list[tuple[str, float, float]] = []
         t = 0.0
         for p in self.phases:
@@ -101,6 +111,9 @@ class Scenario:
 
 
 CHAT_RATE = 21.0
+#: The demo's pools start at their minimum (1 + 1): the load ramps up from what one
+#: replica of each serves instead of arriving as a backlog.
+WARM_UP_RATE = 4.0
 LONG_DOCS_RATE = 14.0
 BURST_FACTOR = 2.2
 
@@ -118,8 +131,9 @@ SCENARIOS: dict[str, Scenario] = {
     "demo": Scenario(
         "demo",
         (
-            Phase("chat", 90.0, CHAT_RATE, CHAT),
-            Phase("long-docs", 120.0, LONG_DOCS_RATE, LONG_DOCS),
+            Phase("warm-up", 30.0, CHAT_RATE, CHAT, rate_from=WARM_UP_RATE),
+            Phase("chat", 75.0, CHAT_RATE, CHAT),
+            Phase("long-docs", 105.0, LONG_DOCS_RATE, LONG_DOCS),
             Phase("burst", 60.0, CHAT_RATE * BURST_FACTOR, CHAT),
             Phase("cool-down", 30.0, CHAT_RATE, CHAT),
         ),
@@ -139,8 +153,8 @@ def get(name: str) -> Scenario:
 
 def scaled(scenario: Scenario, duration_s: float) -> Scenario:
     """The same phases, each shortened (or stretched) in proportion so the whole lasts
-    ``duration_s``; rates and mixes are unchanged. demo (300 s) to 150 s: chat 45 s,
-    long-docs 60 s, burst 30 s, cool-down 15 s."""
+    ``duration_s``; rates and mixes are unchanged. demo (300 s) to 150 s: warm-up 15 s,
+    chat 37.5 s, long-docs 52.5 s, burst 30 s, cool-down 15 s."""
     if not (duration_s > 0 and math.isfinite(duration_s)):
         raise ValueError(f"duration must be a positive number of seconds, got {duration_s}")
     k = duration_s / scenario.duration_s
@@ -168,12 +182,16 @@ def generate(scenario: Scenario, seed: int = 0) -> Trace:
     prompts: list[np.ndarray] = []
     outputs: list[np.ndarray] = []
     for phase, (_, start, end) in zip(scenario.phases, scenario.boundaries(), strict=True):
-        if phase.rate <= 0:
+        peak = max(phase.rate, phase.rate_from or 0.0)
+        if peak <= 0:
             continue
-        expected = phase.rate * phase.duration_s
-        gaps = rng.exponential(1.0 / phase.rate, int(expected + 10 * math.sqrt(expected) + 20))
+        expected = peak * phase.duration_s
+        gaps = rng.exponential(1.0 / peak, int(expected + 10 * math.sqrt(expected) + 20))
         t = start + np.cumsum(gaps)
         t = t[t < end]
+        if phase.rate_from is not None:  # thinning: keep with probability rate(t)/peak
+            keep = rng.random(len(t)) * peak < np.array([phase.rate_at(x - start) for x in t])
+            t = t[keep]
         arrivals.append(t)
         m = phase.mix
         prompts.append(_tokens(rng, len(t), m.prompt_mean, m.prompt_sigma, m.prompt_range))

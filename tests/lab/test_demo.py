@@ -1,10 +1,12 @@
-"""`python -m pdlab demo`, shortened to a 120 s scenario, against the lab: the operator
+"""`python -m pdlab demo`, shortened to a 150 s scenario, against the lab: the operator
 moves the pools the way the request mix asks, and the demo leaves nothing behind.
 
-The scenario (pdlab.scenarios, demo scaled to 120 s): chat 36 s (P:D ~1:1), long
-documents 48 s (prompts 4x longer, outputs 4x shorter: the ratio model asks for ~11
-prefill per decode replica), a burst 24 s, a cool-down 12 s. Judged on the second half
-of each phase (summary.json, pdlab.demo_report).
+The scenario (pdlab.scenarios, demo scaled to 150 s): warm-up 15 s, chat 37.5 s (P:D
+~1:1 by the ratio model), long documents 52.5 s (prompts 4x longer, outputs 4x shorter:
+the ratio model asks for ~11 prefill per decode replica), a burst 30 s, a cool-down
+15 s; the operator's window/interval/stabilization quickened to 15 s/2 s/15 s. Judged
+on the second half of each phase (summary.json, pdlab.demo_report). The closed loop on
+the simulated clock gives chat ~1.8 and long documents ~9.9 for this run.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pdlab.lab import Lab
 from pdscaler.spec import GROUP, PLURAL, VERSION
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIO_S = 120
+SCENARIO_S = 150
 DEMO_TIMEOUT_S = 420
 
 
@@ -58,7 +60,7 @@ def test_shortened_demo_moves_the_ratio_with_the_mix_and_cleans_up(
     chat, docs = phases["chat"], phases["long-docs"]
     # Long documents: the prefill pool's share of the replicas goes up, and the P:D
     # ratio at least doubles (the ratio model asks for ~11:1 against ~1:1).
-    assert docs["prefill_share"] > chat["prefill_share"] + 0.15, phases
+    assert docs["prefill_share"] > chat["prefill_share"] + 0.1, phases
     assert docs["ratio"] > 2 * chat["ratio"], phases
     assert chat["prefill_mean"] >= 2, phases  # the chat load needed more than the minimum
     assert summary["decisions"], "no decision was shown"
