@@ -64,6 +64,8 @@ from pdscaler.types import Role
 STATUS_WINDOW_S = 30.0
 RATE_WINDOW_S = 10.0
 TARGET_PREFIX = "engine-sim"
+#: A PDDeployment without any pod for this long is forgotten (its engine dropped).
+FORGET_AFTER_S = 10.0
 
 
 Workload = Callable[[], tuple[Trace, scenarios.Scenario]]
@@ -148,6 +150,7 @@ class DeploymentSim:
         self.pods: dict[str, PodInfo] = {}  # pods with a replica
         self.samples: deque[Sample] = deque()
         self.log: list[str] = []
+        self.empty_since: float | None = None  # monotonic time its last pod went
 
     def clock(self, mono: float) -> float:
         return mono - self.created
@@ -352,8 +355,15 @@ class EngineSim:
                     key[0], key[1], trace, scenario, self.params, self.seed, mono
                 )
                 self._say(f"{key[0]}/{key[1]}: new PDDeployment, scenario {scenario.name}")
-        for key, dep in self.deployments.items():
+        for key, dep in list(self.deployments.items()):
             dep.sync(by_dep.get(key, []), mono)
+            if key in by_dep or dep.replica_of:
+                dep.empty_since = None
+            elif dep.empty_since is None:
+                dep.empty_since = mono
+            elif mono - dep.empty_since >= FORGET_AFTER_S:
+                del self.deployments[key]  # recreated later, it starts its scenario afresh
+                self._say(f"{key[0]}/{key[1]}: no pods for {FORGET_AFTER_S:.0f}s, forgotten")
 
     def step(self, mono: float) -> None:
         pages: dict[str, PodPage] = {}

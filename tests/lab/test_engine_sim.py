@@ -308,3 +308,25 @@ def test_engine_sim_series_reach_prometheus_with_pod_labels_and_plausible_values
     proc.terminate()
     assert proc.wait(20) == 0
     assert list(targets.glob(f"{TARGET_PREFIX}-{port}-*.json")) == []
+
+
+def test_a_deployment_without_pods_is_forgotten_and_restarts_its_scenario() -> None:
+    """All pods gone for 10 s: the PDDeployment's engine is dropped, so a PDDeployment
+    of the same name created later (a second demo run) plays its scenario from t=0."""
+    listing = pods(1, 1)
+    scenario = scenarios.scaled(scenarios.get("chat"), 20.0)
+    workload: Workload = lambda: (scenarios.generate(scenario), scenario)  # noqa: E731
+    sim = EngineSim(FakePods(listing), workload, EngineParams(), port=9998)
+    sim.poll(0.0)
+    sim.step(5.0)
+    assert sim.deployments[("ns", "chat")].phase() == ("chat", 5.0)
+    listing.clear()
+    for t in (6.0, 10.0, 15.9):
+        sim.poll(t)
+        assert ("ns", "chat") in sim.deployments
+    sim.poll(16.0)
+    assert sim.deployments == {}
+    listing.extend(pods(1, 1))
+    sim.poll(20.0)
+    sim.step(21.0)
+    assert sim.deployments[("ns", "chat")].phase() == ("chat", 1.0)
