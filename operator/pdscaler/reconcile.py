@@ -94,6 +94,7 @@ class Runtime:
     last: dict[tuple[str, str], TickReport] = field(default_factory=dict)
     intervals: dict[tuple[str, str], float] = field(default_factory=dict)
     warned: set[tuple[str, ...]] = field(default_factory=set)
+    ticks: int = 0  # reconcile_once calls so far (tests, the benchmark)
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
@@ -139,6 +140,7 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
     """One level-triggered tick for PDDeployment ``namespace/name`` (module docstring)."""
     started = time.perf_counter()
     writes_before = rt.kube.audit.count
+    rt.ticks += 1
 
     def report(**kw: Any) -> TickReport:
         done = TickReport(

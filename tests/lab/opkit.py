@@ -1,0 +1,353 @@
+"""Helpers for the operator's lab tests (tests/lab/test_operator_*.py).
+
+Owns: a PDDeployment manifest sized for the lab (1-GPU replicas, 1 s start-up delay,
+short interval, window and stabilization), running the operator in-process (``ticking``:
+a thread calling ``Runtime.tick`` every ``period`` seconds; ``kopf_operator``: the real
+kopf runner limited to one namespace), reading the cell back, a TCP proxy that plays
+"Prometheus stopped" for one operator without stopping the shared Prometheus, and a
+cluster sampler checking the rollout invariants. Must not start or stop the lab.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from kubernetes.client.exceptions import ApiException
+
+from labkit import Kube
+from pdlab.lab import Lab
+from pdscaler import invariants, naming
+from pdscaler.kube import Kube as OperatorKube
+from pdscaler.kube import load_api_client
+from pdscaler.reconcile import Runtime
+from pdscaler.spec import GROUP, PLURAL, VERSION, PDDeploymentSpec
+from pdscaler.types import Role
+
+IMAGE = "pdlab.invalid/engine"
+STARTUP_DELAY = "1s"
+
+
+def pdd_manifest(
+    name: str,
+    prometheus_url: str,
+    *,
+    version: str = "v1",
+    mode: str = "Auto",
+    prefill_tps: float = 3000,
+    decode_tps: float = 800,
+    max_replicas: int = 12,
+    max_gpus: int = 32,
+    interval: str = "2s",
+    window: str = "10s",
+    stabilization: str = "20s",
+    recovery: float = 30.0,
+    startup_seconds: float = 2.0,
+    progress_deadline: str = "60s",
+    surge: int = 4,
+    startup_delay: str = STARTUP_DELAY,
+    node_fields: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A PDDeployment for the lab: pods Ready ``startup_delay`` after creation, min 1 /
+    max ``max_replicas`` per pool, 1 GPU each."""
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "engine"}],
+    }
+    if node_fields:
+        pod_spec["nodeSelector"] = node_fields["node_selector"]
+        pod_spec["tolerations"] = node_fields["extra_tolerations"]
+    template = {
+        "metadata": {"annotations": {"pdscaler.io/startup-delay": startup_delay}},
+        "spec": pod_spec,
+    }
+
+    def pool(tps: float) -> dict[str, Any]:
+        return {
+            "template": template,
+            "gpusPerReplica": 1,
+            "replicas": {"min": 1, "max": max_replicas},
+            "tokensPerSecond": tps,
+            "targetUtilization": 0.7,
+        }
+
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PDDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "engine": {"image": IMAGE, "version": version},
+            "prefill": pool(prefill_tps),
+            "decode": pool(decode_tps),
+            "slo": {
+                "ttftSeconds": 2.0,
+                "tpotSeconds": 0.05,
+                "percentile": 0.95,
+                "recoverySeconds": recovery,
+            },
+            "startupSeconds": startup_seconds,
+            "metrics": {"prometheus": {"url": prometheus_url}, "preset": "vllm", "window": window},
+            "scaling": {
+                "mode": mode,
+                "interval": interval,
+                "maxGPUs": max_gpus,
+                "scaleDownStabilization": stabilization,
+            },
+            "rollout": {"maxSurgeGPUs": surge, "progressDeadline": progress_deadline},
+        },
+    }
+
+
+def create_pdd(kube: Kube, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    out = kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest)
+    return cast(dict[str, Any], out)
+
+
+def get_pdd(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    out = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return cast(dict[str, Any], out)
+
+
+def patch_spec(kube: Kube, namespace: str, name: str, spec_patch: dict[str, Any]) -> None:
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, {"spec": spec_patch}
+    )
+
+
+def condition(pdd: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in (pdd.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None
+
+
+def spec_of(pdd: dict[str, Any]) -> PDDeploymentSpec:
+    return PDDeploymentSpec.model_validate(pdd["spec"])
+
+
+def as_dict(kube: Kube, obj: Any) -> dict[str, Any]:
+    """A typed client object as the API's JSON (camelCase keys)."""
+    out = kube.api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return cast(dict[str, Any], out)
+
+
+def deployments(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
+    sel = f"{naming.LABEL_NAME}={name}"
+    items = kube.apps.list_namespaced_deployment(namespace, label_selector=sel).items
+    return [as_dict(kube, d) for d in items]
+
+
+def replicas(kube: Kube, namespace: str, name: str, role: Role) -> dict[str, int]:
+    """Deployment replicas of ``role`` by revision: {rev: spec.replicas}."""
+    return {
+        d["metadata"]["labels"][naming.LABEL_REVISION]: int(d["spec"].get("replicas") or 0)
+        for d in deployments(kube, namespace, name)
+        if d["metadata"]["labels"].get(naming.LABEL_ROLE) == role.value
+        and not d["metadata"].get("deletionTimestamp")
+    }
+
+
+def total(kube: Kube, namespace: str, name: str, role: Role) -> int:
+    return sum(replicas(kube, namespace, name, role).values())
+
+
+def pod_dicts(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The PDDeployment's pods as plain dicts (the API's JSON), for pdscaler's readers."""
+    items = kube.core.list_namespaced_pod(
+        namespace, label_selector=f"{naming.LABEL_NAME}={name}"
+    ).items
+    return [as_dict(kube, p) for p in items]
+
+
+def ready_count(kube: Kube, namespace: str, name: str, role: Role) -> int:
+    from pdscaler.observe import is_ready, labels
+
+    return sum(
+        1
+        for p in pod_dicts(kube, namespace, name)
+        if labels(p).get(naming.LABEL_ROLE) == role.value and is_ready(p)
+    )
+
+
+# ------------------------------------------------------------------ the operator
+
+
+def operator_runtime(lab: Lab) -> Runtime:
+    """A Runtime on the lab's admin kubeconfig (its ``kube.audit`` counts writes)."""
+    return Runtime(kube=OperatorKube(load_api_client(str(lab.kubeconfig))))
+
+
+@contextlib.contextmanager
+def ticking(rt: Runtime, namespace: str, name: str, period: float = 1.0) -> Iterator[Runtime]:
+    """The operator's loop for one PDDeployment in a thread: ``rt.tick`` every
+    ``period`` seconds (the kopf daemon does the same at ``spec.scaling.interval``)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            rt.tick(namespace, name)
+            stop.wait(period)
+
+    thread = threading.Thread(target=loop, name=f"tick-{name}", daemon=True)
+    thread.start()
+    try:
+        yield rt
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+@contextlib.contextmanager
+def kopf_operator(namespace: str, rt: Runtime) -> Iterator[Any]:
+    """The real operator (kopf + pdscaler.handlers) in a thread, watching ``namespace``."""
+    from kopf.testing import KopfRunner
+
+    from pdscaler import handlers
+
+    handlers.install(rt)
+    args = ["run", "--standalone", "--namespace", namespace, "-m", "pdscaler.handlers"]
+    try:
+        with KopfRunner(args, timeout=60) as runner:
+            yield runner
+    finally:
+        handlers.install(None)
+
+
+def delete_pdd_and_wait(kube: Kube, namespace: str, name: str, timeout: float = 60.0) -> None:
+    """Delete the PDDeployment (while its operator runs, so kopf releases its finalizer)."""
+    with contextlib.suppress(ApiException):
+        kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            get_pdd(kube, namespace, name)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        time.sleep(0.3)
+    raise AssertionError(f"PDDeployment {namespace}/{name} still exists after {timeout}s")
+
+
+def strip_finalizers(kube: Kube, namespace: str, name: str) -> None:
+    """Release a PDDeployment whose operator is gone (test teardown)."""
+    with contextlib.suppress(ApiException):
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": None}}
+        )
+
+
+# ------------------------------------------------------------- Prometheus on/off
+
+
+class TcpProxy:
+    """127.0.0.1:<port> forwarding to ``target`` ("host:port") while ``up``; when down,
+    connections are refused (the listening socket is closed), as when Prometheus stops.
+    """
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = int(probe.getsockname()[1])
+        probe.close()
+        self._listener: socket.socket | None = None
+        self._stop = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def up(self) -> None:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        sock.listen(16)
+        sock.settimeout(0.2)
+        self._listener = sock
+        self._stop.clear()
+        threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
+
+    def down(self) -> None:
+        self._stop.set()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def _accept(self, sock: socket.socket) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            threading.Thread(target=self._pipe_pair, args=(client,), daemon=True).start()
+
+    def _pipe_pair(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            client.close()
+            return
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+# ------------------------------------------------------------- invariant sampler
+
+
+@dataclass
+class InvariantChecker:
+    """Samples the PDDeployment's pods every ``period`` s and records every violation of
+    the DESIGN.md §4 invariants (``pdscaler.invariants``)."""
+
+    kube: Kube
+    namespace: str
+    name: str
+    spec: PDDeploymentSpec
+    period: float = 0.2
+    samples: int = 0
+    violations: list[tuple[float, str]] = field(default_factory=list)
+    versions_seen: set[str] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> InvariantChecker:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pods = pod_dicts(self.kube, self.namespace, self.name)
+            for p in pods:
+                self.versions_seen.add(
+                    ((p.get("metadata") or {}).get("labels") or {}).get(naming.LABEL_VERSION, "")
+                )
+            now = time.time()
+            for v in invariants.violations(pods, self.spec, self.name, check_capacity=True):
+                self.violations.append((now, v))
+            self.samples += 1
+            self._stop.wait(self.period)

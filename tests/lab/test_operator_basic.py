@@ -1,0 +1,137 @@
+"""The operator under the real kopf runner against the lab: a PDDeployment becomes a
+cell whose pods are Ready on the fake GPU nodes, with status and ``kubectl get pdd``
+columns filled; once converged a tick writes nothing at all; deleting the PDDeployment
+removes the cell through owner references.
+
+Load: 1 req/s of 2000 prompt / 500 output tokens, so the ratio model wants
+N_P = 2000/2100 = 0.95 -> 1 and N_D = 500/560 = 0.89 -> 1 replica (the minimums).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from lab.exporter import EngineExporter
+from lab.opkit import (
+    as_dict,
+    create_pdd,
+    delete_pdd_and_wait,
+    deployments,
+    get_pdd,
+    kopf_operator,
+    operator_runtime,
+    pdd_manifest,
+    ready_count,
+    replicas,
+    strip_finalizers,
+)
+from labkit import Kube, wait_for
+from pdlab.lab import Lab
+from pdscaler import naming
+from pdscaler.types import Role
+
+NAME = "chat"
+REV = naming.revision("pdlab.invalid/engine", "v1")
+
+
+@pytest.fixture
+def exporter(lab: Lab) -> Iterator[EngineExporter]:
+    with EngineExporter(lab) as exp:
+        yield exp
+
+
+def resource_versions(kube: Kube, namespace: str) -> dict[str, str]:
+    """resourceVersion of the PDDeployment and every owned Deployment and Service."""
+    sel = f"{naming.LABEL_NAME}={NAME}"
+    out = {"pdd": str(get_pdd(kube, namespace, NAME)["metadata"]["resourceVersion"])}
+    for d in deployments(kube, namespace, NAME):
+        out[f"deploy/{d['metadata']['name']}"] = d["metadata"]["resourceVersion"]
+    for s in kube.core.list_namespaced_service(namespace, label_selector=sel).items:
+        svc = as_dict(kube, s)
+        out[f"svc/{svc['metadata']['name']}"] = svc["metadata"]["resourceVersion"]
+    return out
+
+
+def test_pdd_creates_ready_cell_with_status_then_converges_with_zero_writes(
+    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
+) -> None:
+    exporter.set_deployment(
+        namespace, NAME, [f"{NAME}-p0"], [f"{NAME}-d0"], rate=1.0, prompt_tokens=2000,
+        output_tokens=500, ttft=0.3, tpot=0.02,
+    )  # fmt: skip
+    rt = operator_runtime(lab)
+    with kopf_operator(namespace, rt):
+        try:
+            create_pdd(kube, namespace, pdd_manifest(NAME, lab.prometheus_url))
+            wait_for(
+                lambda: (
+                    ready_count(kube, namespace, NAME, Role.PREFILL) >= 1
+                    and ready_count(kube, namespace, NAME, Role.DECODE) >= 1
+                ),
+                60,
+                "one Ready prefill and one Ready decode pod",
+            )
+            assert replicas(kube, namespace, NAME, Role.PREFILL) == {REV: 1}
+            assert replicas(kube, namespace, NAME, Role.DECODE) == {REV: 1}
+            svc = as_dict(kube, kube.core.read_namespaced_service(NAME, namespace))
+            assert svc["spec"]["selector"] == {
+                naming.LABEL_NAME: NAME,
+                naming.LABEL_ROLE: "prefill",
+            }
+            kube.core.read_namespaced_service(f"{NAME}-{REV}-decode", namespace)
+
+            def filled() -> dict[str, object] | None:
+                st = get_pdd(kube, namespace, NAME).get("status") or {}
+                ok = (st.get("prefill") or {}).get("summary") == "1/1" and (
+                    st.get("decode") or {}
+                ).get("summary") == "1/1"
+                return st if ok and st.get("lastDecision") else None
+
+            st = wait_for(filled, 60, "status with both pools 1/1 and a decision")
+            assert st["activeVersion"] == "v1"
+            assert st["observedGeneration"] == 1
+            conds = {c["type"]: c["status"] for c in st["conditions"]}  # type: ignore[attr-defined]
+            assert conds["Ready"] == "True"
+            assert conds["MetricsAvailable"] == "True"
+
+            table = subprocess.run(
+                ["kubectl", "get", "pdd", NAME, "-n", namespace, "--no-headers"],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "KUBECONFIG": str(lab.kubeconfig)},
+                timeout=30,
+            ).stdout.split()
+            assert table[:4] == [NAME, "v1", "1/1", "1/1"], table
+
+            # Converged: several daemon ticks (interval 2 s), no write by anyone.
+            wait_for(
+                lambda: (
+                    rt.last.get((namespace, NAME)) is not None
+                    and rt.last[(namespace, NAME)].writes == 0
+                ),
+                30,
+                "a tick with zero writes",
+            )
+            before_writes = rt.kube.audit.count
+            before_versions = resource_versions(kube, namespace)
+            ticks = rt.ticks
+            wait_for(lambda: rt.ticks >= ticks + 3, 30, "3 more ticks")
+            assert rt.kube.audit.since(before_writes) == []
+            assert resource_versions(kube, namespace) == before_versions
+
+            delete_pdd_and_wait(kube, namespace, NAME)
+            sel = f"{naming.LABEL_NAME}={NAME}"
+            wait_for(
+                lambda: (
+                    not kube.apps.list_namespaced_deployment(namespace, label_selector=sel).items
+                ),
+                60,
+                "owned Deployments garbage-collected",
+            )
+        finally:
+            strip_finalizers(kube, namespace, NAME)
