@@ -1,0 +1,249 @@
+"""Scaling against the lab, with load served to the REAL Prometheus by the settable
+exporter: the bottleneck pool grows by what the drain model says, longer prompts grow
+prefill only, longer outputs grow decode only, a scale-down waits for the stabilization
+window, and Recommend mode publishes the same decision without touching Deployments.
+
+The operator runs in-process (``opkit.ticking``: ``Runtime.tick`` every second).
+Capacities: prefill 3000 tok/s, decode 800 tok/s per replica, u = 0.7, min 1 / max 12.
+Windows: metrics 10 s, stabilization 20 s, recovery deadline 30 s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from lab.exporter import EngineExporter
+from lab.opkit import (
+    create_pdd,
+    get_pdd,
+    operator_runtime,
+    patch_spec,
+    pdd_manifest,
+    ready_count,
+    ticking,
+    total,
+)
+from labkit import Kube, wait_for
+from pdlab.lab import Lab
+from pdscaler import models
+from pdscaler.reconcile import Runtime
+from pdscaler.types import Role
+
+PREFILL_PODS = ["p0"]
+DECODE_PODS = ["d0"]
+
+
+@pytest.fixture
+def exporter(lab: Lab) -> Iterator[EngineExporter]:
+    with EngineExporter(lab) as exp:
+        yield exp
+
+
+def serve(
+    exp: EngineExporter, namespace: str, name: str, *, rate: float, prompt: float,
+    output: float, ttft: float = 0.3, tpot: float = 0.02, decode_waiting: float = 0.0,
+) -> None:  # fmt: skip
+    exp.set_deployment(
+        namespace, name, [f"{name}-{p}" for p in PREFILL_PODS],
+        [f"{name}-{p}" for p in DECODE_PODS], rate=rate, prompt_tokens=prompt,
+        output_tokens=output, ttft=ttft, tpot=tpot, decode_waiting=decode_waiting,
+    )  # fmt: skip
+
+
+def start_converged(
+    lab: Lab, kube: Kube, namespace: str, name: str, exp: EngineExporter, **manifest: Any
+) -> None:
+    """Create the PDDeployment and wait for its 1+1 Ready cell (the operator ticking)."""
+    create_pdd(kube, namespace, pdd_manifest(name, lab.prometheus_url, **manifest))
+    wait_for(
+        lambda: (
+            ready_count(kube, namespace, name, Role.PREFILL) >= 1
+            and ready_count(kube, namespace, name, Role.DECODE) >= 1
+        ),
+        60,
+        f"{name}: a Ready pod in each pool",
+    )
+
+
+def last_decision(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    return dict((get_pdd(kube, namespace, name).get("status") or {}).get("lastDecision") or {})
+
+
+def wait_settled_inputs(
+    kube: Kube, namespace: str, name: str, key: str, value: float, rel: float = 0.1
+) -> None:
+    """Until Prometheus' window shows ``value`` for the decision input ``key``."""
+
+    def seen() -> bool:
+        rep = (get_pdd(kube, namespace, name).get("status") or {}).get("lastDecision") or {}
+        got = (rep.get("inputs") or {}).get(key)
+        return got is not None and abs(got - value) <= rel * value
+
+    wait_for(seen, 60, f"{name}: lastDecision.inputs.{key} ~ {value}")
+
+
+def test_rate_rise_scales_decode_by_the_drain_model(
+    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
+) -> None:
+    """1 -> 4 req/s with 200 requests queued at decode and TPOT over its SLO; prompts
+    are short (200 tokens), so prefill stays at 0.27 utilisation and does not grow.
+
+    Decode: the ratio model wants 4*500/560 = 3.57 -> 4 replicas, but the queue must
+    drain within 30 s: backlog B = Q + (lambda - mu_0) * T_s with mu_0 = 1 ready x
+    800/500 = 1.6 req/s, and mu_min = lambda + B / (30 - T_s), i.e. about 8 replicas
+    with T_s ~ 2 s. The test recomputes that count with ``pdscaler.models`` from the
+    numbers the operator published (forecast rate, T_s, queue, per-replica rate).
+    """
+    name = "rate"
+    serve(exporter, namespace, name, rate=1.0, prompt=200, output=500)
+    rt = operator_runtime(lab)
+    with ticking(rt, namespace, name):
+        start_converged(lab, kube, namespace, name, exporter)
+        wait_settled_inputs(kube, namespace, name, "requestRate", 1.0)
+        assert (
+            total(kube, namespace, name, Role.PREFILL),
+            total(kube, namespace, name, Role.DECODE),
+        ) == (1, 1)
+        serve(exporter, namespace, name, rate=4.0, prompt=200, output=500, tpot=0.08,
+              decode_waiting=200)  # fmt: skip
+        wait_for(lambda: total(kube, namespace, name, Role.DECODE) > 1, 60, "decode scaled up")
+        ld = last_decision(kube, namespace, name)
+    assert ld["pool"] == "decode"
+    assert ld["action"] == "ScaledDecode"
+    assert total(kube, namespace, name, Role.PREFILL) == 1
+    inputs, model = ld["inputs"], ld["model"]
+    spec = get_pdd(kube, namespace, name)["spec"]
+    lam = model["forecastRate"]
+    t_s = model["startupSeconds"]
+    per_replica = model["decodeTokensPerSecond"] / inputs["outputTokens"]
+    queue = inputs["decodeQueue"]
+    b = models.backlog(lam, t_s, queue, 1 * per_replica)
+    expected = models.replicas_for_deadline(
+        lam, b, t_s, spec["slo"]["recoverySeconds"], per_replica
+    )
+    assert expected is not None
+    ratio_target = -(-lam * inputs["outputTokens"] // (model["decodeTokensPerSecond"] * 0.7))
+    assert expected > ratio_target  # the drain model, not the ratio model, sized it
+    expected = min(expected, spec["decode"]["replicas"]["max"])
+    assert total(kube, namespace, name, Role.DECODE) == expected
+    assert model["drainSeconds"] is not None
+    assert model["drainSeconds"] <= spec["slo"]["recoverySeconds"]
+
+
+def test_longer_outputs_scale_decode_then_longer_prompts_scale_prefill(
+    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
+) -> None:
+    """2 req/s, 500 prompt / 200 output tokens: 1 + 1 replicas (N_P 0.48, N_D 0.71).
+    Outputs 200 -> 1500: decode utilisation 2*1500/800 = 3.75 -> decode grows to
+    N_D = 3000/560 = 5.4 -> 6 or more, prefill stays 1. Then prompts 500 -> 4000:
+    prefill utilisation 2*4000/3000 = 2.7 -> prefill grows (N_P = 8000/2100 = 3.8 -> 4
+    or more), decode keeps what it has."""
+    name = "shape"
+    serve(exporter, namespace, name, rate=2.0, prompt=500, output=200)
+    rt = operator_runtime(lab)
+    with ticking(rt, namespace, name):
+        start_converged(lab, kube, namespace, name, exporter)
+        wait_settled_inputs(kube, namespace, name, "outputTokens", 200)
+        serve(exporter, namespace, name, rate=2.0, prompt=500, output=1500, tpot=0.07)
+        wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 6, 60, "decode >= 6")
+        assert total(kube, namespace, name, Role.PREFILL) == 1
+        decode_after = total(kube, namespace, name, Role.DECODE)
+
+        serve(exporter, namespace, name, rate=2.0, prompt=4000, output=1500, ttft=2.5, tpot=0.03)
+        wait_for(lambda: total(kube, namespace, name, Role.PREFILL) >= 4, 60, "prefill >= 4")
+        assert total(kube, namespace, name, Role.DECODE) == decode_after
+        assert last_decision(kube, namespace, name)["pool"] == "prefill"
+
+
+def test_scale_down_waits_for_the_stabilization_window(
+    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
+) -> None:
+    """Decode grown by long outputs; outputs back to 200 tokens at t0: the decode pool
+    keeps its size for the whole 20 s stabilization window, then shrinks."""
+    name = "down"
+    window = 20.0
+    serve(exporter, namespace, name, rate=2.0, prompt=500, output=1500, tpot=0.07)
+    rt = operator_runtime(lab)
+    with ticking(rt, namespace, name):
+        start_converged(lab, kube, namespace, name, exporter, stabilization=f"{window:g}s")
+        wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 6, 60, "decode >= 6")
+        wait_for(
+            lambda: (
+                ready_count(kube, namespace, name, Role.DECODE)
+                == total(kube, namespace, name, Role.DECODE)
+            ),
+            60,
+            "decode pods Ready",
+        )
+        high = total(kube, namespace, name, Role.DECODE)
+        t0 = time.time()
+        serve(exporter, namespace, name, rate=2.0, prompt=500, output=200)
+        while time.time() - t0 < window - 1.0:
+            assert total(kube, namespace, name, Role.DECODE) == high, "scaled down early"
+            time.sleep(0.5)
+        wait_for(lambda: total(kube, namespace, name, Role.DECODE) < high, 60, "decode scaled down")
+        assert time.time() - t0 >= window
+        assert total(kube, namespace, name, Role.PREFILL) == 1
+
+
+def test_recommend_mode_publishes_the_same_decision_and_writes_no_deployment(
+    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
+) -> None:
+    """Two PDDeployments under the same load, one switched to Recommend: when the Auto
+    one scales decode, the Recommend one publishes the same action and desired replicas,
+    and its Deployments keep their replicas and resourceVersions."""
+    names = ("auto", "rec")
+    for n in names:
+        serve(exporter, namespace, n, rate=2.0, prompt=500, output=200)
+    rts: dict[str, Runtime] = {n: operator_runtime(lab) for n in names}
+    with ticking(rts["auto"], namespace, "auto"), ticking(rts["rec"], namespace, "rec"):
+        for n in names:
+            start_converged(lab, kube, namespace, n, exporter)
+        patch_spec(kube, namespace, "rec", {"scaling": {"mode": "Recommend"}})
+        wait_for(
+            lambda: get_pdd(kube, namespace, "rec")["status"]["observedGeneration"] == 2,
+            30,
+            "Recommend mode observed",
+        )
+        from lab.opkit import deployments
+
+        before = {
+            d["metadata"]["name"]: (d["spec"]["replicas"], d["metadata"]["resourceVersion"])
+            for d in deployments(kube, namespace, "rec")
+        }
+        writes = rts["rec"].kube.audit.count
+        for n in names:
+            serve(exporter, namespace, n, rate=2.0, prompt=500, output=1500, tpot=0.07)
+        wait_for(lambda: total(kube, namespace, "auto", Role.DECODE) >= 6, 60, "auto scaled")
+        auto = wait_for(
+            lambda: (
+                get_pdd(kube, namespace, "auto")["status"]["decode"]["desiredReplicas"]
+                == total(kube, namespace, "auto", Role.DECODE)
+                and get_pdd(kube, namespace, "auto")["status"]
+            ),
+            30,
+            "auto status",
+        )
+        rec = wait_for(
+            lambda: (
+                (st := get_pdd(kube, namespace, "rec")["status"])["lastDecision"]["action"]
+                == "ScaledDecode"
+                and st
+            ),
+            30,
+            "rec recommendation",
+        )
+    assert rec["lastDecision"]["pool"] == auto["lastDecision"]["pool"] == "decode"
+    assert rec["decode"]["desiredReplicas"] == auto["decode"]["desiredReplicas"]
+    assert rec["prefill"]["desiredReplicas"] == auto["prefill"]["desiredReplicas"] == 1
+    after = {
+        d["metadata"]["name"]: (d["spec"]["replicas"], d["metadata"]["resourceVersion"])
+        for d in deployments(kube, namespace, "rec")
+    }
+    assert after == before
+    kinds = {(r.verb, r.kind) for r in rts["rec"].kube.audit.since(writes)}
+    assert kinds <= {("status", "PDDeployment"), ("event", "Event")}
