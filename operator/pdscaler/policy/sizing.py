@@ -178,10 +178,11 @@ def plan_drain(
     since_last_scale: float | None,
 ) -> DrainPlan | None:
     """The drain sizing of one pool; None when the pool has no per-request work
-    (``tokens`` 0: an infinite service rate). See the module docstring for the numbers."""
-    if facts.tokens <= 0:
+    (``tokens`` 0 or so small that the service rate is infinite). See the module
+    docstring for the numbers."""
+    per_replica = facts.tps / facts.tokens if facts.tokens > 0 else math.inf
+    if not math.isfinite(per_replica):
         return None
-    per_replica = facts.tps / facts.tokens
     if since_last_scale is None:
         remaining = startup_seconds
     else:

@@ -1,0 +1,195 @@
+"""Properties of policy.decide on random specs, observations, metrics (garbage
+included) and memories: bounds, budget, holding without metrics, only bottlenecks
+gain GPUs, no scale-down during a rollout, determinism."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdscaler.policy import decide, reasons
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import (
+    MetricsSnapshot,
+    PolicyMemory,
+    PoolMetrics,
+    PoolObservation,
+    TickInput,
+)
+
+NOW = 100_000.0
+GARBAGE = st.sampled_from([None, math.nan, -1.0, math.inf])
+
+
+def number(low: float, high: float) -> st.SearchStrategy[float | None]:
+    """Mostly sane numbers, sometimes garbage."""
+    return st.one_of(st.floats(low, high), GARBAGE)
+
+
+@st.composite
+def specs(draw: st.DrawFn, max_gpus: int | None = None) -> PDDeploymentSpec:
+    pools: dict[str, Any] = {}
+    floor = 0
+    for role in ("prefill", "decode"):
+        low = draw(st.integers(0, 3))
+        high = draw(st.integers(max(low, 1), 40))
+        gpus = draw(st.integers(1, 4))
+        floor += low * gpus
+        pools[role] = {
+            "gpusPerReplica": gpus,
+            "replicas": {"min": low, "max": high},
+            "tokensPerSecond": draw(st.floats(100.0, 10_000.0)),
+            "targetUtilization": draw(st.floats(0.3, 1.0)),
+        }
+    budget = max_gpus or draw(st.integers(max(floor, 1), 200))
+    return PDDeploymentSpec.model_validate(
+        {
+            "engine": {"image": "vllm/vllm-openai", "version": "v1"},
+            **pools,
+            "startupSeconds": draw(st.floats(1.0, 300.0)),
+            "slo": {"recoverySeconds": draw(st.floats(1.0, 300.0))},
+            "scaling": {
+                "maxGPUs": budget,
+                "scaleDownStabilization": draw(st.sampled_from(["0s", "1m", "5m"])),
+            },
+        }
+    )
+
+
+@st.composite
+def pool_metrics(draw: st.DrawFn) -> PoolMetrics:
+    return PoolMetrics(
+        queue_depth=draw(number(0.0, 500.0)),
+        running=draw(number(0.0, 500.0)),
+        latency_seconds=draw(number(0.0, 20.0)),
+        tokens_per_second=draw(number(0.0, 500_000.0)),
+        kv_usage=draw(number(0.0, 1.0)),
+    )
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> MetricsSnapshot | None:
+    if draw(st.integers(0, 9)) == 0:
+        return None
+    return MetricsSnapshot(
+        time=NOW,
+        request_rate=draw(st.one_of(st.floats(0.0, 200.0), GARBAGE)),
+        prompt_tokens=draw(number(0.0, 20_000.0)),
+        output_tokens=draw(number(0.0, 4_000.0)),
+        prefill=draw(pool_metrics()),
+        decode=draw(pool_metrics()),
+    )
+
+
+@st.composite
+def observations(draw: st.DrawFn) -> PoolObservation:
+    replicas = draw(st.integers(0, 60))
+    ready = draw(st.integers(0, replicas))
+    pending = draw(st.integers(0, replicas - ready))
+    samples = draw(st.lists(st.floats(0.0, 1000.0), max_size=3))
+    return PoolObservation(replicas, ready, pending, tuple(samples))
+
+
+@st.composite
+def memories(draw: st.DrawFn) -> PolicyMemory:
+    times = draw(st.lists(st.floats(NOW - 600, NOW - 1), max_size=8))
+    recs = tuple((t, draw(st.integers(0, 60)), draw(st.integers(0, 60))) for t in sorted(times))
+    rates = tuple((t, draw(st.floats(0.0, 200.0))) for t in sorted(times))
+    capacity = draw(st.one_of(st.none(), st.integers(0, 200)))
+    return PolicyMemory(
+        recommendations=recs,
+        rate_history=rates,
+        prefill_tps=draw(st.one_of(st.none(), st.floats(50.0, 20_000.0))),
+        decode_tps=draw(st.one_of(st.none(), st.floats(50.0, 20_000.0))),
+        startup_seconds=draw(st.one_of(st.none(), st.floats(1.0, 900.0))),
+        last_scale_time=draw(st.one_of(st.none(), st.floats(NOW - 600, NOW))),
+        capacity_gpus=capacity,
+        capacity_time=None if capacity is None else draw(st.floats(NOW - 600, NOW)),
+    )
+
+
+@st.composite
+def ticks(draw: st.DrawFn, max_gpus: int | None = None) -> TickInput:
+    return TickInput(
+        now=NOW,
+        spec=draw(specs(max_gpus)),
+        metrics=draw(snapshots()),
+        prefill=draw(observations()),
+        decode=draw(observations()),
+        memory=draw(memories()),
+        rollout_in_progress=draw(st.booleans()),
+    )
+
+
+def gpus(spec: PDDeploymentSpec, prefill: int, decode: int) -> int:
+    return prefill * spec.prefill.gpus_per_replica + decode * spec.decode.gpus_per_replica
+
+
+def within_spec(inp: TickInput) -> bool:
+    """The current sizes obey the spec's bounds and budget."""
+    spec, p, d = inp.spec, inp.prefill.replicas, inp.decode.replicas
+    bounds_ok = (
+        spec.prefill.replicas.min <= p <= spec.prefill.replicas.max
+        and spec.decode.replicas.min <= d <= spec.decode.replicas.max
+    )
+    return bounds_ok and gpus(spec, p, d) <= spec.scaling.max_gpus
+
+
+@settings(max_examples=300, deadline=None)
+@given(ticks())
+def test_bounds_budget_and_a_known_action(inp: TickInput) -> None:
+    """Never below min / above max, never above maxGPUs, a known action, a sentence."""
+    d = decide(inp)
+    spec = inp.spec
+    assert spec.prefill.replicas.min <= d.prefill <= spec.prefill.replicas.max
+    assert spec.decode.replicas.min <= d.decode <= spec.decode.replicas.max
+    assert gpus(spec, d.prefill, d.decode) <= spec.scaling.max_gpus
+    assert d.action in reasons.ACTIONS
+    assert d.message
+    assert d == decide(inp)  # deterministic
+
+
+@settings(max_examples=300, deadline=None)
+@given(ticks())
+def test_missing_metrics_never_lower_replicas(inp: TickInput) -> None:
+    """Whenever the policy reports metrics unavailable, pools within the spec keep
+    exactly what they run."""
+    d = decide(inp)
+    if not d.metrics_available:
+        assert d.action == reasons.HOLD_METRICS_UNAVAILABLE
+        if within_spec(inp):
+            assert (d.prefill, d.decode) == (inp.prefill.replicas, inp.decode.replicas)
+    if inp.metrics is None:
+        assert not d.metrics_available
+
+
+@settings(max_examples=300, deadline=None)
+@given(ticks())
+def test_only_a_bottleneck_gains_gpus(inp: TickInput) -> None:
+    """ScaledPrefill never adds decode replicas and ScaledDecode never adds prefill ones
+    (beyond raising a pool to its min)."""
+    d = decide(inp)
+    floor_p = max(inp.prefill.replicas, inp.spec.prefill.replicas.min)
+    floor_d = max(inp.decode.replicas, inp.spec.decode.replicas.min)
+    if d.action == reasons.SCALED_PREFILL:
+        assert d.decode <= floor_d
+        assert d.pool is not None
+    if d.action == reasons.SCALED_DECODE:
+        assert d.prefill <= floor_p
+
+
+@settings(max_examples=300, deadline=None)
+@given(ticks(max_gpus=100_000))
+def test_no_scale_down_during_a_rollout(inp: TickInput) -> None:
+    """With a budget that never binds and no pods pending or capacity remembered, a
+    rollout in progress never shrinks a pool that is within its bounds."""
+    if not inp.rollout_in_progress or inp.memory.capacity_gpus is not None:
+        return
+    if inp.prefill.unschedulable or inp.decode.unschedulable or not within_spec(inp):
+        return
+    d = decide(inp)
+    assert d.prefill >= inp.prefill.replicas
+    assert d.decode >= inp.decode.replicas
