@@ -48,9 +48,9 @@ class LoopConfig:
     drain_limit_s: float = 1800.0
     seed: int = 0
     initial: tuple[int, int] | None = None
-    #: Controllers are first consulted once this much simulated time has passed (None:
-    #: the spec's metrics window), so no policy acts on a half-empty rate window.
-    warmup_s: float | None = None
+    #: Controllers are first consulted once this much simulated time has passed. They
+    #: see Prometheus' partial windows at first, as an operator deployed just now would.
+    warmup_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def run(
     )
     prom = PromView(lag=cfg.prom_lag_s)
     interval = spec.scaling.interval_seconds
-    warmup = cfg.warmup_s if cfg.warmup_s is not None else spec.metrics.window_seconds
+    warmup = cfg.warmup_s
     limit = trace.span + cfg.drain_limit_s
     next_scrape = cfg.scrape_interval_s / 2.0
     next_tick = interval
