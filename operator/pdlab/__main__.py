@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "up":
             lab = Lab(_config(args))
             took = lab.ensure_up(timeout=args.timeout)
+            lab.pin()  # asked for by a person: test sessions must not stop it
             print(f"pdlab: up in {took:.1f}s ({lab.config.nodes} GPU nodes ready)")
             print(lab.env(), end="")
         elif args.cmd == "down":

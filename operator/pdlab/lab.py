@@ -3,8 +3,9 @@
 Owns: the order of start-up (etcd -> kube-apiserver -> controller-manager, scheduler,
 kwok, Prometheus -> fake nodes), the readiness waits with timeouts that name the
 component and its log, idempotence (`ensure_up` on a healthy lab returns at once and only
-restarts what died), a lock so two processes never start the same lab twice, and a
-registry of live users so a test session does not stop a lab another session still uses.
+restarts what died), a lock so two processes never start the same lab twice, a registry
+of live users so a test session does not stop a lab another session still uses, and a
+pin (`pdlab up` sets it) so a test session never stops a lab a person started.
 Must not kill anything it did not record (processes.py enforces it).
 
 Layout of the lab directory (default ~/.cache/pdscaler/lab-run, env PDLAB_DIR):
@@ -378,6 +379,7 @@ class Lab:
                 if processes.stop(st, c):
                     stopped.append(c)
             st.path.unlink(missing_ok=True)
+            (self.dir / "pinned").unlink(missing_ok=True)
             if purge:
                 for sub in ("etcd", "prometheus", "pki", "logs", "kwok"):
                     shutil.rmtree(self.dir / sub, ignore_errors=True)
@@ -434,6 +436,18 @@ class Lab:
             )
 
     # ----- users (so one test session does not stop a lab another one uses) ------------
+    def pin(self) -> None:
+        """Mark the lab as wanted by a person (`pdlab up`): test sessions never stop it.
+
+        Only `pdlab down` (or `Lab.down`) stops a pinned lab; it also removes the pin.
+        """
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "pinned").write_text(time.strftime("%F %T\n"))
+
+    def pinned(self) -> bool:
+        """True if `pdlab up` was run on this lab since its last `down`."""
+        return (self.dir / "pinned").exists()
+
     def _users_dir(self) -> Path:
         return self.dir / "users"
 

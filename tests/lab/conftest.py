@@ -5,7 +5,8 @@ Owns the fixtures every lab test uses; the helpers behind them are in tests/labk
 * `lab` (session): the shared lab, a `pdlab.lab.Lab`. Reused if it already runs (started
   by `python -m pdlab up` or another test session); otherwise started once for this
   session and stopped at its end, unless another live test session registered itself as
-  a user or PDLAB_KEEP=1 is set. Never stops a lab it did not start. Sets KUBECONFIG and
+  a user, someone ran `python -m pdlab up` meanwhile (the lab is pinned), or PDLAB_KEEP=1
+  is set. Never stops a lab it did not start. Sets KUBECONFIG and
   PDLAB_PROMETHEUS_URL in os.environ for subprocesses (operators under test).
 * `kube` (session): `labkit.Kube`, typed clients as the lab admin.
 * `namespace` (per test): a fresh namespace `t-<test name>-<random>`, deleted afterwards.
@@ -54,7 +55,7 @@ def lab() -> Iterator[Lab]:
     finally:
         the_lab.unregister_user()
         keep = os.environ.get("PDLAB_KEEP", "") not in ("", "0")
-        if started_here and not keep and not the_lab.other_users():
+        if started_here and not keep and not the_lab.pinned() and not the_lab.other_users():
             the_lab.down()
 
 
