@@ -47,7 +47,10 @@ def percentile(values: FloatArray, q: float) -> float:
     [1, 2, 3, NaN] p50 -> 2.5, p99 -> inf."""
     if len(values) == 0:
         return math.nan
-    return float(np.percentile(np.nan_to_num(values, nan=math.inf), q))
+    with np.errstate(invalid="ignore"):
+        value = float(np.percentile(np.nan_to_num(values, nan=math.inf), q))
+    # interpolating towards +inf gives inf - inf = NaN inside numpy: the answer is inf
+    return math.inf if math.isnan(value) else value
 
 
 def reversals(actions: Sequence[Action], window_s: float = REVERSAL_WINDOW_S) -> int:

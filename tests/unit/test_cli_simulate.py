@@ -1,0 +1,136 @@
+"""``pdscaler simulate``: the table, the JSON result (printed with --json and written to
+--out), the PNG plot, both trace formats, --duration and --rate-scale, and the error
+convention (one line on stderr, exit code 2)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner, Result
+
+from pdscaler.cli import build_app
+
+APP = build_app()
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def azure_csv(path: Path, seconds: float = 300.0, rate: float = 4.0, seed: int = 0) -> Path:
+    """A small Azure-format trace: Poisson arrivals, chat-like lengths."""
+    rng = np.random.default_rng(seed)
+    t0 = datetime(2023, 11, 16, 18, 15, 46, tzinfo=UTC)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, int(rate * seconds)))
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for t in arrivals[arrivals < seconds]:
+        stamp = (t0 + timedelta(seconds=float(t))).strftime("%Y-%m-%d %H:%M:%S.%f") + "0"
+        rows.append(f"{stamp},{rng.integers(200, 3000)},{rng.integers(10, 400)}")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def simulate(tmp_path: Path, *args: str) -> Result:
+    out, plot = tmp_path / "r.json", tmp_path / "r.png"
+    return CliRunner().invoke(
+        APP, ["simulate", *args, "--out", str(out), "--plot", str(plot)], catch_exceptions=False
+    )
+
+
+def as_json(tmp_path: Path, *args: str) -> dict[str, Any]:
+    result = simulate(tmp_path, *args, "--json")
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def test_all_policies_table_json_and_plot(tmp_path: Path) -> None:
+    trace = azure_csv(tmp_path / "t.csv")
+    result = simulate(tmp_path, "--trace", str(trace), "--policy", "all", "--startup", "30")
+    assert result.exit_code == 0, result.output
+    for name in ("pdscaler", "static-peak", "static-mean", "hpa-queue", "fixed-ratio"):
+        assert name in result.stdout
+    assert "forecast-only" in result.stdout
+    assert "oracle (bound)" in result.stdout and "work floor" in result.stdout
+    assert "replayed" in result.stdout
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert set(doc["policies"]) == {
+        "pdscaler",
+        "static-peak",
+        "static-mean",
+        "hpa-queue",
+        "fixed-ratio",
+        "forecast-only",
+    }
+    for row in doc["policies"].values():
+        assert 0.0 <= row["slo_attainment"] <= 1.0
+        assert row["gpu_hours"] > 0
+        for key in ("ttft_p99_s", "tpot_p99_s", "scale_actions", "reversals"):
+            assert key in row
+    assert doc["oracle"]["gpu_hours"] > doc["work_floor"]["gpu_hours"] > 0
+    assert doc["meta"]["replay_seconds"] > 0
+    assert (tmp_path / "r.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_json_flag_prints_only_json(tmp_path: Path) -> None:
+    trace = azure_csv(tmp_path / "t.csv")
+    doc = as_json(tmp_path, "--trace", str(trace), "--policy", "static-peak,hpa-queue")
+    assert list(doc["policies"]) == ["static-peak", "hpa-queue"]
+    assert doc["meta"]["requests"] > 0
+    assert (
+        json.loads((tmp_path / "r.json").read_text())["policies"].keys() == doc["policies"].keys()
+    )
+
+
+def test_rate_scale_multiplies_requests_not_time(tmp_path: Path) -> None:
+    trace = azure_csv(tmp_path / "t.csv")
+    base = as_json(tmp_path, "--trace", str(trace), "--policy", "static-mean", "--no-plot")
+    double = as_json(
+        tmp_path, "--trace", str(trace), "--policy", "static-mean", "--rate-scale", "2"
+    )
+    assert double["meta"]["requests"] == 2 * base["meta"]["requests"]
+    assert double["meta"]["span_s"] == base["meta"]["span_s"]
+
+
+def test_duration_and_mooncake_format(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"timestamp": int(ms), "input_length": 800, "output_length": 50})
+        for ms in np.arange(0, 240_000, 400)
+    ]
+    trace = tmp_path / "m.jsonl"
+    trace.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    doc = as_json(tmp_path, "--trace", str(trace), "--policy", "pdscaler", "--duration", "60")
+    assert doc["meta"]["requests"] == 150  # one every 0.4 s for 60 s
+    assert doc["policies"]["pdscaler"]["slo_attainment"] > 0.9
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["--policy", "magic"], "unknown policy magic"),
+        (["--rate-scale", "0"], "--rate-scale must be > 0"),
+        (["--startup", "-5"], "--startup must be > 0"),
+        (["--slo-percentile", "1.5"], "percentile"),
+        (["--interval", "0.2s"], "interval"),
+        (["--rate-scale", "abc"], "--rate-scale"),
+    ],
+)
+def test_bad_arguments_are_one_line_exit_2(tmp_path: Path, args: list[str], phrase: str) -> None:
+    trace = azure_csv(tmp_path / "t.csv", seconds=30.0)
+    result = simulate(tmp_path, "--trace", str(trace), *args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    assert phrase in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_missing_or_malformed_trace_is_exit_2(tmp_path: Path) -> None:
+    missing = simulate(tmp_path, "--trace", str(tmp_path / "nope.csv"))
+    assert missing.exit_code == 2 and "no such file" in missing.stderr
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b,c\n1,2,3\n", encoding="utf-8")
+    result = simulate(tmp_path, "--trace", str(bad))
+    assert result.exit_code == 2 and "not an Azure trace header" in result.stderr
