@@ -53,7 +53,8 @@ def test_all_policies_table_json_and_plot(tmp_path: Path) -> None:
     for name in ("pdscaler", "static-peak", "static-mean", "hpa-queue", "fixed-ratio"):
         assert name in result.stdout
     assert "forecast-only" in result.stdout
-    assert "oracle (bound)" in result.stdout and "work floor" in result.stdout
+    assert "oracle (bound)" in result.stdout
+    assert "work floor" in result.stdout
     assert "replayed" in result.stdout
     doc = json.loads((tmp_path / "r.json").read_text())
     assert set(doc["policies"]) == {
@@ -122,15 +123,18 @@ def test_bad_arguments_are_one_line_exit_2(tmp_path: Path, args: list[str], phra
     result = simulate(tmp_path, "--trace", str(trace), *args)
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error:"), result.stderr
     assert phrase in lines[0]
     assert "Traceback" not in result.output
 
 
 def test_missing_or_malformed_trace_is_exit_2(tmp_path: Path) -> None:
     missing = simulate(tmp_path, "--trace", str(tmp_path / "nope.csv"))
-    assert missing.exit_code == 2 and "no such file" in missing.stderr
+    assert missing.exit_code == 2
+    assert "no such file" in missing.stderr
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b,c\n1,2,3\n", encoding="utf-8")
     result = simulate(tmp_path, "--trace", str(bad))
-    assert result.exit_code == 2 and "not an Azure trace header" in result.stderr
+    assert result.exit_code == 2
+    assert "not an Azure trace header" in result.stderr

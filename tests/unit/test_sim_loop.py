@@ -52,7 +52,8 @@ def test_snapshot_reads_like_the_vllm_preset() -> None:
     assert snapshot(prom, 100.0, spec) is None  # nothing scraped yet
     prom.scrape(sample(0.0, 100, 115_500, 90, 18_000))
     one = snapshot(prom, 10.0, spec)
-    assert one is not None and one.request_rate is None  # one scrape: no rate yet
+    assert one is not None
+    assert one.request_rate is None
     assert any("request_rate" in p for p in one.problems)
     prom.scrape(sample(120.0, 700, 808_500, 690, 138_000))
     snap = snapshot(prom, 125.0, spec)
@@ -67,7 +68,8 @@ def test_snapshot_reads_like_the_vllm_preset() -> None:
     assert snap.decode.running_by_pod == {"decode-1": 5.0}
     # the newest scrape is not visible until `lag` has passed
     early = snapshot(prom, 120.5, spec)
-    assert early is not None and early.request_rate is None
+    assert early is not None
+    assert early.request_rate is None
 
 
 def test_histogram_quantile_interpolates_like_prometheus() -> None:
@@ -163,4 +165,5 @@ def test_pdscaler_policy_absorbs_a_step_load() -> None:
     starts, frac = attainment_over_time(result, 60.0)
     settled = frac[(starts >= 600) & (starts < 900)]
     assert np.nanmean(settled) > 0.95  # recovered once the new replicas were up
-    assert ctrl.decisions and ctrl.decisions[-1].memory is ctrl.memory
+    assert ctrl.decisions
+    assert ctrl.decisions[-1].memory is ctrl.memory

@@ -67,7 +67,8 @@ def test_scale_rate_keeps_the_time_axis() -> None:
     assert len(double) == 2 * len(trace)
     assert double.span == trace.span
     assert np.all(np.diff(double.arrival) >= 0)
-    assert double.arrival.min() >= 0 and double.arrival.max() <= trace.span
+    assert double.arrival.min() >= 0
+    assert double.arrival.max() <= trace.span
     # the per-minute shape is preserved: each minute has about twice the requests
     ratio = load_profile(double).rate / load_profile(trace).rate
     assert np.allclose(ratio[:-1], 2.0, atol=0.15)
