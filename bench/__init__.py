@@ -1,0 +1,1 @@
+"""Benchmarks: decision quality (simulated) and operator overhead; results in bench/results/."""

@@ -1,0 +1,85 @@
+"""A private lab for the 200-PDDeployment measurement, so it neither disturbs nor is
+disturbed by the shared lab other work is testing on.
+
+Owns: the private lab's settings (its own directory ``~/.cache/pdscaler/lab-bench-
+overhead``, every port of ``pdlab.config.DEFAULT_PORTS`` + 1000, enough fake GPU nodes
+for the pods it will hold, 15 s scrapes) and ``private_lab``: up on entry, down and
+purged on exit (it is this benchmark's own lab; the shared one is never touched).
+Must not: touch the shared lab's directory, ports or processes.
+
+    with private_lab(gpus_needed=400) as lab:     # 8 nodes x 64 GPUs, 110 pods each
+        ...                                        # lab.kubeconfig, lab.prometheus_url
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench.overhead_cluster import BenchError
+from pdlab.config import DEFAULT_PORTS, LabConfig
+from pdlab.lab import Lab, LabError
+
+LAB_DIR = Path(
+    os.environ.get(
+        "PDSCALER_BENCH_LAB_DIR", str(Path.home() / ".cache" / "pdscaler" / "lab-bench-overhead")
+    )
+)
+PORT_OFFSET = 1000
+GPUS_PER_NODE = 64
+PODS_PER_NODE = 110  # the fake node's pod capacity (deploy/local/gpu-node.yaml)
+START_TIMEOUT_S = 240.0
+
+
+def nodes_for(pods: int, gpus: int) -> int:
+    """Fake nodes holding ``pods`` pods using ``gpus`` GPUs with 20% headroom:
+    400 pods of 1 GPU -> 480 GPUs / 64 = 8 nodes (and 480 pods / 110 = 5)."""
+    want_gpus = math.ceil(gpus * 1.2)
+    want_pods = math.ceil(pods * 1.2)
+    return max(1, math.ceil(want_gpus / GPUS_PER_NODE), math.ceil(want_pods / PODS_PER_NODE))
+
+
+def private_config(pods: int, gpus: int, lab_dir: Path = LAB_DIR) -> LabConfig:
+    ports = {name: port + PORT_OFFSET for name, port in DEFAULT_PORTS.items()}
+    return LabConfig(
+        lab_dir=lab_dir,
+        ports=ports,
+        nodes=nodes_for(pods, gpus),
+        gpus_per_node=GPUS_PER_NODE,
+        startup_delay="2s",
+        scrape_interval="15s",
+    )
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def private_lab(pods: int, gpus: int, lab_dir: Path = LAB_DIR) -> Iterator[Lab]:
+    """The private lab, up for the block, then stopped and purged."""
+    cfg = private_config(pods, gpus, lab_dir)
+    lab = Lab(cfg)
+    missing = lab.missing_binaries()
+    if missing:
+        raise BenchError(f"lab binaries {missing} not built (make lab-build)")
+    if not lab.running_components():
+        busy = [f"{n} {p}" for n, p in cfg.ports.items() if not port_free(p)]
+        if busy:
+            raise BenchError(f"ports of the private lab are in use: {', '.join(busy)}")
+    try:
+        lab.ensure_up(timeout=START_TIMEOUT_S)
+        yield lab
+    except LabError as err:
+        raise BenchError(f"the private lab did not come up: {str(err).splitlines()[0]}") from err
+    finally:
+        lab.down(purge=True)

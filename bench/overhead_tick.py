@@ -1,0 +1,134 @@
+"""Measurement 2: one reconcile tick against the lab, with the operator's real
+``reconcile_once`` and its real Kubernetes and Prometheus clients.
+
+Owns: the scenario. In a namespace of its own on the shared lab, one PDDeployment (the
+chat example, Auto, 1 prefill + 1 decode replica): ticks until converged, then
+
+* converged ticks: ``reconcile.overhead`` (back-to-back ticks; each reads the
+  PDDeployment, lists its Deployments, Services and pods, runs the Prometheus snapshot
+  queries, decides, plans, and writes nothing);
+* scaling ticks: before each, the decode pool's bounds are patched to min = max = 2,
+  then back to 1, so every timed tick changes the pool (server-side apply of the
+  Deployment, the status patch and the decision Event).
+
+The namespace is deleted afterwards. Must not: start a second lab, or stop the shared
+one (it is started if it is not up, and left running).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+
+from bench.overhead_cluster import BenchError, Clients, pdd_manifest, unique_namespace, wait_until
+from bench.overhead_report import Section
+from bench.overhead_stats import fmt_seconds, summarize
+from pdlab import demo
+from pdlab.lab import Lab, LabError
+from pdscaler.kube import Kube, load_api_client
+from pdscaler.metricsql import build_queries
+from pdscaler.reconcile import Runtime, TickReport, overhead, reconcile_once
+from pdscaler.spec import PDDeploymentSpec
+
+TITLE = "2. One reconcile tick against the lab (`reconcile_once`, real clients)"
+NAME = "tick"
+CONVERGE_TIMEOUT_S = 90.0
+SCALE_GAP_S = 1.0
+
+Sample = tuple[float, int]
+
+
+def _converge(rt: Runtime, namespace: str, timeout: float = CONVERGE_TIMEOUT_S) -> TickReport:
+    """Tick until two ticks in a row write nothing and every pod the Deployments ask
+    for is Ready (the status then stops changing)."""
+    quiet = 0
+
+    def step() -> TickReport | None:
+        nonlocal quiet
+        with rt.lock(namespace, NAME):
+            rep = reconcile_once(rt, namespace, NAME)
+        d = rep.decision
+        done = d is not None and rep.writes == 0
+        quiet = quiet + 1 if done else 0
+        return rep if quiet >= 2 else None
+
+    return wait_until(step, timeout, f"{namespace}/{NAME} to converge", interval=1.0)
+
+
+def _scaling_ticks(rt: Runtime, clients: Clients, namespace: str, ticks: int) -> list[Sample]:
+    out: list[Sample] = []
+    for k in range(ticks):
+        n = 2 if k % 2 == 0 else 1
+        clients.patch_pdd_spec(namespace, NAME, {"decode": {"replicas": {"min": n, "max": n}}})
+        out += overhead(rt, namespace, NAME, ticks=1)
+        rep = rt.last[(namespace, NAME)]
+        if rep.decision is None or rep.decision.decode != n or not rep.applied:
+            raise BenchError(f"scaling tick {k} did not scale decode to {n}: {rep}")
+        time.sleep(SCALE_GAP_S)
+    return out
+
+
+def _row(label: str, samples: Sequence[Sample]) -> list[str]:
+    s = summarize([sec for sec, _ in samples])
+    writes = sum(w for _, w in samples) / len(samples)
+    return [
+        label,
+        str(s.n),
+        fmt_seconds(s.p50),
+        fmt_seconds(s.p99),
+        fmt_seconds(s.mean),
+        fmt_seconds(s.max),
+        f"{writes:.1f}",
+    ]
+
+
+def measure(ticks: int = 20) -> Section:
+    """The section; "not measured" with the reason if the lab cannot be used."""
+    lab = Lab()
+    missing = lab.missing_binaries()
+    if missing:
+        return Section.skipped(TITLE, f"lab binaries {missing} not built (make lab-build)")
+    try:
+        started = lab.ensure_up(timeout=300)
+    except LabError as err:
+        return Section.skipped(TITLE, f"the lab did not come up: {str(err).splitlines()[0]}")
+    demo.install_crd(demo.Kube.connect(lab.kubeconfig))
+    clients = Clients.connect(lab.kubeconfig)
+    namespace = unique_namespace()
+    clients.create_namespace(namespace)
+    try:
+        manifest = pdd_manifest(NAME, namespace, lab.prometheus_url)
+        clients.create_pdd(manifest)
+        rt = Runtime(kube=Kube(load_api_client(str(lab.kubeconfig))))
+        rt.prometheus_url = lab.prometheus_url
+        _converge(rt, namespace)
+        converged = overhead(rt, namespace, NAME, ticks=ticks)
+        scaling = _scaling_ticks(rt, clients, namespace, ticks)
+    except BenchError as err:
+        return Section.skipped(TITLE, str(err))
+    finally:
+        with contextlib.suppress(Exception):
+            clients.delete_namespace(namespace)
+    spec = PDDeploymentSpec.model_validate(manifest["spec"])
+    queries = len(build_queries(spec, namespace, NAME))
+    wrote = sum(1 for _, w in converged if w)
+    notes = [
+        f"converged ticks that wrote anything: {wrote} of {len(converged)}",
+        f"each tick: 1 GET (PDDeployment) + 3 LISTs (Deployments, Services, pods) and "
+        f"{queries} Prometheus instant queries (run concurrently); the lab's Prometheus had"
+        " no vLLM series for this PDDeployment, so its answers were empty (the policy held"
+        " on unknown load; the scaling ticks were forced by the replica bounds)",
+        f"lab {'started by this run' if started > 5 else 'already up'}: "
+        f"API server {lab.apiserver_url}, Prometheus {lab.prometheus_url}",
+    ]
+    return Section(
+        TITLE,
+        f"One PDDeployment (deploy/examples/chat.yaml, 1 prefill + 1 decode replica) in a "
+        f"fresh namespace of the shared lab; {ticks} ticks of each kind, one at a time, "
+        "timed inside `reconcile_once` (`TickReport.seconds`); writes counted by "
+        "`Kube.audit`.",
+        ["tick", "n", "p50", "p99", "mean", "max", "writes/tick"],
+        [_row("converged (no change)", converged), _row("scaling (decode 1<->2)", scaling)],
+        notes=notes,
+    )
