@@ -66,13 +66,16 @@ class PoolObservation:
 
     ``replicas`` is what the Deployments currently ask for; ``unschedulable`` counts
     pods Pending because no node has the GPUs; ``startup_samples`` are observed
-    pod creation -> Ready durations in seconds (to refine T_s).
+    pod creation -> Ready durations in seconds (to refine T_s); ``terminating`` counts
+    pods being deleted, which still hold their GPUs (the rollout counts them against
+    ``maxGPUs + maxSurgeGPUs``).
     """
 
     replicas: int
     ready: int
     unschedulable: int = 0
     startup_samples: tuple[float, ...] = ()
+    terminating: int = 0
 
 
 @dataclass(frozen=True)
