@@ -7,6 +7,7 @@ Owns: the kopf registrations for PDDeployments and the operator settings they ne
 * ``@kopf.daemon``: per PDDeployment, one tick every ``spec.scaling.interval`` (re-read
   on every loop, so a changed interval applies from the next tick); kopf stops it when
   the object is deleted (kopf puts a finalizer on objects with daemons for that);
+* ``@kopf.on.login``: the service account in a pod, else ``$KUBECONFIG``;
 * ``@kopf.on.startup``: settings. No handler returns a value (kopf would store it in
   ``status.<handler>``; the status is written, typed, by ``reconcile``); kopf's progress
   and diff-base records live in ``pdscaler.io`` annotations, not in the status; kopf
@@ -67,6 +68,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.reporting_component = "pdscaler"
     settings.execution.max_workers = max(settings.execution.max_workers or 0, 8)
     runtime()  # fail at start-up, not on the first event, if the config is broken
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account inside a pod, else ``$KUBECONFIG`` as it is NOW (the
+    client library's default login reads it once, at import)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
 def _tick(namespace: str | None, name: str | None) -> None:

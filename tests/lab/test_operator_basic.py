@@ -89,9 +89,13 @@ def test_pdd_creates_ready_cell_with_status_then_converges_with_zero_writes(
                 ok = (st.get("prefill") or {}).get("summary") == "1/1" and (
                     st.get("decode") or {}
                 ).get("summary") == "1/1"
-                return st if ok and st.get("lastDecision") else None
+                metrics_ok = any(
+                    c["type"] == "MetricsAvailable" and c["status"] == "True"
+                    for c in st.get("conditions") or []
+                )
+                return st if ok and metrics_ok and st.get("lastDecision") else None
 
-            st = wait_for(filled, 60, "status with both pools 1/1 and a decision")
+            st = wait_for(filled, 60, "status: both pools 1/1, metrics available, a decision")
             assert st["activeVersion"] == "v1"
             assert st["observedGeneration"] == 1
             conds = {c["type"]: c["status"] for c in st["conditions"]}  # type: ignore[attr-defined]
