@@ -62,7 +62,14 @@ def main(argv: list[str] | None = None) -> int:
             took = lab.ensure_up(timeout=args.timeout)
             lab.pin()  # asked for by a person: test sessions must not stop it
             print(f"pdlab: up in {took:.1f}s ({lab.config.nodes} GPU nodes ready)")
-            print(lab.env(), end="")
+            print(lab.env(), end="", flush=True)
+            stale = lab.stale_components()
+            if stale:
+                print(
+                    f"pdlab: note: {', '.join(stale)} started with an older command line; "
+                    "`python -m pdlab down && python -m pdlab up` applies the new one",
+                    file=sys.stderr,
+                )
         elif args.cmd == "down":
             stopped = Lab().down(purge=args.purge)
             print(f"pdlab: stopped {', '.join(stopped) if stopped else 'nothing (not running)'}")

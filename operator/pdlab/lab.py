@@ -152,6 +152,15 @@ class Lab:
         }
         return {c: st.alive(c) and probes[c]() for c in COMPONENTS}
 
+    def stale_components(self) -> list[str]:
+        """Running components whose recorded command line differs from today's.
+
+        After an update of pdlab (new flags), `pdlab down && pdlab up` applies it; `up`
+        alone never restarts a healthy component under the lab's other users.
+        """
+        st = self._state()
+        return [c for c in COMPONENTS if st.alive(c) and st.procs[c].argv != self._argv(c)]
+
     def running_components(self) -> list[str]:
         """Components whose recorded process still runs (healthy or not)."""
         st = self._state()
@@ -259,6 +268,14 @@ class Lab:
                 f"--tls-cert-file={k / 'apiserver.crt'}",
                 f"--tls-private-key-file={k / 'apiserver.key'}",
                 f"--client-ca-file={k / 'ca.crt'}",
+                # Request-header auth (as kubeadm sets it) completes the
+                # extension-apiserver-authentication ConfigMap the controller-manager and
+                # scheduler read; no front-proxy-client certificate is ever issued.
+                f"--requestheader-client-ca-file={k / 'ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={k / 'sa.pub'}",
                 f"--service-account-signing-key-file={k / 'sa.key'}",
