@@ -12,11 +12,26 @@ WORK="$CACHE/lab/build"
 mkdir -p "$BIN" "$WORK"
 export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
 export GOPATH=${GOPATH:-$HOME/go}
+export PATH="$PATH:/usr/local/go/bin"
 start=$(date +%s)
 step() { echo "[pdlab build +$(( $(date +%s) - start ))s] $*"; }
 fail() { echo "[pdlab build] FAILED at step: $1 (see output above)" >&2; exit 1; }
 
+# true if any of the named binaries is missing from the cache
 need() { for b in "$@"; do [ -x "$BIN/$b" ] || return 0; done; return 1; }
+
+if ! need kube-apiserver kube-controller-manager kube-scheduler etcd kwok; then
+  echo "[pdlab build] cached: $BIN (nothing to build)"
+  exit 0
+fi
+# One build at a time per cache: a second caller waits for the first, then reuses it.
+exec 9>"$CACHE/lab/build.lock"
+if ! flock -n 9; then
+  echo "[pdlab build] another build into $CACHE/lab is running; waiting for it"
+  flock 9
+fi
+command -v go >/dev/null || fail "find the go toolchain (PATH, /usr/local/go/bin)"
+command -v jq >/dev/null || fail "find jq (apt-get install jq)"
 
 if need kube-apiserver kube-controller-manager kube-scheduler; then
   step "kubernetes v$KUBE_VERSION: preparing wrapper module"
@@ -53,5 +68,5 @@ if need kwok; then
   GOBIN="$BIN" go install -trimpath -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" || fail "go install kwok"
 fi
 
-step "done: $BIN"
+step "done: $BIN (cold build took $(( $(date +%s) - start ))s)"
 ls -la "$BIN"
