@@ -452,9 +452,10 @@ def step(
     state, target = _resolve(spec, spec_rev, view, state, now, events)
     totals = _totals(spec, required)
     new = view.get(target) or _Cell(target, _target_version(spec, state, target), None, now)
-    olds = [c for c in view.values() if c.rev != target]
+    olds = [c for c in view.values() if c.rev != target and not c.empty]
+    gone = sorted(c.rev for c in view.values() if c.rev != target and c.empty)
     sizes = _shift(totals, new, olds) if olds else _stable(totals, new)
-    return _finish(spec, state, view, new, olds, totals, sizes, now, events)
+    return _finish(spec, state, view, new, olds, gone, totals, sizes, now, events)
 
 
 def _target_version(spec: PDDeploymentSpec, state: RolloutState, target: str) -> str:
@@ -733,19 +734,18 @@ def _finish(
     view: Mapping[str, _Cell],
     new: _Cell,
     olds: list[_Cell],
+    gone: list[str],
     totals: _Totals,
     sizes: _Sizes,
     now: float,
     events: list[Event],
 ) -> RolloutStep:
-    """Cells to keep and delete, completion, the message, the state to keep."""
+    """Cells to keep and delete (old cells without pods), completion, the message, the
+    state to keep."""
     plans: list[CellPlan] = []
-    delete: list[str] = []
+    delete: list[str] = list(gone)
     for c in [new, *sorted(olds, key=lambda c: (c.created, c.rev))]:
         p, d = sizes.replicas[c.rev]
-        if c is not new and p == 0 and d == 0 and c.empty:
-            delete.append(c.rev)
-            continue
         image = c.image if c is not new else (c.image or dict(state.images).get(c.rev))
         if c is new and image is None and c.rev == naming.revision(spec.engine.image, c.version):
             image = spec.engine.image
