@@ -343,6 +343,9 @@ class Lab:
             st = self._state()
             if st.config == self.config.to_json() and self.is_up():
                 return time.monotonic() - t0
+            if not any(st.alive(c) for c in COMPONENTS):
+                # Nothing runs (e.g. the machine restarted): a pin from before is stale.
+                (self.dir / "pinned").unlink(missing_ok=True)
             self._ensure_binaries()
             self._reconcile_config(st)
             self._write_files()
