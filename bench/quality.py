@@ -1,0 +1,262 @@
+"""Decision quality: every policy on both Azure traces at start-up times 30, 90 and
+300 s, against the oracle bound and the work floor.
+
+Owns: the list of cases, running them through ``pdscaler.sim.compare``, and the
+report: ``bench/results/quality.md`` (one table per case plus the headline),
+``quality.json`` and one plot per case (``quality-<trace>-<startup>s.png``). The
+oracle's schedule is also replayed in the engine (``oracle-replay``) to show what SLO
+the bound itself would get. Must not: tune anything per case (same spec, seed and
+engine everywhere), or report a number it did not measure.
+
+Load: both traces at ``--rate-scale`` (default 10: the conversation trace becomes
+~55 req/s, ~15 prefill and ~10 decode replicas at peak; the code trace ~25 req/s), the
+time axis untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.markdown import pct, secs, table
+from pdscaler.sim.compare import ORACLE_REPLAY, POLICIES, Comparison, compare
+from pdscaler.sim.loop import LoopConfig
+from pdscaler.sim.plot import render_png
+from pdscaler.sim.results import Summary, pareto_front
+from pdscaler.sim.setup import sim_spec
+from pdscaler.sim.traces import Trace, load_trace, scale_rate
+
+REPO = Path(__file__).resolve().parent.parent
+TRACE_DIR = REPO / "data" / "traces"
+TRACE_FILES = {
+    "conv": TRACE_DIR / "AzureLLMInferenceTrace_conv.csv",
+    "code": TRACE_DIR / "AzureLLMInferenceTrace_code.csv",
+}
+#: The targets pdscaler is built for (issue 5).
+TARGET_ATTAINMENT = 0.99
+TARGET_ORACLE_RATIO = 1.2
+
+
+@dataclass(frozen=True)
+class Plan:
+    traces: tuple[str, ...] = ("conv", "code")
+    startups: tuple[float, ...] = (30.0, 90.0, 300.0)
+    rate_scale: float = 10.0
+    seed: int = 0
+    #: Replay only the first N seconds of each trace (the quick mode of the tests).
+    duration: float | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    trace: str
+    startup_s: float
+    comparison: Comparison
+    seconds: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.trace}, start-up {self.startup_s:g} s"
+
+    @property
+    def slug(self) -> str:
+        return f"{self.trace}-{self.startup_s:g}s"
+
+    def summary(self, policy: str) -> Summary:
+        return next(s for s in self.comparison.summaries if s.policy == policy)
+
+    @property
+    def contenders(self) -> list[Summary]:
+        """The policies (the oracle replay is a check of the bound, not a contender)."""
+        return [s for s in self.comparison.summaries if s.policy != ORACLE_REPLAY]
+
+
+def load(name: str, plan: Plan) -> Trace:
+    trace = load_trace(TRACE_FILES[name])
+    if plan.duration is not None and plan.duration < trace.span:
+        trace = trace.window(0.0, plan.duration)
+    return scale_rate(trace, plan.rate_scale, seed=plan.seed)
+
+
+def run_cases(
+    plan: Plan, log: Callable[[str], None] = print, out_dir: Path | None = None
+) -> list[Case]:
+    """Every (trace, start-up) case; the plots are written as each case finishes."""
+    cases = []
+    for name in plan.traces:
+        trace = load(name, plan)
+        for startup in plan.startups:
+            cfg = LoopConfig(spec=sim_spec(startup_s=startup), startup_s=startup, seed=plan.seed)
+            t0 = time.perf_counter()
+            comp = compare(
+                trace,
+                (*POLICIES, ORACLE_REPLAY),
+                cfg,
+                meta={"rate_scale": plan.rate_scale},
+            )
+            case = Case(name, startup, comp, time.perf_counter() - t0)
+            log(f"bench quality: {case.label}: {len(trace):,} requests, {case.seconds:.1f} s")
+            if out_dir is not None:
+                png = render_png(trace, comp.runs, comp.oracle.schedule, title=case.label)
+                (out_dir / f"quality-{case.slug}.png").write_bytes(png)
+            cases.append(case)
+    return cases
+
+
+def case_table(case: Case) -> str:
+    comp = case.comparison
+    oracle = comp.oracle.gpu_hours
+    front = pareto_front(case.contenders)
+    rows = []
+    for s in comp.summaries:
+        mark = " *" if s.policy in front else ""
+        rows.append(
+            [
+                f"{s.policy}{mark}",
+                pct(s.slo_attainment),
+                secs(s.ttft_p50_s),
+                secs(s.ttft_p99_s),
+                secs(s.tpot_p99_s),
+                f"{s.gpu_hours:.2f}",
+                f"{s.gpu_hours / oracle:.2f}",
+                str(s.scale_actions),
+                str(s.reversals),
+            ]
+        )
+    rows.append(["oracle (bound)", "-", "-", "-", "-", f"{oracle:.2f}", "1.00", "-", "-"])
+    floor = comp.work_floor_gpu_hours
+    rows.append(
+        ["work floor", "-", "-", "-", "-", f"{floor:.2f}", f"{floor / oracle:.2f}", "-", "-"]
+    )
+    headers = [
+        "policy",
+        "SLO met",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p99",
+        "GPU-h",
+        "x oracle",
+        "actions",
+        "reversals",
+    ]
+    return table(headers, rows)
+
+
+def verdict(case: Case) -> dict[str, Any]:
+    """pdscaler against the targets and the baselines in one case."""
+    pd = case.summary("pdscaler")
+    ratio = pd.gpu_hours / case.comparison.oracle.gpu_hours
+    others = [s for s in case.contenders if s.policy != "pdscaler"]
+    dominated_by = [
+        s.policy
+        for s in others
+        if s.slo_attainment >= pd.slo_attainment
+        and s.gpu_hours <= pd.gpu_hours
+        and (s.slo_attainment > pd.slo_attainment or s.gpu_hours < pd.gpu_hours)
+    ]
+    at_least_as_good = [s for s in others if s.slo_attainment >= pd.slo_attainment]
+    cheapest = min(at_least_as_good, key=lambda s: s.gpu_hours, default=None)
+    return {
+        "case": case.label,
+        "slo_attainment": pd.slo_attainment,
+        "gpu_hours": pd.gpu_hours,
+        "oracle_ratio": ratio,
+        "meets_attainment": pd.slo_attainment >= TARGET_ATTAINMENT,
+        "meets_cost": ratio <= TARGET_ORACLE_RATIO,
+        "pareto": not dominated_by,
+        "dominated_by": dominated_by,
+        "cheapest_as_good": None if cheapest is None else cheapest.policy,
+        "cheapest_as_good_gpu_hours": None if cheapest is None else cheapest.gpu_hours,
+    }
+
+
+def headline(cases: Sequence[Case]) -> str:
+    rows = []
+    for case in cases:
+        v = verdict(case)
+        best = "-"
+        if v["cheapest_as_good"] is not None:
+            best = f"{v['cheapest_as_good']} ({v['cheapest_as_good_gpu_hours']:.2f} GPU-h)"
+        rows.append(
+            [
+                case.label,
+                pct(v["slo_attainment"]),
+                f"{v['gpu_hours']:.2f}",
+                f"{v['oracle_ratio']:.2f}",
+                "yes" if v["pareto"] else "no: " + ", ".join(v["dominated_by"]),
+                best,
+                "yes" if v["meets_attainment"] and v["meets_cost"] and v["pareto"] else "no",
+            ]
+        )
+    return table(
+        [
+            "case",
+            "pdscaler SLO met",
+            "GPU-h",
+            "x oracle",
+            "Pareto front",
+            "cheapest baseline with >= SLO",
+            f">= {TARGET_ATTAINMENT:.0%}, <= {TARGET_ORACLE_RATIO}x, Pareto",
+        ],
+        rows,
+    )
+
+
+def report(cases: Sequence[Case], plan: Plan, command: str) -> str:
+    first = cases[0].comparison.cfg if cases else None
+    spec_line = ""
+    if first is not None:
+        s = first.spec
+        spec_line = (
+            f"SLO: TTFT <= {s.slo.ttft_seconds:g} s and TPOT <= {s.slo.tpot_seconds:g} s per "
+            f"request (policy signals at p{s.slo.percentile * 100:g}, recovery "
+            f"{s.slo.recovery_seconds:g} s); priors {s.prefill.tokens_per_second:g} / "
+            f"{s.decode.tokens_per_second:g} tokens/s (true engine 8,500 prefill, ~1,730 "
+            f"decode at the chat mix), target utilisation {s.prefill.target_utilization:g}, "
+            f"{s.scaling.interval} interval, {s.scaling.scale_down_stabilization} "
+            "scale-down stabilization."
+        )
+    out = [
+        "# Decision quality",
+        "",
+        f"Generated by `{command}`. Both Azure traces (data/traces, CC-BY 4.0) at "
+        f"{plan.rate_scale:g}x their request rate (time axis untouched), seed {plan.seed}. "
+        + spec_line,
+        "",
+        "SLO met = share of ALL requests with TTFT and TPOT both within the SLO (an "
+        "unfinished request misses). GPU-hours are billed from a replica's request to its "
+        "removal. Oracle: knows the trace and the true capacities, integer replicas per "
+        "15 s bin at full load, ordered a start-up ahead, kept through gaps shorter than "
+        "the start-up; `oracle-replay` is that schedule replayed in the engine (the bound is "
+        "not SLO-feasible by itself). * = on the Pareto front (SLO met vs GPU-hours) among "
+        "the policies.",
+        "",
+        "## Headline",
+        "",
+        headline(cases),
+        "",
+    ]
+    for case in cases:
+        out += [
+            f"## {case.label}",
+            "",
+            f"{len(case.comparison.trace):,} requests, replayed (7 runs) in {case.seconds:.1f} s. "
+            f"Plot: [quality-{case.slug}.png](quality-{case.slug}.png)",
+            "",
+            case_table(case),
+            "",
+        ]
+    return "\n".join(out)
+
+
+def write(cases: Sequence[Case], plan: Plan, out_dir: Path, command: str) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / "quality.md"
+    md.write_text(report(cases, plan, command), encoding="utf-8")
+    doc = {case.slug: {**case.comparison.to_json(), "verdict": verdict(case)} for case in cases}
+    (out_dir / "quality.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return md

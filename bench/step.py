@@ -1,0 +1,295 @@
+"""The step-load scenario (MODELS.md §3): does the measured recovery match the
+drain-time model's prediction?
+
+Owns: two experiments on the same step (20 -> 40 req/s of ~1,500-token prompts at
+t = 600 s: 30k -> 60k prompt tokens/s, decode kept roomy so prefill is the only
+bottleneck) and their report ``bench/results/step.md`` + ``step.png``:
+
+A. The model itself: at the step a scripted controller raises prefill from 5 replicas
+   to n1 (no policy); prediction ``T_s + B / (mu - lambda)`` in tokens/s with the TRUE
+   numbers (lambda = measured prompt tokens/s after the step, mu = n1 x the replica's
+   full-batch 8,370 tokens/s, B = (lambda - mu_0) x T_s). Measured: when the last
+   request that had queued more than ``WAIT_S`` started its prefill, from the step.
+B. pdscaler in the closed loop: at its first scale-up after the step that carries a
+   drain prediction (else its first scale-up), the drain time it predicted
+   (``Decision.model.drain_seconds``, with its own estimates) against the measured time
+   from that decision until the backlog was gone; and when the SLO was back (the first
+   minute after the step from which every minute met >= 99%).
+
+Must not: fit anything to the measurement.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from bench.markdown import pct, table
+from pdscaler.models import backlog, drain_time
+from pdscaler.sim.controllers import PdscalerController, Target, View
+from pdscaler.sim.engine import EngineParams, RequestTimes
+from pdscaler.sim.loop import LoopConfig, Run, run
+from pdscaler.sim.results import attainment_over_time
+from pdscaler.sim.scenarios import step_load
+from pdscaler.sim.setup import sim_spec
+from pdscaler.sim.traces import Trace
+
+STEP_AT = 600.0
+BASE_RATE = 20.0
+FACTOR = 2.0
+PROMPT = 1500.0
+OUTPUT = 200.0
+N0 = 5
+DECODE = 12
+#: A request "was in the backlog" when it queued for prefill longer than this.
+WAIT_S = 1.0
+
+
+def scenario(seed: int = 0) -> Trace:
+    return step_load(
+        base_rate=BASE_RATE,
+        factor=FACTOR,
+        before_s=STEP_AT,
+        after_s=900.0,
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUT,
+        seed=seed,
+    )
+
+
+def cleared_at(times: RequestTimes, since: float) -> float | None:
+    """When the last request arriving after ``since`` that queued > WAIT_S started its
+    prefill (None: nobody queued that long; inf: one never started)."""
+    after = times.arrival >= since
+    wait = times.prefill_start - times.arrival
+    late = after & ~(wait <= WAIT_S)
+    if not np.any(late):
+        return None
+    starts = times.prefill_start[late]
+    return math.inf if np.any(np.isnan(starts)) else float(np.max(starts))
+
+
+@dataclass
+class Scripted:
+    """Holds the initial replicas, then at ``at`` asks for ``prefill`` replicas."""
+
+    at: float
+    prefill: int
+    name: str = "scripted"
+
+    def tick(self, view: View) -> Target | None:
+        if view.now < self.at:
+            return None
+        return Target(self.prefill, view.decode.replicas, note="scripted step response")
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    startup_s: float
+    n1: int
+    predicted_s: float | None
+    measured_s: float | None
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted_s is None or self.measured_s is None:
+            return None
+        if math.isinf(self.measured_s) or self.measured_s == 0:
+            return None
+        return self.predicted_s / self.measured_s - 1.0
+
+
+def model_check(trace: Trace, startup: float, n1: int, seed: int = 0) -> ModelRow:
+    """Experiment A for one (T_s, n1)."""
+    params = EngineParams()
+    cfg = LoopConfig(
+        spec=sim_spec(startup_s=startup),
+        params=params,
+        startup_s=startup,
+        seed=seed,
+        initial=(N0, DECODE),
+    )
+    result = run(trace, Scripted(STEP_AT, n1), cfg)
+    after = trace.arrival >= STEP_AT
+    lam = float(trace.prompt[after].sum()) / (trace.span - STEP_AT)
+    per = params.prefill_batch_tps()
+    b = backlog(lam, startup, 0.0, N0 * per)
+    predicted = drain_time(lam, n1 * per, startup, b).drain_seconds
+    done = cleared_at(result.times, STEP_AT)
+    return ModelRow(startup, n1, predicted, None if done is None else done - STEP_AT)
+
+
+@dataclass(frozen=True)
+class LoopRow:
+    startup_s: float
+    decided_at: float | None
+    predicted_s: float | None
+    measured_s: float | None
+    first_target: int | None
+    peak_prefill: int
+    slo_back_after_s: float | None
+    attainment_after: float
+    run: Run
+
+
+def closed_loop(trace: Trace, startup: float, seed: int = 0) -> LoopRow:
+    """Experiment B for one T_s."""
+    spec = sim_spec(startup_s=startup)
+    cfg = LoopConfig(spec=spec, startup_s=startup, seed=seed)
+    ctrl = PdscalerController(spec)
+    result = run(trace, ctrl, cfg)
+    ups = [(t, d) for t, d in result.predicted_drains if t >= STEP_AT]
+    with_model = [(t, d) for t, d in ups if d is not None]
+    decided, predicted = (with_model or ups or [(None, None)])[0]
+    first = None
+    if decided is not None:
+        first = next(
+            (a.after for a in result.actions if a.time == decided and a.role.value == "prefill"),
+            None,
+        )
+    done = cleared_at(result.times, STEP_AT)
+    measured = None if done is None or decided is None else done - decided
+    starts, frac = attainment_over_time(result, 60.0)
+    post = starts >= STEP_AT
+    back = _slo_back(starts[post], frac[post])
+    ok = np.nan_to_num(frac[post], nan=1.0)
+    tl = result.timeline
+    return LoopRow(
+        startup,
+        decided,
+        predicted,
+        measured,
+        first,
+        int(tl.prefill_desired.max()),
+        None if back is None else back - STEP_AT,
+        float(np.mean(ok)) if len(ok) else 1.0,
+        result,
+    )
+
+
+def _slo_back(starts: np.ndarray, frac: np.ndarray) -> float | None:
+    """Start of the first minute from which every later minute met >= 99%."""
+    good = np.nan_to_num(frac, nan=1.0) >= 0.99
+    for k in range(len(good)):
+        if np.all(good[k:]):
+            return float(starts[k])
+    return None
+
+
+def _s(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "never" if math.isinf(value) else f"{value:.1f} s"
+
+
+def plot(rows: Sequence[LoopRow]) -> bytes:
+    fig = Figure(figsize=(10, 5), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for row in rows:
+        tl = row.run.timeline
+        (line,) = ax.plot(tl.time, tl.prefill_queue, lw=1.2, label=f"T_s {row.startup_s:g} s")
+        if row.decided_at is not None and row.predicted_s is not None:
+            ax.axvline(row.decided_at + row.predicted_s, color=line.get_color(), ls="--", lw=1)
+    ax.axvline(STEP_AT, color="black", lw=1)
+    ax.set_xlabel("seconds (step at 600 s; dashed: pdscaler's predicted drain)")
+    ax.set_ylabel("prefill queue (requests)")
+    ax.set_xlim(STEP_AT - 120, STEP_AT + 720)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def run_step(
+    startups: Sequence[float], seed: int = 0, log: Callable[[str], None] = print
+) -> tuple[list[ModelRow], list[LoopRow]]:
+    trace = scenario(seed)
+    model_rows = []
+    for startup in startups:
+        for n1 in (8, 9, 11):
+            model_rows.append(model_check(trace, startup, n1, seed))
+        log(f"bench step: model check at T_s {startup:g} s done")
+    loop_rows = []
+    for startup in startups:
+        loop_rows.append(closed_loop(trace, startup, seed))
+        log(f"bench step: pdscaler closed loop at T_s {startup:g} s done")
+    return model_rows, loop_rows
+
+
+def report(model_rows: Sequence[ModelRow], loop_rows: Sequence[LoopRow], command: str) -> str:
+    a = table(
+        ["T_s", "prefill 5 ->", "predicted drain", "measured drain", "prediction error"],
+        [
+            [
+                f"{r.startup_s:g} s",
+                str(r.n1),
+                _s(r.predicted_s),
+                _s(r.measured_s),
+                "-" if r.error is None else f"{r.error:+.0%}",
+            ]
+            for r in model_rows
+        ],
+    )
+    b = table(
+        [
+            "T_s",
+            "scale-up at",
+            "to (prefill)",
+            "peak prefill",
+            "predicted drain",
+            "measured drain",
+            "SLO back after step",
+            "SLO met after step",
+        ],
+        [
+            [
+                f"{r.startup_s:g} s",
+                "-" if r.decided_at is None else f"{r.decided_at - STEP_AT:+.0f} s",
+                "-" if r.first_target is None else str(r.first_target),
+                str(r.peak_prefill),
+                _s(r.predicted_s),
+                _s(r.measured_s),
+                _s(r.slo_back_after_s),
+                pct(r.attainment_after),
+            ]
+            for r in loop_rows
+        ],
+    )
+    return "\n".join(
+        [
+            "# Step load: measured recovery vs the drain-time model",
+            "",
+            f"Generated by `{command}`. Poisson arrivals at {BASE_RATE:g} req/s, x{FACTOR:g} "
+            f"at t = {STEP_AT:g} s (prompts ~{PROMPT:g} tokens, outputs ~{OUTPUT:g}; gamma "
+            "lengths): 30k -> 60k prompt tokens/s. Drain = the step (A) or the scale-up "
+            f"decision (B) until the last request that queued > {WAIT_S:g} s started.",
+            "",
+            "## A. The model with the true numbers (scripted scale-up at the step)",
+            "",
+            f"Prefill {N0} -> n1 replicas at the step, decode fixed at {DECODE}. Predicted "
+            "`T_s + B / (mu - lambda)` with lambda the measured prompt tokens/s after the "
+            "step, mu = n1 x 8,370 tokens/s (full batches), B = (lambda - 5 x 8,370) x T_s. "
+            "Start-up times jitter +-10% around T_s in the engine.",
+            "",
+            a,
+            "",
+            "## B. pdscaler in the closed loop",
+            "",
+            "Predicted = `Decision.model.drain_seconds` of its first scale-up after the step "
+            "that has one (its own refined capacities, forecast and T_s; `-` when no "
+            "scale-up predicted a drain); measured from that decision.",
+            "",
+            b,
+            "",
+            "Plot: [step.png](step.png) (prefill queue; dashed = predicted drain).",
+            "",
+        ]
+    )

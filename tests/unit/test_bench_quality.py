@@ -1,0 +1,116 @@
+"""The decision-quality bench and the step-load check (bench/quality.py, bench/step.py,
+bench/__main__.py): the verdict logic, the drain measurement, and a quick end-to-end run
+that writes every result file."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import quality, step
+from bench.__main__ import main
+from pdscaler.sim.compare import Comparison
+from pdscaler.sim.engine import RequestTimes
+from pdscaler.sim.loop import LoopConfig
+from pdscaler.sim.oracle import OracleResult, Schedule
+from pdscaler.sim.results import Summary
+from pdscaler.sim.setup import sim_spec
+from pdscaler.sim.traces import Trace
+
+
+def summary(name: str, att: float, hours: float) -> Summary:
+    return Summary(name, 100, 100, att, 0.2, 1.0, 0.02, 0.03, hours, hours / 2, hours / 2, 4, 0)
+
+
+def case(*rows: Summary, oracle: float = 10.0) -> quality.Case:
+    empty = np.zeros(1)
+    trace = Trace("t", empty, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), 1.0)
+    sched = Schedule(empty, np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64), 15.0)
+    comp = Comparison(
+        trace=trace,
+        cfg=LoopConfig(spec=sim_spec()),
+        runs=(),
+        summaries=rows,
+        oracle=OracleResult(oracle, oracle / 2, oracle / 2, sched),
+        work_floor_gpu_hours=oracle / 2,
+    )
+    return quality.Case("conv", 30.0, comp, 1.0)
+
+
+def test_verdict_names_who_dominates_pdscaler() -> None:
+    c = case(
+        summary("pdscaler", 0.990, 12.0),
+        summary("static-peak", 0.995, 11.0),  # better and cheaper: dominates
+        summary("hpa-queue", 0.999, 20.0),  # better but dearer
+        summary("oracle-replay", 0.999, 10.0),  # a check of the bound, not a contender
+    )
+    v = quality.verdict(c)
+    assert v["dominated_by"] == ["static-peak"]
+    assert not v["pareto"]
+    assert v["meets_attainment"]
+    assert v["meets_cost"]  # 12 / 10 = 1.2
+    assert v["cheapest_as_good"] == "static-peak"
+    assert "no: static-peak" in quality.headline([c])
+
+
+def test_verdict_on_the_front_when_nobody_is_better_and_cheaper() -> None:
+    c = case(summary("pdscaler", 0.995, 13.0), summary("static-mean", 0.8, 9.0))
+    v = quality.verdict(c)
+    assert v["pareto"]
+    assert not v["meets_cost"]  # 1.3x
+    assert v["cheapest_as_good"] is None
+    assert "| no |" in quality.headline([c])
+
+
+def times(arrival: list[float], start: list[float]) -> RequestTimes:
+    a, s = np.array(arrival), np.array(start)
+    n = len(a)
+    return RequestTimes(a, np.ones(n, dtype=np.int64), np.ones(n, dtype=np.int64), s, s, s, s, s)
+
+
+def test_cleared_at_is_the_start_of_the_last_request_that_queued() -> None:
+    t = times([590.0, 601.0, 602.0, 650.0], [600.0, 640.0, 641.0, 650.1])
+    assert step.cleared_at(t, 600.0) == 641.0  # 590 is before the step; 650 did not queue
+    assert step.cleared_at(times([601.0], [601.5]), 600.0) is None
+    assert step.cleared_at(times([601.0], [math.nan]), 600.0) == math.inf
+
+
+def test_the_drain_model_predicts_the_engine_within_15_percent() -> None:
+    row = step.model_check(step.scenario(seed=0), startup=30.0, n1=9)
+    assert row.predicted_s is not None
+    assert row.measured_s is not None
+    assert row.error is not None
+    assert abs(row.error) < 0.15
+
+
+def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
+    assert main(["--quick", "--only", "quality,step", "--out", str(tmp_path)]) == 0
+    for name in (
+        "README.md",
+        "quality.md",
+        "quality.json",
+        "quality-conv-30s.png",
+        "quality-code-30s.png",
+        "step.md",
+        "step.png",
+    ):
+        assert (tmp_path / name).stat().st_size > 0, name
+    doc = json.loads((tmp_path / "quality.json").read_text())
+    conv = doc["conv-30s"]
+    assert set(conv["policies"]) >= {"pdscaler", "static-peak", "hpa-queue", "oracle-replay"}
+    assert conv["verdict"]["case"] == "conv, start-up 30 s"
+    readme = (tmp_path / "README.md").read_text()
+    assert "pdscaler SLO met" in readme
+    assert "python -m bench --quick" in readme
+    assert "| conv, start-up 30 s |" in (tmp_path / "quality.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "args", [["--only", "magic"], ["--startups", "a,b"], ["--rate-scale", "0"]]
+)
+def test_bad_arguments_exit_2(args: list[str], tmp_path: Path) -> None:
+    assert main([*args, "--out", str(tmp_path)]) == 2
