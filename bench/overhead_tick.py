@@ -89,8 +89,9 @@ def measure(ticks: int = 20) -> Section:
     missing = lab.missing_binaries()
     if missing:
         return Section.skipped(TITLE, f"lab binaries {missing} not built (make lab-build)")
+    was_up = lab.is_up()
     try:
-        started = lab.ensure_up(timeout=300)
+        lab.ensure_up(timeout=300)
     except LabError as err:
         return Section.skipped(TITLE, f"the lab did not come up: {str(err).splitlines()[0]}")
     demo.install_crd(demo.Kube.connect(lab.kubeconfig))
@@ -100,8 +101,8 @@ def measure(ticks: int = 20) -> Section:
     try:
         manifest = pdd_manifest(NAME, namespace, lab.prometheus_url)
         clients.create_pdd(manifest)
-        rt = Runtime(kube=Kube(load_api_client(str(lab.kubeconfig))))
-        rt.prometheus_url = lab.prometheus_url
+        kube = Kube(load_api_client(str(lab.kubeconfig)))
+        rt = Runtime(kube=kube, prometheus_url=lab.prometheus_url)
         _converge(rt, namespace)
         converged = overhead(rt, namespace, NAME, ticks=ticks)
         scaling = _scaling_ticks(rt, clients, namespace, ticks)
@@ -119,7 +120,7 @@ def measure(ticks: int = 20) -> Section:
         f"{queries} Prometheus instant queries (run concurrently); the lab's Prometheus had"
         " no vLLM series for this PDDeployment, so its answers were empty (the policy held"
         " on unknown load; the scaling ticks were forced by the replica bounds)",
-        f"lab {'started by this run' if started > 5 else 'already up'}: "
+        f"lab {'already up' if was_up else 'started by this run (left up)'}: "
         f"API server {lab.apiserver_url}, Prometheus {lab.prometheus_url}",
     ]
     return Section(

@@ -8,13 +8,15 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
 from bench import overhead, overhead_policy
-from bench.overhead_cluster import pdd_manifest, reconciled
+from bench.overhead_cluster import BenchError, pdd_manifest, reconciled
+from bench.overhead_figures import Scrapes, Window, api_requests, figures
 from bench.overhead_lab import PORT_OFFSET, nodes_for, private_config
 from bench.overhead_proc import (
     ProcSample,
@@ -24,7 +26,7 @@ from bench.overhead_proc import (
     parse_status_int,
     status_numbers,
 )
-from bench.overhead_process import Plan, Scrapes, api_requests, figures
+from bench.overhead_process import Plan, measure
 from bench.overhead_report import Section, markdown_table, render
 from bench.overhead_stats import Exposition, histogram_quantile, percentile, summarize
 from pdlab.config import DEFAULT_PORTS
@@ -318,8 +320,9 @@ def test_private_lab_sizing_and_ports() -> None:
 # ------------------------------------------------------------ the process figures
 
 
-def test_process_figures_from_synthetic_scrapes() -> None:
-    plan = Plan(pdds=200, interval="15s", sample_seconds=150)
+def _window(reconciled: int = 200) -> Window:
+    sampler = _synthetic_sampler([(0.0, 100.0, 200_000), (75.0, 115.0, 300_000)])
+    sampler.samples.append(ProcSample(150.0, 130.0, 250_000, 400_000, 40))
     sc = Scrapes(
         operator=[
             Exposition.parse(_telemetry_text([0.01] * 100, writes=400)),
@@ -336,9 +339,12 @@ def test_process_figures_from_synthetic_scrapes() -> None:
             Exposition.parse('prometheus_http_requests_total{handler="/api/v1/query"} 20010\n'),
         ],
     )
-    sampler = _synthetic_sampler([(0.0, 100.0, 200_000), (75.0, 115.0, 300_000)])
-    sampler.samples.append(ProcSample(150.0, 130.0, 250_000, 400_000, 40))
-    rows = {r[0]: r[1] for r in figures(plan, sc, sampler, 150.0, 30.0)}
+    return Window(200, reconciled, 15.0, sampler, sc, window_s=150.0, baseline_s=30.0)
+
+
+def test_process_figures_from_synthetic_scrapes() -> None:
+    rows = {r[0]: r[1] for r in figures(_window())}
+    assert rows["PDDeployments reconciled"] == "200 of 200"
     assert rows["reconcile ticks"] == "2000 (13.3/s)"
     assert rows["CPU, mean"] == "20.0% of one core"
     assert rows["RSS, peak in window"] == "293 MiB"
@@ -353,6 +359,23 @@ def test_process_figures_from_synthetic_scrapes() -> None:
     assert p50.endswith("ms")
     assert 10.0 < float(p50.split()[0]) <= 25.0
     assert rows["reconcile duration mean"] == "20.0 ms"
+
+
+def test_process_figures_expect_ticks_of_the_reconciled_only() -> None:
+    hows = {r[0]: r[2] for r in figures(_window(reconciled=8))}
+    values = {r[0]: r[1] for r in figures(_window(reconciled=8))}
+    assert values["PDDeployments reconciled"] == "8 of 200"
+    assert hows["reconcile ticks"].startswith("expected 80 ")
+
+
+def test_process_measure_reports_why_it_could_not_run() -> None:
+    def failing(plan: Plan) -> Any:
+        raise BenchError("lab binaries ['kwok'] not built (make lab-build)")
+
+    section = measure(Plan(pdds=3), scenario=failing)
+    assert not section.measured
+    assert section.title.endswith("3 at a 15s interval")
+    assert section.not_measured == "lab binaries ['kwok'] not built (make lab-build)"
 
 
 # -------------------------------------------------------------------- command line
