@@ -509,7 +509,7 @@ class Demo:
                 "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f}s",
                 "-" if s.tpot_p95_s is None else f"{s.tpot_p95_s * 1000:.0f}ms",
             )
-        console = Console()
+        console = Console(width=None if sys.stdout.isatty() else 120)
         console.print(table)
         console.print(f"(replicas and ratio over each phase's second half; results in {self.out})")
 

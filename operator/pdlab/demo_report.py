@@ -78,7 +78,7 @@ def summarize_phase(
 ) -> PhaseSummary:
     """The phase's settled half: rows with ``start + (end-start)/2 <= t < end``.
     ``ratio`` is mean prefill / mean decode; ``ttft_p95_s``/``tpot_p95_s`` are the
-    medians of the per-second 30 s p95s seen there."""
+    medians of the per-second 15 s p95s seen there."""
     half = [r for r in rows if start + (end - start) / 2.0 <= r.t < end]
     p = _mean([r.prefill_ready for r in half]) or 0.0
     d = _mean([r.decode_ready for r in half]) or 0.0
@@ -178,7 +178,7 @@ def plot(
     ax_lat.axhline(slo[0], c="C3", ls=":", label=f"TTFT SLO {slo[0]:g}s")
     ax_lat.axhline(slo[1], c="C4", ls=":", label=f"TPOT SLO {slo[1] * 1000:g}ms")
     ax_lat.set_yscale("log")
-    ax_lat.set_ylabel("seconds (client side, 30 s window)")
+    ax_lat.set_ylabel("seconds (client side, 15 s window)")
     ax_lat.set_xlabel("seconds since the scenario started")
     ax_lat.legend(loc="upper left", fontsize=8, ncol=2)
     fig.suptitle("pdscaler demo: prefill/decode pools following the request mix")

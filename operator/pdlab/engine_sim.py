@@ -15,7 +15,7 @@ HTTP endpoints (``--port``, loopback):
   ``pdscaler_io_role`` (and so does ``up``), exactly what ``pdscaler.metricsql`` selects.
 * ``/metrics``: every pod's series with those labels, for humans.
 * ``/status``: per PDDeployment, the scenario phase and clock, ready pods, queues,
-  request rate, and client-side TTFT/TPOT percentiles over the last 30 s.
+  request rate, and client-side TTFT/TPOT percentiles over the last 15 s.
 
 Timing: a PDDeployment's scenario starts when it has at least one Ready prefill pod AND
 one Ready decode pod (its requests have somewhere to go); its engine clock is wall
@@ -61,7 +61,7 @@ from pdscaler.sim.prom import histogram_quantile
 from pdscaler.sim.traces import Trace, scale_rate
 from pdscaler.types import Role
 
-STATUS_WINDOW_S = 30.0
+STATUS_WINDOW_S = 15.0
 RATE_WINDOW_S = 10.0
 TARGET_PREFIX = "engine-sim"
 #: A PDDeployment without any pod for this long is forgotten (its engine dropped).
