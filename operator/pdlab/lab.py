@@ -385,19 +385,17 @@ class Lab:
 
     # ----- shutdown ---------------------------------------------------------------------
     def down(self, purge: bool = False) -> list[str]:
-        """Stop exactly the recorded processes (reverse order); names of those stopped.
+        """Stop exactly the recorded processes (all at once); names of those stopped.
 
         `purge` also deletes the lab's data (etcd, Prometheus TSDB, PKI, logs).
         """
-        stopped = []
         with self._locked():
             st = self._state()
-            for c in reversed(COMPONENTS):
-                if c in st.procs and processes.stop(st, c):
-                    stopped.append(c)
-            for c in list(st.procs):  # anything recorded that is not a known component
-                if processes.stop(st, c):
-                    stopped.append(c)
+            # Everything but etcd at once, then etcd: the API server's shutdown hangs on
+            # an etcd that is going away, and etcd waits for its clients to leave.
+            first = [c for c in st.procs if c != "etcd"]  # incl. anything else recorded
+            stopped = processes.stop_many(st, first)
+            stopped += processes.stop_many(st, ["etcd"])
             st.path.unlink(missing_ok=True)
             (self.dir / "pinned").unlink(missing_ok=True)
             if purge:
