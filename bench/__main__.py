@@ -62,7 +62,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], qual
     if not startups or min(startups) <= 0 or not args.rate_scale > 0:
         raise ValueError("--startups and --rate-scale must be positive")
     if args.quick:
-        plan = quality.Plan(startups=(30.0,), rate_scale=2.0, seed=args.seed, duration=600.0)
+        plan = quality.Plan(
+            startups=(30.0,),
+            rate_scale=2.0,
+            seed=args.seed,
+            duration=600.0,
+            feasible_at=(30.0,),
+        )
     else:
         plan = quality.Plan(startups=startups, rate_scale=args.rate_scale, seed=args.seed)
     return args, parts, plan

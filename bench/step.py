@@ -41,6 +41,8 @@ from pdscaler.sim.setup import sim_spec
 from pdscaler.sim.traces import Trace
 
 STEP_AT = 600.0
+#: Seconds of the doubled load (long enough for the slowest drain of experiment A).
+AFTER_S = 1200.0
 BASE_RATE = 20.0
 FACTOR = 2.0
 PROMPT = 1500.0
@@ -56,7 +58,7 @@ def scenario(seed: int = 0) -> Trace:
         base_rate=BASE_RATE,
         factor=FACTOR,
         before_s=STEP_AT,
-        after_s=900.0,
+        after_s=AFTER_S,
         prompt_tokens=PROMPT,
         output_tokens=OUTPUT,
         seed=seed,

@@ -103,6 +103,7 @@ def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
     conv = doc["conv-30s"]
     assert set(conv["policies"]) >= {"pdscaler", "static-peak", "hpa-queue", "oracle-replay"}
     assert conv["verdict"]["case"] == "conv, start-up 30 s"
+    assert conv["slo_feasible_oracle"]["tries"]
     readme = (tmp_path / "README.md").read_text()
     assert "pdscaler SLO met" in readme
     assert "python -m bench --quick" in readme

@@ -73,3 +73,13 @@ def test_floor_below_oracle_below_static_peak_on_the_real_traces(name: str) -> N
     # a longer start-up can only cost the oracle more (earlier orders, fewer gaps)
     slower = oracle(trace, params, startup_s=300.0, tpot_s=0.05)
     assert slower.gpu_hours >= bound.gpu_hours
+
+
+def test_derate_plans_head_room() -> None:
+    params = EngineParams()
+    trace = constant_trace(10.0, 600.0, 1600, 20)
+    # half the capacity: 16,000 / 4,185 -> 4 replicas instead of 2
+    sched = schedule(trace, params, tpot_s=0.05, bin_s=15.0, derate=0.5)
+    assert np.all(sched.prefill[1:39] == 4)
+    with pytest.raises(ValueError, match="derate"):
+        schedule(trace, params, tpot_s=0.05, derate=0.0)

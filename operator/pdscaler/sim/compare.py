@@ -95,7 +95,7 @@ class Comparison:
         )
 
 
-def bounds(trace: Trace, cfg: LoopConfig) -> tuple[OracleResult, float]:
+def bounds(trace: Trace, cfg: LoopConfig, derate: float = 1.0) -> tuple[OracleResult, float]:
     """The oracle (minimum replicas = the spec's) and the work floor of ``trace``."""
     spec = cfg.spec
     tpot = spec.slo.tpot_seconds
@@ -106,8 +106,40 @@ def bounds(trace: Trace, cfg: LoopConfig) -> tuple[OracleResult, float]:
         tpot_s=tpot,
         bin_s=spec.scaling.interval_seconds,
         minimum=(spec.prefill.replicas.min, spec.decode.replicas.min),
+        derate=derate,
     )
     return bound, work_floor(trace, cfg.params, tpot_s=tpot)
+
+
+@dataclass(frozen=True)
+class FeasibleOracle:
+    """The largest tried ``derate`` whose oracle schedule, replayed in the engine, met
+    the attainment target (None when none did), with every try (derate, attainment,
+    GPU-hours)."""
+
+    derate: float | None
+    gpu_hours: float | None
+    attainment: float | None
+    tries: tuple[tuple[float, float, float], ...]
+
+
+def feasible_oracle(
+    trace: Trace,
+    cfg: LoopConfig,
+    target: float = 0.99,
+    derates: Sequence[float] = (0.85, 0.7, 0.55, 0.4),
+) -> FeasibleOracle:
+    """Replay the oracle at decreasing derates until the SLO attainment reaches
+    ``target``: what the bound costs once it must also meet the SLO."""
+    tries = []
+    for derate in derates:
+        bound, _ = bounds(trace, cfg, derate)
+        replay = run(trace, controller(ORACLE_REPLAY, trace, cfg, bound), cfg)
+        s = summarize(replay)
+        tries.append((derate, s.slo_attainment, s.gpu_hours))
+        if s.slo_attainment >= target:
+            return FeasibleOracle(derate, s.gpu_hours, s.slo_attainment, tuple(tries))
+    return FeasibleOracle(None, None, None, tuple(tries))
 
 
 def compare(

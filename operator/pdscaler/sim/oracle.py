@@ -90,8 +90,14 @@ def schedule(
     tpot_s: float,
     bin_s: float = 15.0,
     minimum: tuple[int, int] = (1, 1),
+    derate: float = 1.0,
 ) -> Schedule:
-    """The oracle's replicas per bin over the trace and its decode tail."""
+    """The oracle's replicas per bin over the trace and its decode tail. ``derate`` < 1
+    plans every replica at that fraction of its true capacity (head-room: the
+    SLO-feasible oracle of the bench searches the largest derate whose schedule, replayed,
+    meets the SLO)."""
+    if not 0 < derate <= 1:
+        raise ValueError(f"derate must be in (0, 1], got {derate}")
     if len(trace) == 0:
         return Schedule(np.zeros(1), np.array([minimum[0]]), np.array([minimum[1]]), bin_s)
     _, step = params.decode_operating_point(
@@ -107,7 +113,8 @@ def schedule(
     per_sec = _decode_tokens_per_second(trace, step, horizon)
     sec_bin = np.minimum((np.arange(horizon) // bin_s).astype(np.int64), nbins - 1)
     otok = np.bincount(sec_bin, weights=per_sec, minlength=nbins)
-    prefill = np.ceil(psum / (params.prefill_batch_tps() * bin_s) - 1e-9).astype(np.int64)
+    prefill_cap = params.prefill_batch_tps() * derate
+    prefill = np.ceil(psum / (prefill_cap * bin_s) - 1e-9).astype(np.int64)
     mix_cap = params.decode_tps(float(trace.prompt.mean()), float(trace.output.mean()), tpot_s)
     caps = np.array(
         [
@@ -115,7 +122,7 @@ def schedule(
             for p, o, c in zip(psum, osum, count, strict=True)
         ]
     )
-    decode = np.ceil(otok / (caps * bin_s) - 1e-9).astype(np.int64)
+    decode = np.ceil(otok / (caps * derate * bin_s) - 1e-9).astype(np.int64)
     return Schedule(
         np.arange(nbins, dtype=np.float64) * bin_s,
         np.maximum(prefill, minimum[0]),
@@ -132,9 +139,10 @@ def oracle(
     tpot_s: float,
     bin_s: float = 15.0,
     minimum: tuple[int, int] = (1, 1),
+    derate: float = 1.0,
 ) -> OracleResult:
     """GPU-hours of the oracle's schedule, billed as in the module docstring."""
-    sched = schedule(trace, params, tpot_s=tpot_s, bin_s=bin_s, minimum=minimum)
+    sched = schedule(trace, params, tpot_s=tpot_s, bin_s=bin_s, minimum=minimum, derate=derate)
     p = level_seconds(sched.prefill, bin_s, startup_s) * params.prefill_gpus / 3600.0
     d = level_seconds(sched.decode, bin_s, startup_s) * params.decode_gpus / 3600.0
     return OracleResult(p + d, p, d, sched)
