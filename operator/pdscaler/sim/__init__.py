@@ -3,10 +3,26 @@ closed loop that runs the operator's own policy (and the baselines) on a simulat
 clock, the oracle bound and the results. Pure and deterministic for a seed: no clock
 reads, no network, no file writes (the CLI and the bench write what it returns).
 
-Modules: ``engine`` (the discrete-event P/D serving model), ``prom`` (what Prometheus
-would answer), ``traces`` (Azure CSV / Mooncake JSONL, rate scaling), ``scenarios``
-(synthetic loads), ``observe`` (engine + Prometheus -> the policy's ``TickInput``
-parts), ``controllers`` (pdscaler and the baselines behind one interface), ``loop``
-(the closed loop), ``oracle`` (oracle and work-floor GPU-hours), ``results``
-(SLO attainment, percentiles, actions) and ``plot`` (PNG bytes).
+Modules:
+
+* ``engine``: the discrete-event P/D serving model (also driven in wall-clock time by
+  the lab's engine simulator: see its docstring, "Driving it");
+* ``prom``: what Prometheus would answer (rate, histogram_quantile, gauges, lag);
+* ``observe``: scrapes -> the policy's ``MetricsSnapshot`` (vLLM preset semantics) and
+  the API server's ``PoolObservation``;
+* ``traces`` (Azure CSV / Mooncake JSONL, rate scaling) and ``scenarios`` (synthetic
+  loads: step, mix shift);
+* ``setup``: the simulated PDDeployment spec (priors off the truth) and the warm start;
+* ``controllers`` (the interface, pdscaler's policy, schedule replay) and
+  ``baselines`` (static peak/mean, HPA on queue length, fixed ratio, forecast-only);
+* ``loop``: the closed loop; ``oracle``: oracle and work-floor GPU-hours;
+* ``results``: SLO attainment, percentiles, actions, reversals, Pareto front, JSON;
+* ``compare``: several policies on one trace; ``plot``: the PNG (bytes).
+
+Typical use::
+
+    trace = scale_rate(load_trace(Path("data/traces/AzureLLMInferenceTrace_conv.csv")), 10)
+    cfg = LoopConfig(spec=sim_spec(startup_s=90), startup_s=90)
+    comparison = compare(trace, POLICIES, cfg)
+    comparison.to_json()["policies"]["pdscaler"]["slo_attainment"]
 """
