@@ -174,6 +174,31 @@ def ready_count(kube: Kube, namespace: str, name: str, role: Role) -> int:
     )
 
 
+def wait_stable(
+    kube: Kube, namespace: str, name: str, hold: float = 5.0, timeout: float = 90.0
+) -> tuple[int, int]:
+    """Until both pools' replicas stay the same for ``hold`` seconds with every pod
+    Ready; returns (prefill, decode)."""
+    deadline = time.monotonic() + timeout
+    last: tuple[int, int] | None = None
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        now = (
+            total(kube, namespace, name, Role.PREFILL),
+            total(kube, namespace, name, Role.DECODE),
+        )
+        ready = (
+            ready_count(kube, namespace, name, Role.PREFILL),
+            ready_count(kube, namespace, name, Role.DECODE),
+        )
+        if now != last or ready != now:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= hold:
+            return now
+        time.sleep(0.5)
+    raise AssertionError(f"{name}: replicas not stable and Ready within {timeout}s: {last}")
+
+
 # ------------------------------------------------------------------ the operator
 
 

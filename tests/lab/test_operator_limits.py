@@ -22,6 +22,7 @@ from lab.opkit import (
     ready_count,
     ticking,
     total,
+    wait_stable,
 )
 from labkit import Kube, private_gpu_nodes, wait_for
 from pdlab.lab import Lab
@@ -52,13 +53,13 @@ def test_prometheus_stopped_holds_and_recovers(
     name = "outage"
     proxy = TcpProxy(lab.prometheus_url.removeprefix("http://"))
     proxy.up()
-    serve(exporter, namespace, name, output=1500, tpot=0.07)
+    serve(exporter, namespace, name, output=1500, tpot=0.03)
     rt = operator_runtime(lab)
     try:
         with ticking(rt, namespace, name):
             create_pdd(kube, namespace, pdd_manifest(name, proxy.url, stabilization="10s"))
             wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 6, 90, "decode >= 6")
-            high = total(kube, namespace, name, Role.DECODE)
+            _, high = wait_stable(kube, namespace, name)
             proxy.down()
             serve(exporter, namespace, name, output=200, tpot=0.02)
 
@@ -106,7 +107,7 @@ def test_more_gpus_than_nodes_is_capacity_limited_and_favours_the_bottleneck(
             60,
             "the first decode pod Ready",
         )
-        serve(exporter, namespace, name, output=1500, tpot=0.07)
+        serve(exporter, namespace, name, output=1500, tpot=0.03)
 
         def limited() -> dict[str, object] | None:
             c = condition(get_pdd(kube, namespace, name), status.CAPACITY_LIMITED)

@@ -19,17 +19,21 @@ import pytest
 from lab.exporter import EngineExporter
 from lab.opkit import (
     create_pdd,
+    deployments,
     get_pdd,
     operator_runtime,
     patch_spec,
     pdd_manifest,
     ready_count,
+    spec_of,
     ticking,
     total,
+    wait_stable,
 )
 from labkit import Kube, wait_for
 from pdlab.lab import Lab
 from pdscaler import models
+from pdscaler.prometheus import PrometheusClient, read_snapshot
 from pdscaler.reconcile import Runtime
 from pdscaler.types import Role
 
@@ -73,17 +77,18 @@ def last_decision(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return dict((get_pdd(kube, namespace, name).get("status") or {}).get("lastDecision") or {})
 
 
-def wait_settled_inputs(
-    kube: Kube, namespace: str, name: str, key: str, value: float, rel: float = 0.1
+def wait_seen(
+    rt: Runtime, namespace: str, name: str, key: str, value: float, rel: float = 0.1
 ) -> None:
-    """Until Prometheus' window shows ``value`` for the decision input ``key``."""
+    """Until the operator's latest snapshot shows ``value`` for ``key`` (``request_rate``,
+    ``prompt_tokens``, ``output_tokens``): Prometheus' window holds the new load."""
 
     def seen() -> bool:
-        rep = (get_pdd(kube, namespace, name).get("status") or {}).get("lastDecision") or {}
-        got = (rep.get("inputs") or {}).get(key)
+        rep = rt.last.get((namespace, name))
+        got = getattr(rep.metrics, key) if rep is not None and rep.metrics else None
         return got is not None and abs(got - value) <= rel * value
 
-    wait_for(seen, 60, f"{name}: lastDecision.inputs.{key} ~ {value}")
+    wait_for(seen, 60, f"{name}: the operator sees {key} ~ {value}")
 
 
 def test_rate_rise_scales_decode_by_the_drain_model(
@@ -103,7 +108,7 @@ def test_rate_rise_scales_decode_by_the_drain_model(
     rt = operator_runtime(lab)
     with ticking(rt, namespace, name):
         start_converged(lab, kube, namespace, name, exporter)
-        wait_settled_inputs(kube, namespace, name, "requestRate", 1.0)
+        wait_seen(rt, namespace, name, "request_rate", 1.0)
         assert (
             total(kube, namespace, name, Role.PREFILL),
             total(kube, namespace, name, Role.DECODE),
@@ -147,15 +152,18 @@ def test_longer_outputs_scale_decode_then_longer_prompts_scale_prefill(
     rt = operator_runtime(lab)
     with ticking(rt, namespace, name):
         start_converged(lab, kube, namespace, name, exporter)
-        wait_settled_inputs(kube, namespace, name, "outputTokens", 200)
-        serve(exporter, namespace, name, rate=2.0, prompt=500, output=1500, tpot=0.07)
+        wait_seen(rt, namespace, name, "output_tokens", 200)
+        serve(exporter, namespace, name, rate=2.0, prompt=500, output=1500, tpot=0.03)
         wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 6, 60, "decode >= 6")
-        assert total(kube, namespace, name, Role.PREFILL) == 1
-        decode_after = total(kube, namespace, name, Role.DECODE)
+        wait_seen(rt, namespace, name, "output_tokens", 1500, rel=0.02)
+        prefill_after, decode_after = wait_stable(kube, namespace, name)
+        assert prefill_after == 1
 
         serve(exporter, namespace, name, rate=2.0, prompt=4000, output=1500, ttft=2.5, tpot=0.03)
         wait_for(lambda: total(kube, namespace, name, Role.PREFILL) >= 4, 60, "prefill >= 4")
-        assert total(kube, namespace, name, Role.DECODE) == decode_after
+        assert total(kube, namespace, name, Role.DECODE) == decode_after, last_decision(
+            kube, namespace, name
+        )
         assert last_decision(kube, namespace, name)["pool"] == "prefill"
 
 
@@ -166,20 +174,13 @@ def test_scale_down_waits_for_the_stabilization_window(
     keeps its size for the whole 20 s stabilization window, then shrinks."""
     name = "down"
     window = 20.0
-    serve(exporter, namespace, name, rate=2.0, prompt=500, output=1500, tpot=0.07)
+    serve(exporter, namespace, name, rate=2.0, prompt=500, output=1500, tpot=0.03)
     rt = operator_runtime(lab)
     with ticking(rt, namespace, name):
         start_converged(lab, kube, namespace, name, exporter, stabilization=f"{window:g}s")
         wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 6, 60, "decode >= 6")
-        wait_for(
-            lambda: (
-                ready_count(kube, namespace, name, Role.DECODE)
-                == total(kube, namespace, name, Role.DECODE)
-            ),
-            60,
-            "decode pods Ready",
-        )
-        high = total(kube, namespace, name, Role.DECODE)
+        wait_seen(rt, namespace, name, "output_tokens", 1500, rel=0.02)
+        _, high = wait_stable(kube, namespace, name)
         t0 = time.time()
         serve(exporter, namespace, name, rate=2.0, prompt=500, output=200)
         while time.time() - t0 < window - 1.0:
@@ -193,9 +194,10 @@ def test_scale_down_waits_for_the_stabilization_window(
 def test_recommend_mode_publishes_the_same_decision_and_writes_no_deployment(
     lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
 ) -> None:
-    """Two PDDeployments under the same load, one switched to Recommend: when the Auto
-    one scales decode, the Recommend one publishes the same action and desired replicas,
-    and its Deployments keep their replicas and resourceVersions."""
+    """Two PDDeployments at 1 + 1 replicas under the same load, one in Recommend mode.
+    Outputs 200 -> 1500 tokens; once Prometheus' window shows it, one tick of each
+    operator: the same decision (action, pool, desired replicas); the Auto one patches
+    its decode Deployment, the Recommend one writes only its status and an Event."""
     names = ("auto", "rec")
     for n in names:
         serve(exporter, namespace, n, rate=2.0, prompt=500, output=200)
@@ -204,46 +206,48 @@ def test_recommend_mode_publishes_the_same_decision_and_writes_no_deployment(
         for n in names:
             start_converged(lab, kube, namespace, n, exporter)
         patch_spec(kube, namespace, "rec", {"scaling": {"mode": "Recommend"}})
+        for n in names:
+            wait_seen(rts[n], namespace, n, "output_tokens", 200, rel=0.02)
         wait_for(
             lambda: get_pdd(kube, namespace, "rec")["status"]["observedGeneration"] == 2,
             30,
             "Recommend mode observed",
         )
-        from lab.opkit import deployments
+    for n in names:
+        serve(exporter, namespace, n, rate=2.0, prompt=500, output=1500, tpot=0.03)
+    client = PrometheusClient(lab.prometheus_url)
+    spec = spec_of(get_pdd(kube, namespace, "rec"))
 
-        before = {
-            d["metadata"]["name"]: (d["spec"]["replicas"], d["metadata"]["resourceVersion"])
-            for d in deployments(kube, namespace, "rec")
-        }
-        writes = rts["rec"].kube.audit.count
-        for n in names:
-            serve(exporter, namespace, n, rate=2.0, prompt=500, output=1500, tpot=0.07)
-        wait_for(lambda: total(kube, namespace, "auto", Role.DECODE) >= 6, 60, "auto scaled")
-        auto = wait_for(
-            lambda: (
-                get_pdd(kube, namespace, "auto")["status"]["decode"]["desiredReplicas"]
-                == total(kube, namespace, "auto", Role.DECODE)
-                and get_pdd(kube, namespace, "auto")["status"]
-            ),
-            30,
-            "auto status",
-        )
-        rec = wait_for(
-            lambda: (
-                (st := get_pdd(kube, namespace, "rec")["status"])["lastDecision"]["action"]
-                == "ScaledDecode"
-                and st
-            ),
-            30,
-            "rec recommendation",
-        )
-    assert rec["lastDecision"]["pool"] == auto["lastDecision"]["pool"] == "decode"
-    assert rec["decode"]["desiredReplicas"] == auto["decode"]["desiredReplicas"]
-    assert rec["prefill"]["desiredReplicas"] == auto["prefill"]["desiredReplicas"] == 1
+    def settled() -> bool:
+        snaps = [read_snapshot(client, spec, namespace, n, time.time()) for n in names]
+        return all(abs((s.output_tokens or 0) - 1500) < 15 for s in snaps)
+
+    wait_for(settled, 60, "Prometheus' window holds 1500-token outputs for both")
+    before = {
+        d["metadata"]["name"]: (d["spec"]["replicas"], d["metadata"]["resourceVersion"])
+        for d in deployments(kube, namespace, "rec")
+    }
+    writes = rts["rec"].kube.audit.count
+    auto = rts["auto"].tick(namespace, "auto")
+    rec = rts["rec"].tick(namespace, "rec")
+    assert auto is not None
+    assert rec is not None
+    assert auto.decision is not None
+    assert rec.decision is not None
+    assert (rec.decision.action, rec.decision.pool) == (auto.decision.action, auto.decision.pool)
+    assert (rec.decision.prefill, rec.decision.decode) == (
+        auto.decision.prefill,
+        auto.decision.decode,
+    )
+    assert auto.decision.decode > 1
+    assert total(kube, namespace, "auto", Role.DECODE) == auto.decision.decode
     after = {
         d["metadata"]["name"]: (d["spec"]["replicas"], d["metadata"]["resourceVersion"])
         for d in deployments(kube, namespace, "rec")
     }
     assert after == before
     kinds = {(r.verb, r.kind) for r in rts["rec"].kube.audit.since(writes)}
-    assert kinds <= {("status", "PDDeployment"), ("event", "Event")}
+    assert kinds == {("status", "PDDeployment"), ("event", "Event")}
+    st = get_pdd(kube, namespace, "rec")["status"]
+    assert st["lastDecision"]["action"] == rec.decision.action
+    assert st["decode"]["desiredReplicas"] == rec.decision.decode
