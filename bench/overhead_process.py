@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.overhead_cluster import BenchError, Clients, pdd_manifest, reconciled
-from bench.overhead_figures import Window, figures
+from bench.overhead_figures import Window, breakdown, figures
 from bench.overhead_lab import private_lab
 from bench.overhead_proc import ProcSampler
 from bench.overhead_report import Section
@@ -174,6 +174,7 @@ class Run:
         sc.operator.append(self.operator())
         sc.prometheus.append(Exposition.parse(http_text(prom_url)))
         sc.apiserver.append(self.apiserver())
+        load_start = os.getloadavg()[0]
         start = w.sampler.sample().wall
         end = start + self.plan.sample_seconds
         while w.sampler.samples[-1].wall < end:
@@ -184,6 +185,9 @@ class Run:
         sc.operator.append(self.operator())
         sc.prometheus.append(Exposition.parse(http_text(prom_url)))
         w.window_s = w.sampler.seconds
+        self.facts["machine load (1-min average) at the window's start / end"] = (
+            f"{load_start:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+        )
         return w
 
     def baseline(self, w: Window) -> None:
@@ -256,6 +260,7 @@ def measure(plan: Plan | None = None, scenario: Callable[[Plan], Run] = run_scen
     if w is None or len(w.sampler.samples) < 2:
         return Section.skipped(title, "the window held too few samples")
     notes = [f"{k}: {v}" for k, v in r.facts.items()]
+    notes.append(breakdown(w))
     if w.reconciled < w.pdds:
         notes.append(diagnosis(w.reconciled))
     notes += [

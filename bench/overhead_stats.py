@@ -130,11 +130,19 @@ class Exposition:
 
     def by_label(self, name: str, label: str, **match: str) -> dict[str, float]:
         """``name`` summed per value of ``label``: {"GET": 120.0, "LIST": 300.0}."""
+        return {k[0]: v for k, v in self.by_labels(name, (label,), **match).items()}
+
+    def by_labels(
+        self, name: str, labels: Sequence[str], **match: str
+    ) -> dict[tuple[str, ...], float]:
+        """``name`` summed per combination of ``labels``: by_labels("apiserver_request_total",
+        ("verb", "resource")) -> {("LIST", "pods"): 300.0, ("GET", "pddeployments"): 150.0}."""
         want = set(match.items())
-        out: dict[str, float] = {}
-        for (n, labels), v in self.samples.items():
-            if n == name and want <= labels:
-                key = dict(labels).get(label, "")
+        out: dict[tuple[str, ...], float] = {}
+        for (n, have), v in self.samples.items():
+            if n == name and want <= have:
+                d = dict(have)
+                key = tuple(d.get(label, "") for label in labels)
                 out[key] = out.get(key, 0.0) + v
         return out
 

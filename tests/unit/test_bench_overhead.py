@@ -16,7 +16,15 @@ from prometheus_client import CollectorRegistry
 
 from bench import overhead, overhead_policy
 from bench.overhead_cluster import BenchError, pdd_manifest, reconciled
-from bench.overhead_figures import Scrapes, Window, api_requests, figures
+from bench.overhead_figures import (
+    Scrapes,
+    Window,
+    api_requests,
+    breakdown,
+    figures,
+    per_tick_breakdown,
+    request_rates,
+)
 from bench.overhead_lab import PORT_OFFSET, nodes_for, private_config
 from bench.overhead_proc import (
     ProcSample,
@@ -130,8 +138,14 @@ def _apiserver(list_: int, watch: int, get: int) -> Exposition:
 
 def test_api_requests_leave_out_watches() -> None:
     e = _apiserver(100, 7, 50)
-    assert api_requests(e) == 151
+    assert api_requests(e) == {("LIST", "pods"): 100, ("GET", "pddeployments"): 51}
+    assert api_requests(e, frozenset({"pods"})) == {("LIST", "pods"): 100}
     assert e.by_label("apiserver_request_total", "verb") == {"LIST": 100, "WATCH": 7, "GET": 51}
+    later = _apiserver(400, 9, 50)
+    assert request_rates(e, later, 100.0) == {("LIST", "pods"): 3.0}  # GET unchanged: dropped
+    assert per_tick_breakdown({("LIST", "pods"): 3.0, ("GET", "x"): 6.0}, 3.0) == (
+        "GET x 2.00, LIST pods 1.00"
+    )
 
 
 # --------------------------------------------------------------------------- /proc
@@ -351,9 +365,13 @@ def test_process_figures_from_synthetic_scrapes() -> None:
     assert rows["RSS, peak since start"] == "391 MiB"
     assert rows["threads"] == "40"
     assert rows["operator API writes"] == "0.00/s"
-    assert rows["API server requests, operator running"] == "53.3/s"
-    assert rows["API server requests, operator stopped"] == "1.0/s"
-    assert rows["API server requests due to the operator"] == "52.3/s"
+    assert rows["API requests for the operator's resources"] == "53.3/s (4.0 per tick)"
+    hows = {r[0]: r[2] for r in figures(_window())}
+    assert hows["API requests for the operator's resources"].endswith(
+        "1.0/s with the operator stopped"
+    )
+    assert rows["API requests, all clients"] == "53.3/s"
+    assert breakdown(_window()) == ("API requests per tick: LIST pods 3.00, GET pddeployments 1.00")
     assert rows["Prometheus queries"] == "133.3/s"
     p50, _p99 = rows["reconcile duration p50 / p99"].split(" / ")
     assert p50.endswith("ms")
