@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "up":
             lab = Lab(_config(args))
-            took = lab.ensure_up(timeout=args.timeout)
+            took = lab.ensure_up(
+                timeout=args.timeout, progress=lambda line: print(f"pdlab: {line}", file=sys.stderr)
+            )
             lab.pin()  # asked for by a person: test sessions must not stop it
             print(f"pdlab: up in {took:.1f}s ({lab.config.nodes} GPU nodes ready)")
             print(lab.env(), end="", flush=True)

@@ -1,6 +1,6 @@
 """The lab's PKI and kubeconfigs, made with the `openssl` command line.
 
-Owns: a CA, the API server's serving certificate (SANs localhost, 127.0.0.1,
+Owns: ECDSA P-256 keys, a CA, the API server's serving certificate (SANs localhost, 127.0.0.1,
 kubernetes.default..., 10.96.0.1), client certificates (admin in O=system:masters,
 system:kube-controller-manager, system:kube-scheduler), the service-account key pair, and
 kubeconfig files with embedded certificates. Files are created once and reused: a second
@@ -35,11 +35,19 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise RuntimeError(f"openssl {' '.join(args)} failed: {proc.stderr.strip()}")
 
 
+def _genkey(pki: Path, name: str) -> None:
+    """An ECDSA P-256 key (PKCS#8): ~100x faster to make than RSA 2048 on a busy machine,
+    and accepted everywhere the lab uses keys (TLS, client certs, ES256 SA tokens)."""
+    _openssl(
+        "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", name, cwd=pki
+    )
+
+
 def _sign(pki: Path, name: str, subject: str, ext: str) -> None:
     """Key + CSR + certificate signed by the lab CA, valid ten years."""
     if (pki / f"{name}.crt").exists():
         return
-    _openssl("genrsa", "-out", f"{name}.key", "2048", cwd=pki)
+    _genkey(pki, f"{name}.key")
     _openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=pki)
     (pki / f"{name}.ext").write_text(ext)
     _openssl(
@@ -54,20 +62,20 @@ def ensure_pki(pki: Path) -> None:
     """Create every key and certificate under `pki` that is missing."""
     pki.mkdir(parents=True, exist_ok=True)
     if not (pki / "ca.crt").exists():
-        _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
+        _genkey(pki, "ca.key")
         _openssl(
             "req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=pdlab-ca", "-days", "3650",
             "-sha256", "-out", "ca.crt",
             cwd=pki,
         )  # fmt: skip
     if not (pki / "sa.key").exists():
-        _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
-        _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+        _genkey(pki, "sa.key")
+        _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
     _sign(
         pki,
         "apiserver",
         "/CN=kube-apiserver",
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
         f"extendedKeyUsage=serverAuth\nsubjectAltName={SERVER_SANS}\n",
     )
     for name, (subject, eku) in CLIENTS.items():
@@ -75,8 +83,7 @@ def ensure_pki(pki: Path) -> None:
             pki,
             name,
             subject,
-            "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
-            f"extendedKeyUsage={eku}\n",
+            f"basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage={eku}\n",
         )
 
 
