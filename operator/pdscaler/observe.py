@@ -97,6 +97,7 @@ def startup_seconds(pod: Obj) -> float | None:
 
 def pool_observation(replicas: int, pods: Iterable[Obj]) -> PoolObservation:
     """One pool from its Deployments' desired ``replicas`` and its (live) pods."""
+    pods = list(pods)
     live = [p for p in pods if not terminating(p)]
     ready = [p for p in live if is_ready(p)]
     ready.sort(key=lambda p: parse_time(_meta(p).get("creationTimestamp")) or 0.0)
@@ -106,6 +107,7 @@ def pool_observation(replicas: int, pods: Iterable[Obj]) -> PoolObservation:
         ready=len(ready),
         unschedulable=sum(1 for p in live if is_unschedulable(p)),
         startup_samples=tuple(samples[-MAX_STARTUP_SAMPLES:]),
+        terminating=len(pods) - len(live),
     )
 
 
@@ -125,6 +127,7 @@ class CellObservation:
     decode: PoolObservation
     has_prefill: bool = False
     has_decode: bool = False
+    image: str | None = None  # the engine image (without ``:version``), when readable
 
     def pool(self, role: Role) -> PoolObservation:
         return self.prefill if role is Role.PREFILL else self.decode
@@ -133,6 +136,16 @@ class CellObservation:
     def ready(self) -> bool:
         """Both pools have a Ready pod (the cell can serve a request end to end)."""
         return self.prefill.ready > 0 and self.decode.ready > 0
+
+
+def _engine_image(dep: Obj) -> str | None:
+    """The engine container's image of a pool Deployment (``engine``, else the first)."""
+    containers = (
+        (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")
+    ) or []
+    named = [c for c in containers if c.get("name") == "engine"] or containers[:1]
+    image = named[0].get("image") if named else None
+    return str(image) if image else None
 
 
 def _replicas(dep: Obj) -> int:
@@ -162,6 +175,8 @@ def cells(observed: Observed, uid: str) -> dict[str, CellObservation]:
             (_meta(any_dep).get("annotations") or {}).get(naming.ANNOTATION_VERSION)
             or labels(any_dep).get(naming.LABEL_VERSION, "")
         )
+        image = next((i for i in map(_engine_image, by_role.values()) if i), None)
+        image = image[: -len(version) - 1] if image and image.endswith(f":{version}") else None
         created = [parse_time(_meta(d).get("creationTimestamp")) for d in by_role.values()]
         known = [c for c in created if c is not None]
         pools = {
@@ -179,6 +194,7 @@ def cells(observed: Observed, uid: str) -> dict[str, CellObservation]:
             decode=pools[Role.DECODE],
             has_prefill=Role.PREFILL in by_role,
             has_decode=Role.DECODE in by_role,
+            image=image,
         )
     return out
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import pydantic
 
-from pdscaler import manifests, observe, status
+from pdscaler import manifests, observe, rollout, status
 from pdscaler.kube import Kube, load_api_client
 from pdscaler.manifests import CellTarget, Meta
 from pdscaler.plan import Action, Plan, Verb, plan
@@ -93,6 +93,7 @@ class Runtime:
     memory: dict[str, PolicyMemory] = field(default_factory=dict)
     last: dict[tuple[str, str], TickReport] = field(default_factory=dict)
     intervals: dict[tuple[str, str], float] = field(default_factory=dict)
+    rollouts: dict[str, rollout.RolloutState] = field(default_factory=dict)
     warned: set[tuple[str, ...]] = field(default_factory=set)
     ticks: int = 0  # reconcile_once calls so far (tests, the benchmark)
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
@@ -182,9 +183,10 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
     memory = rt.memory.get(uid) or status.memory_from_status(
         previous.memory if previous else None, now
     )
-    roll = _rollout_state(spec, cells, previous, now)
-    prefill_obs = observe.total(cells.values(), Role.PREFILL)
-    decode_obs = observe.total(cells.values(), Role.DECODE)
+    roll = rt.rollouts.get(uid) or rollout.state_from_status(
+        previous.rollout if previous else None, spec, cells, now
+    )
+    prefill_obs, decode_obs = rollout.policy_pools(cells, roll)
     decision = decide(
         TickInput(
             now=now,
@@ -193,11 +195,11 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
             prefill=prefill_obs,
             decode=decode_obs,
             memory=memory,
-            rollout_in_progress=roll.in_progress,
+            rollout_in_progress=rollout.in_progress(spec, cells, roll),
         )
     )
-    step = _rollout_step(spec, roll, decision, now)
-    desired = manifests.desired_objects(owner, spec, list(step.cells))
+    step = rollout.step(spec, cells, (decision.prefill, decision.decode), now, roll)
+    desired = manifests.desired_objects(owner, spec, list(step.targets()))
     running = metrics.decode.running_by_pod if metrics else {}
     the_plan = plan(uid, desired, observed, running)
 
@@ -242,6 +244,8 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
         rt.kube.patch_status(namespace, name, new_status.to_k8s(), pdd.get("status"))
         rt.telemetry.record_write("status", "PDDeployment")
     rt.memory[uid] = kept_memory
+    if auto:
+        rt.rollouts[uid] = step.state
     done = report(
         decision=decision,
         plan=the_plan,
@@ -354,40 +358,6 @@ def _decision_events(
 
 def _rollout_events(rt: Runtime, pdd: Obj, events: tuple[tuple[str, str, str], ...]) -> list[str]:
     return [_event(rt, pdd, reason, message, type_) for type_, reason, message in events]
-
-
-# ------------------------------------------------------------------ rollout glue
-
-
-@dataclass(frozen=True)
-class RolloutState:
-    in_progress: bool
-    cells: dict[str, observe.CellObservation]
-
-
-@dataclass(frozen=True)
-class RolloutStep:
-    cells: tuple[CellTarget, ...]
-    active_version: str
-    progress: status.ProgressFacts
-    events: tuple[tuple[str, str, str], ...] = ()
-
-
-def _rollout_state(
-    spec: PDDeploymentSpec,
-    cells: dict[str, observe.CellObservation],
-    previous: PDDeploymentStatus | None,
-    now: float,
-) -> RolloutState:
-    target = CellTarget(spec.engine.image, spec.engine.version, 0, 0).rev
-    return RolloutState(in_progress=any(rev != target for rev in cells), cells=cells)
-
-
-def _rollout_step(
-    spec: PDDeploymentSpec, state: RolloutState, decision: Decision, now: float
-) -> RolloutStep:
-    cell = CellTarget(spec.engine.image, spec.engine.version, decision.prefill, decision.decode)
-    return RolloutStep((cell,), spec.engine.version, status.ProgressFacts())
 
 
 # ---------------------------------------------------------------- benchmark hook

@@ -127,7 +127,9 @@ def condition(
     )
 
 
-def _conditions(inp: StatusInput) -> list[Condition]:
+def _conditions(inp: StatusInput, published: str) -> list[Condition]:
+    """``published``: the message of the published lastDecision (stable while the
+    decision is), used where a condition quotes the decision."""
     prev = inp.previous.conditions if inp.previous else None
     d = inp.decision
     now, gen = inp.now, inp.generation
@@ -222,7 +224,7 @@ def _conditions(inp: StatusInput) -> list[Condition]:
             DEADLINE_INFEASIBLE,
             "True" if infeasible else "False",
             REASON_DEADLINE_INFEASIBLE if infeasible else REASON_DEADLINE_FEASIBLE,
-            d.message if infeasible else "scale-ups can drain within slo.recoverySeconds",
+            published if infeasible else "scale-ups can drain within slo.recoverySeconds",
             now,
             gen,
             prev,
@@ -331,7 +333,7 @@ def build_status(inp: StatusInput) -> PDDeploymentStatus:
         ttft=duration_text(inputs.ttft_seconds if inputs else None),
         tpot=duration_text(inputs.tpot_seconds if inputs else None),
         last_decision=ld,
-        conditions=_conditions(inp),
+        conditions=_conditions(inp, ld.message or inp.decision.message),
         rollout=inp.progress.rollout,
         memory=memory_to_status(inp.decision.memory, inp.now, inp.memory_window_seconds),
     )

@@ -103,7 +103,7 @@ def test_pool_observation_counts() -> None:
         pod(V1, Role.DECODE, 3, deleting=True),
     ]
     assert observe.pool_observation(3, pods) == PoolObservation(
-        replicas=3, ready=1, unschedulable=1, startup_samples=(30.0,)
+        replicas=3, ready=1, unschedulable=1, startup_samples=(30.0,), terminating=1
     )
 
 

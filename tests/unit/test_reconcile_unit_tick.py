@@ -84,6 +84,16 @@ class World:
             for i in range(dep["spec"]["replicas"]):
                 self.kube.add_pod(NS, f"{NAME}-{role.value}-{i}", labels, ready=True)
 
+    def converge(self) -> None:
+        """Tick and run pods until a tick plans nothing (decode comes up first, then
+        prefill: a new cell takes two rounds)."""
+        for _ in range(5):
+            self.run_pods()
+            rep = self.tick()
+            if rep.plan is not None and rep.plan.empty:
+                return
+        raise AssertionError("did not converge in 5 ticks")
+
     def condition(self, type_: str) -> dict[str, Any]:
         (c,) = [c for c in self.pdd()["status"]["conditions"] if c["type"] == type_]
         return dict(c)
@@ -100,14 +110,16 @@ def test_first_tick_creates_the_cell_with_field_manager_and_status() -> None:
         ("create", "Service"),
         ("status", "PDDeployment"),
     ]
-    assert w.deployment(Role.PREFILL)["spec"]["replicas"] == 1
+    # decode first: prefill pods start once a decode pod of the cell is Ready
+    assert w.deployment(Role.PREFILL)["spec"]["replicas"] == 0
+    assert w.deployment(Role.DECODE)["spec"]["replicas"] == 1
     assert (
         w.deployment(Role.DECODE)["metadata"]["ownerReferences"][0]["uid"]
         == (w.pdd()["metadata"]["uid"])
     )
     st = w.pdd()["status"]
     assert st["activeVersion"] == "v1"
-    assert st["prefill"]["summary"] == "0/1"
+    assert st["decode"]["summary"] == "0/1"
     assert rep.applied
     assert any(e.startswith("Normal CreatedDeployment") for e in rep.events)
 
@@ -115,8 +127,7 @@ def test_first_tick_creates_the_cell_with_field_manager_and_status() -> None:
 def test_converged_tick_makes_zero_writes() -> None:
     w = World()
     w.tick()
-    w.run_pods()
-    w.tick()  # status catches up with the Ready pods
+    w.converge()
     before = w.kube.audit.count
     for _ in range(3):
         rep = w.tick()
@@ -131,8 +142,7 @@ def test_load_rise_scales_and_publishes_the_decision() -> None:
     """R 1 -> 8 req/s: N_D = 8*500/560 = 7.1 -> 8 decode replicas (max 8)."""
     w = World()
     w.tick()
-    w.run_pods()
-    w.tick()
+    w.converge()
     w.metrics = snapshot(rate=8.0)
     rep = w.tick()
     assert rep.decision is not None
@@ -147,8 +157,7 @@ def test_load_rise_scales_and_publishes_the_decision() -> None:
 def test_recommend_mode_writes_only_status_and_events() -> None:
     w = World()
     w.tick()
-    w.run_pods()
-    w.tick()
+    w.converge()
     spec_dep = copy.deepcopy(w.deployment(Role.DECODE))
     pdd = w.kube.store[PDD_PATH]
     pdd["spec"]["scaling"]["mode"] = "Recommend"
@@ -169,7 +178,7 @@ def test_recommend_mode_writes_only_status_and_events() -> None:
 def test_prometheus_unreachable_holds_and_sets_condition() -> None:
     w = World()
     w.tick()
-    w.run_pods()
+    w.converge()
     w.metrics = snapshot(rate=8.0)
     w.tick()
     replicas = w.deployment(Role.DECODE)["spec"]["replicas"]
@@ -213,8 +222,7 @@ def test_deleted_or_missing_pdd_is_a_no_op() -> None:
 def test_template_change_updates_the_deployment() -> None:
     w = World()
     w.tick()
-    w.run_pods()
-    w.tick()
+    w.converge()
     pdd = w.kube.store[PDD_PATH]
     pdd["spec"]["decode"]["gpusPerReplica"] = 2
     count = w.kube.audit.count
