@@ -274,3 +274,30 @@ def desired_objects(meta: Meta, spec: PDDeploymentSpec, cells: list[CellTarget])
         out.append(pool_deployment(meta, spec, cell, Role.PREFILL))
     out.append(front_service(meta, engine_port(spec.prefill)))
     return out
+
+
+_KEPT_METADATA = ("name", "namespace", "labels", "annotations", "ownerReferences")
+
+
+def frozen_pool(observed: Manifest, replicas: int) -> Manifest:
+    """A pool Deployment of a cell that is not the spec's version, kept as it was
+    rendered (its template, image and spec-hash) with only ``replicas`` changed.
+
+    During a rollout (and after a rollback) the spec's template belongs to the spec's
+    version: re-rendering an old cell from it would restart that cell's pods with the
+    new template (a new start-up delay, new flags) while it is the one still serving.
+    Server-set fields (uid, resourceVersion, status, managedFields, ...) are dropped.
+    """
+    meta = observed.get("metadata") or {}
+    body: Manifest = {
+        "apiVersion": observed.get("apiVersion", "apps/v1"),
+        "kind": observed.get("kind", "Deployment"),
+        "metadata": {k: copy.deepcopy(meta[k]) for k in _KEPT_METADATA if k in meta},
+        "spec": copy.deepcopy(observed.get("spec") or {}),
+    }
+    annotations = body["metadata"].get("annotations") or {}
+    body["metadata"]["annotations"] = {
+        k: v for k, v in annotations.items() if not k.startswith("deployment.kubernetes.io/")
+    }
+    body["spec"]["replicas"] = replicas
+    return body

@@ -38,10 +38,10 @@ from typing import Any
 
 import pydantic
 
-from pdscaler import manifests, observe, rollout, status
+from pdscaler import manifests, naming, observe, rollout, status
 from pdscaler.kube import Kube, load_api_client
 from pdscaler.manifests import CellTarget, Meta
-from pdscaler.plan import Action, Plan, Verb, plan
+from pdscaler.plan import Action, Observed, Plan, Verb, owned_by, plan
 from pdscaler.policy import decide
 from pdscaler.prometheus import MetricsUnavailableError, PrometheusClient, read_snapshot
 from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
@@ -199,7 +199,9 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
         )
     )
     step = rollout.step(spec, cells, (decision.prefill, decision.decode), now, roll)
-    desired = manifests.desired_objects(owner, spec, list(step.targets()))
+    desired = _freeze_other_versions(
+        manifests.desired_objects(owner, spec, list(step.targets())), observed, spec, uid
+    )
     running = metrics.decode.running_by_pod if metrics else {}
     the_plan = plan(uid, desired, observed, running)
 
@@ -275,6 +277,25 @@ def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
             where = ".".join(str(p) for p in first["loc"])
             rt.kube.event(pdd, "InvalidSpec", f"spec.{where}: {first['msg']}", "Warning")
         return None
+
+
+def _freeze_other_versions(
+    desired: list[Obj], observed: Observed, spec: PDDeploymentSpec, uid: str
+) -> list[Obj]:
+    """Pool Deployments of cells other than the spec's version keep the template they
+    were rendered with (``manifests.frozen_pool``); only their replicas follow the plan."""
+    spec_rev = naming.revision(spec.engine.image, spec.engine.version)
+    have = {str(d["metadata"]["name"]): d for d in observed.deployments if owned_by(d, uid)}
+    out: list[Obj] = []
+    for obj in desired:
+        labels = obj["metadata"].get("labels") or {}
+        name = str(obj["metadata"]["name"])
+        old = have.get(name)
+        if obj["kind"] == "Deployment" and labels.get(naming.LABEL_REVISION) != spec_rev and old:
+            out.append(manifests.frozen_pool(old, int(obj["spec"]["replicas"])))
+        else:
+            out.append(obj)
+    return out
 
 
 def _read_metrics(

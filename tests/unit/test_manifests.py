@@ -181,3 +181,27 @@ def test_template_without_containers_gets_an_engine_container() -> None:
     assert c["name"] == "engine"
     assert c["image"] == "vllm/vllm-openai:v0.11.0"
     assert c["ports"] == [{"name": "http", "containerPort": 8000}]
+
+
+def test_frozen_pool_keeps_template_and_hash_changes_only_replicas() -> None:
+    dep = manifests.pool_deployment(META, spec(), CELL, Role.DECODE)
+    live = {
+        **dep,
+        "metadata": {
+            **dep["metadata"],
+            "uid": "u",
+            "resourceVersion": "9",
+            "managedFields": [{}],
+            "annotations": {
+                **dep["metadata"]["annotations"],
+                "deployment.kubernetes.io/revision": "3",
+            },
+        },
+        "status": {"replicas": 4},
+    }
+    out = manifests.frozen_pool(live, 7)
+    assert out["spec"]["replicas"] == 7
+    assert out["spec"]["template"] == dep["spec"]["template"]
+    assert out["metadata"]["annotations"] == dep["metadata"]["annotations"]
+    assert set(out["metadata"]) == {"name", "namespace", "labels", "annotations", "ownerReferences"}
+    assert "status" not in out

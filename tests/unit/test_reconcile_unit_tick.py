@@ -239,3 +239,23 @@ def test_status_has_every_condition(mode: str) -> None:
     w.tick()
     types = {c["type"] for c in w.pdd()["status"]["conditions"]}
     assert types == set(status.CONDITION_TYPES)
+
+
+def test_version_change_keeps_the_old_cells_template() -> None:
+    """v1 -> v2 with a new start-up annotation in the template: the v2 cell gets it,
+    the serving v1 cell keeps its own template (only its replicas may change)."""
+    w = World()
+    w.tick()
+    w.converge()
+    v1_template = copy.deepcopy(w.deployment(Role.DECODE)["spec"]["template"])
+    pdd = w.kube.store[PDD_PATH]
+    pdd["spec"]["engine"]["version"] = "v2"
+    pdd["spec"]["decode"]["template"] = {"metadata": {"annotations": {"x": "new"}}}
+    rep = w.tick()
+    assert rep.decision is not None
+    assert w.deployment(Role.DECODE)["spec"]["template"] == v1_template
+    rev2 = naming.revision("img", "v2")
+    new = w.kube.store[f"/apis/apps/v1/namespaces/{NS}/deployments/{NAME}-{rev2}-decode"]
+    assert new["spec"]["template"]["metadata"]["annotations"]["x"] == "new"
+    assert new["spec"]["replicas"] >= 1
+    assert w.pdd()["status"]["rollout"]["toVersion"] == "v2"
