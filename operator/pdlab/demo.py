@@ -364,9 +364,10 @@ class Demo:
             child.start(env)
             self.children.append(child)
             self._say(f"started {child.name} (pid {child.pid}, log {child.log})")
-        _until(lambda: engine_status(self.args.port) is not None, 30, "the engine simulator")
-        apply_pdd(self.kube, manifest)
-        self._say(f"applied PDDeployment {ns}/{self.name}")
+        apply_pdd(self.kube, manifest)  # its pods take seconds: overlaps the children's start
+        self._say(f"applied PDDeployment {ns}/{self.name}; the scenario starts when both pools "
+                  "have a Ready pod")  # fmt: skip
+        _until(lambda: engine_status(self.args.port) is not None, 60, "the engine simulator")
 
     # ------------------------------------------------------------- the loop
     def observe(self) -> demo_view.Snapshot:
@@ -576,6 +577,7 @@ def main(args: argparse.Namespace) -> int:
         problems = demo.cleanup()
         for p in problems:
             print(f"demo: clean-up: {p}", file=sys.stderr)
+        demo._say(f"cleaned up in {time.monotonic() - t0 - wall:.0f}s")
     if demo.observations:
         demo.report(wall)
     return code or (1 if problems else 0)

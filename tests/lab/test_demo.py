@@ -1,12 +1,14 @@
-"""`python -m pdlab demo`, shortened to a 150 s scenario, against the lab: the operator
+"""`python -m pdlab demo`, shortened to a 135 s scenario, against the lab: the operator
 moves the pools the way the request mix asks, and the demo leaves nothing behind.
 
-The scenario (pdlab.scenarios, demo scaled to 150 s): warm-up 15 s, chat 37.5 s (P:D
-~1:1 by the ratio model), long documents 52.5 s (prompts 4x longer, outputs 4x shorter:
-the ratio model asks for ~11 prefill per decode replica), a burst 30 s, a cool-down
-15 s; the operator's window/interval/stabilization quickened to 15 s/2 s/15 s. Judged
-on the second half of each phase (summary.json, pdlab.demo_report). The closed loop on
-the simulated clock gives chat ~1.8 and long documents ~9.9 for this run.
+The scenario (pdlab.scenarios, demo scaled to 135 s): warm-up 13.5 s, chat 33.75 s
+(P:D ~1:1 by the ratio model), long documents 47.25 s (prompts 4x longer, outputs 4x
+shorter: the ratio model asks for ~11 prefill per decode replica), a burst 27 s, a
+cool-down 13.5 s; the operator's window/interval/stabilization quickened to
+14 s/2 s/14 s. Judged on the second half of each phase (summary.json,
+pdlab.demo_report). The same run in the closed loop on a simulated clock
+(pdscaler.sim.loop) gives P:D ~2.1 in chat (the pools overshoot after the warm-up) and
+~8 in long documents; a 150 s run against the lab gave 2.07 and 9.04.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pdlab.lab import Lab
 from pdscaler.spec import GROUP, PLURAL, VERSION
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIO_S = 150
+SCENARIO_S = 135
 DEMO_TIMEOUT_S = 420
 
 
@@ -57,11 +59,15 @@ def test_shortened_demo_moves_the_ratio_with_the_mix_and_cleans_up(
 
     summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
     phases = {p["name"]: p for p in summary["phases"]}
-    chat, docs = phases["chat"], phases["long-docs"]
-    # Long documents: the prefill pool's share of the replicas goes up, and the P:D
-    # ratio at least doubles (the ratio model asks for ~11:1 against ~1:1).
+    chat, docs, burst = phases["chat"], phases["long-docs"], phases["burst"]
+    # Long documents: the prefill pool's share of the replicas goes up, the P:D ratio
+    # grows by half at least (the ratio model asks for ~11:1 against ~1:1; how far it
+    # gets depends on how much the pools overshot after the warm-up), and the decode
+    # pool shrinks; the chat burst brings the decode pool back.
     assert docs["prefill_share"] > chat["prefill_share"] + 0.1, phases
-    assert docs["ratio"] > 2 * chat["ratio"], phases
+    assert docs["ratio"] > 1.5 * chat["ratio"], phases
+    assert docs["decode_mean"] < chat["decode_mean"], phases
+    assert burst["decode_mean"] > docs["decode_mean"], phases
     assert chat["prefill_mean"] >= 2, phases  # the chat load needed more than the minimum
     assert summary["decisions"], "no decision was shown"
     assert (out / "demo.png").stat().st_size > 20_000
