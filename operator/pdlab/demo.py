@@ -367,7 +367,7 @@ class Demo:
         apply_pdd(self.kube, manifest)  # its pods take seconds: overlaps the children's start
         self._say(f"applied PDDeployment {ns}/{self.name}; the scenario starts when both pools "
                   "have a Ready pod")  # fmt: skip
-        _until(lambda: engine_status(self.args.port) is not None, 60, "the engine simulator")
+        _until(self._engine_sim_up, 60, "the engine simulator")
 
     # ------------------------------------------------------------- the loop
     def observe(self) -> demo_view.Snapshot:
@@ -399,6 +399,10 @@ class Demo:
             decisions=[(when, text) for _, when, text in self.events.entries],
             slo=self.slo,
         )
+
+    def _engine_sim_up(self) -> bool:
+        self._check_children()
+        return engine_status(self.args.port) is not None
 
     def _check_children(self) -> None:
         for child in self.children:
