@@ -10,7 +10,7 @@ and writing it to ``bench/results/overhead.md``:
 
     python -m bench.overhead                      # all three (~7 min)
     python -m bench.overhead --only policy        # seconds, no cluster
-    python -m bench.overhead --only tick,process --pdds 200 --window 150
+    python -m bench.overhead --only tick,process --pdds 200 --window 120
 
 Must not: print a figure it did not measure (a section that could not run says
 ``not measured: <reason>``), or leave anything running.
@@ -46,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ticks", type=int, default=20, help="lab ticks of each kind (20)")
     p.add_argument("--pdds", type=int, default=200, help="PDDeployments for the process (200)")
     p.add_argument("--interval", default="15s", help="their scaling.interval (15s)")
-    p.add_argument("--window", type=float, default=150.0, help="sampling window, s (150)")
+    p.add_argument("--window", type=float, default=120.0, help="sampling window, s (120)")
     p.add_argument("--out", type=Path, default=RESULTS, help=f"report file ({RESULTS.name})")
     return p
 

@@ -35,7 +35,12 @@ Obj = dict[str, Any]
 
 
 class BenchError(RuntimeError):
-    """A live measurement cannot go on; the message says why (shown as "not measured")."""
+    """A live measurement cannot go on; the message says why (shown as "not measured"),
+    ``facts`` what was learnt before it stopped (shown as notes)."""
+
+    def __init__(self, message: str, facts: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.facts = dict(facts or {})
 
 
 def pdd_manifest(

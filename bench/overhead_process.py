@@ -43,8 +43,8 @@ TITLE = "3. One operator process handling many PDDeployments"
 NAMESPACE = "bench-overhead"
 RECONCILE_TIMEOUT_S = 180.0
 STALL_S = 45.0
-SETTLE_TIMEOUT_S = 90.0
-BASELINE_S = 30.0
+SETTLE_TIMEOUT_S = 120.0
+BASELINE_S = 20.0
 SAMPLE_EVERY_S = 5.0
 POLL_S = 2.0
 
@@ -55,7 +55,7 @@ class Plan:
 
     pdds: int = 200
     interval: str = "15s"
-    sample_seconds: float = 150.0
+    sample_seconds: float = 120.0
 
     @property
     def interval_seconds(self) -> float:
@@ -141,24 +141,30 @@ class Run:
 
     def settle(self, reconciled_count: int) -> None:
         """Until every pod of the reconciled PDDeployments is Ready and the operator
-        wrote nothing for one interval."""
-        last, quiet_since = -1.0, time.monotonic()
-        deadline = quiet_since + SETTLE_TIMEOUT_S
-        while time.monotonic() < deadline:
+        wrote nothing for one interval; after ``SETTLE_TIMEOUT_S`` the window starts
+        anyway and the report says how far from steady it was (its writes/s show it)."""
+        started = time.monotonic()
+        last, quiet_since = -1.0, started
+        while True:
             self._alive()
             writes = self.operator().total("pdscaler_api_writes_total")
             ready, pods = self.clients.ready_pods(NAMESPACE)
+            now = time.monotonic()
             if writes != last or ready < pods or pods < 2 * reconciled_count:
-                last, quiet_since = writes, time.monotonic()
-            elif time.monotonic() - quiet_since >= self.plan.interval_seconds:
-                self.facts["pods Ready at the window's start"] = f"{ready} of {pods}"
+                last, quiet_since = writes, now
+            elif now - quiet_since >= self.plan.interval_seconds:
+                self.facts["steady"] = (
+                    f"{ready} of {pods} pods Ready and no write for one interval, "
+                    f"{now - started:.0f} s after the last first tick"
+                )
+                return
+            if now - started >= SETTLE_TIMEOUT_S:
+                self.facts["NOT steady at the window's start"] = (
+                    f"{ready} of {pods} pods Ready (want {2 * reconciled_count}) "
+                    f"{SETTLE_TIMEOUT_S:.0f} s after the last first tick; the lab lagged"
+                )
                 return
             time.sleep(POLL_S)
-        ready, pods = self.clients.ready_pods(NAMESPACE)
-        raise BenchError(
-            f"not steady {SETTLE_TIMEOUT_S:.0f}s after reconciling: {ready} of {pods} pods "
-            "Ready, or the operator still writing"
-        )
 
     def sample(self, reconciled_count: int) -> Window:
         assert self.child.pid is not None
@@ -220,6 +226,7 @@ def run_scenario(plan: Plan) -> Run:
             f"API server {lab.apiserver_url}, up in {time.monotonic() - t0:.0f} s"
         )
         r.create()
+        r.facts["PDDeployments created"] = f"{time.monotonic() - t0:.0f} s after the start"
         env = {
             **os.environ,
             "KUBECONFIG": str(lab.kubeconfig),
@@ -231,6 +238,8 @@ def run_scenario(plan: Plan) -> Run:
             done = r.wait_reconciled(time.monotonic())
             r.settle(done)
             r.window = r.sample(done)
+        except BenchError as err:
+            raise BenchError(str(err), {**r.facts, **err.facts}) from None
         finally:
             r.child.stop()
         r.baseline(r.window)
@@ -255,7 +264,8 @@ def measure(plan: Plan | None = None, scenario: Callable[[Plan], Run] = run_scen
     try:
         r = scenario(p)
     except BenchError as err:
-        return Section.skipped(title, str(err))
+        notes = [f"{k}: {v}" for k, v in err.facts.items()]
+        return Section(title, "", not_measured=str(err), notes=notes)
     w = r.window
     if w is None or len(w.sampler.samples) < 2:
         return Section.skipped(title, "the window held too few samples")

@@ -388,12 +388,13 @@ def test_process_figures_expect_ticks_of_the_reconciled_only() -> None:
 
 def test_process_measure_reports_why_it_could_not_run() -> None:
     def failing(plan: Plan) -> Any:
-        raise BenchError("lab binaries ['kwok'] not built (make lab-build)")
+        raise BenchError("the operator exited", {"private lab": "8 fake nodes"})
 
     section = measure(Plan(pdds=3), scenario=failing)
     assert not section.measured
     assert section.title.endswith("3 at a 15s interval")
-    assert section.not_measured == "lab binaries ['kwok'] not built (make lab-build)"
+    assert section.not_measured == "the operator exited"
+    assert list(section.notes) == ["private lab: 8 fake nodes"]
 
 
 # -------------------------------------------------------------------- command line
