@@ -56,7 +56,10 @@ def private_config(pods: int, gpus: int, lab_dir: Path = LAB_DIR) -> LabConfig:
 
 
 def port_free(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:``port`` (connections of a stopped server lingering
+    in TIME_WAIT do not count: the lab's servers bind with SO_REUSEADDR too)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
