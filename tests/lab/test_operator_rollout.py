@@ -1,0 +1,180 @@
+"""Same-version rollouts against the lab (DESIGN.md §4): a version change rolls both
+pools to a new cell while a checker samples the cluster every 200 ms and finds no
+violation of the invariants (``pdscaler.invariants``); a version whose pods never get
+Ready is rolled back by the operator itself after ``rollout.progressDeadline``.
+
+Load: 2 req/s of 2000 prompt / 500 output tokens: N_P = 4000/2100 = 1.9 -> 2 and
+N_D = 1000/560 = 1.8 -> 2 replicas, so a rollout moves 2 + 2 pods in levels, with
+maxSurgeGPUs 4 and maxGPUs 32. Pods get Ready 1 s after creation; the never-Ready
+version's template asks kwok for a 1 h start-up delay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from lab.exporter import EngineExporter
+from lab.opkit import (
+    InvariantChecker,
+    condition,
+    create_pdd,
+    get_pdd,
+    operator_runtime,
+    patch_spec,
+    pdd_manifest,
+    pod_dicts,
+    replicas,
+    spec_of,
+    ticking,
+    wait_stable,
+)
+from labkit import Kube, wait_for
+from pdlab.lab import Lab
+from pdscaler import naming, status
+from pdscaler.observe import is_ready, labels
+from pdscaler.types import Role
+
+IMAGE = "pdlab.invalid/engine"
+
+
+@pytest.fixture
+def exporter(lab: Lab) -> Iterator[EngineExporter]:
+    with EngineExporter(lab) as exp:
+        yield exp
+
+
+def serve(exp: EngineExporter, namespace: str, name: str) -> None:
+    exp.set_deployment(
+        namespace, name, [f"{name}-p0", f"{name}-p1"], [f"{name}-d0", f"{name}-d1"],
+        rate=2.0, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
+    )  # fmt: skip
+
+
+def ready_by_version(kube: Kube, namespace: str, name: str) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = {}
+    for p in pod_dicts(kube, namespace, name):
+        if is_ready(p):
+            key = (labels(p)[naming.LABEL_ROLE], labels(p)[naming.LABEL_VERSION])
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def start(lab: Lab, kube: Kube, namespace: str, name: str, deadline: str) -> tuple[int, int]:
+    create_pdd(
+        kube,
+        namespace,
+        pdd_manifest(name, lab.prometheus_url, surge=4, progress_deadline=deadline),
+    )
+    wait_for(
+        lambda: (
+            ready_by_version(kube, namespace, name).get(("prefill", "v1"), 0) >= 2
+            and ready_by_version(kube, namespace, name).get(("decode", "v1"), 0) >= 2
+        ),
+        90,
+        f"{name}: 2 + 2 Ready v1 pods",
+    )
+    return wait_stable(kube, namespace, name)
+
+
+def test_version_change_rolls_both_pools_without_breaking_invariants(
+    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
+) -> None:
+    name = "roll"
+    serve(exporter, namespace, name)
+    rt = operator_runtime(lab)
+    with ticking(rt, namespace, name, period=0.5):
+        sizes = start(lab, kube, namespace, name, deadline="60s")
+        spec = spec_of(get_pdd(kube, namespace, name))
+        with InvariantChecker(kube, namespace, name, spec, period=0.2) as checker:
+            t0 = time.time()
+            patch_spec(kube, namespace, name, {"engine": {"version": "v2"}})
+
+            def done() -> bool:
+                st = get_pdd(kube, namespace, name).get("status") or {}
+                ready = ready_by_version(kube, namespace, name)
+                return (
+                    st.get("activeVersion") == "v2"
+                    and (st.get("rollout") or {}).get("phase") == "Complete"
+                    and ready.get(("prefill", "v2"), 0) >= sizes[0]
+                    and ready.get(("decode", "v2"), 0) >= sizes[1]
+                    and ("prefill", "v1") not in ready
+                    and ("decode", "v1") not in ready
+                )
+
+            wait_for(done, 120, "rollout to v2 complete")
+            took = time.time() - t0
+            rev1 = naming.revision(IMAGE, "v1")
+            wait_for(
+                lambda: (
+                    rev1 not in replicas(kube, namespace, name, Role.DECODE)
+                    and rev1 not in replicas(kube, namespace, name, Role.PREFILL)
+                ),
+                30,
+                "the v1 cell deleted",
+            )
+    assert checker.violations == [], checker.violations[:5]
+    assert checker.samples >= took / 0.5  # sampled all along (~every 200 ms)
+    assert {"v1", "v2"} <= checker.versions_seen
+    prog = condition(get_pdd(kube, namespace, name), status.PROGRESSING)
+    assert prog is not None
+    assert (prog["status"], prog["reason"]) == ("False", status.REASON_ROLLOUT_COMPLETE)
+
+
+def test_never_ready_version_rolls_back_by_itself(
+    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
+) -> None:
+    """v1 -> v9 whose template makes kwok wait 1 h before Ready; progressDeadline 10 s:
+    the operator rolls back to v1 (RolledBack), the v9 cell goes away, and the v1 cell,
+    which kept its own template, served throughout."""
+    name = "back"
+    serve(exporter, namespace, name)
+    rt = operator_runtime(lab)
+    with ticking(rt, namespace, name, period=0.5):
+        start(lab, kube, namespace, name, deadline="10s")
+        spec = spec_of(get_pdd(kube, namespace, name))
+        never = {"metadata": {"annotations": {"pdscaler.io/startup-delay": "1h"}}}
+        with InvariantChecker(kube, namespace, name, spec, period=0.2) as checker:
+            patch_spec(
+                kube,
+                namespace,
+                name,
+                {
+                    "engine": {"version": "v9"},
+                    "prefill": {"template": never},
+                    "decode": {"template": never},
+                },
+            )
+            wait_for(
+                lambda: replicas(kube, namespace, name, Role.DECODE).get(
+                    naming.revision(IMAGE, "v9")
+                ),
+                30,
+                "the v9 cell's decode Deployment",
+            )
+
+            def rolled_back() -> dict[str, object] | None:
+                st = get_pdd(kube, namespace, name).get("status") or {}
+                return st if (st.get("rollout") or {}).get("phase") == "RolledBack" else None
+
+            st = wait_for(rolled_back, 90, "phase RolledBack")
+            rev9 = naming.revision(IMAGE, "v9")
+            wait_for(
+                lambda: (
+                    rev9 not in replicas(kube, namespace, name, Role.DECODE)
+                    and rev9 not in replicas(kube, namespace, name, Role.PREFILL)
+                ),
+                60,
+                "the v9 cell removed",
+            )
+    assert st["activeVersion"] == "v1"
+    ready = ready_by_version(kube, namespace, name)
+    assert ready.get(("prefill", "v1"), 0) >= 1
+    assert ready.get(("decode", "v1"), 0) >= 1
+    assert ("prefill", "v9") not in ready
+    assert checker.violations == [], checker.violations[:5]
+    prog = condition(get_pdd(kube, namespace, name), status.PROGRESSING)
+    assert prog is not None
+    assert (prog["status"], prog["reason"]) == ("False", status.REASON_ROLLED_BACK)
