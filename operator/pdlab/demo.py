@@ -499,9 +499,9 @@ class Demo:
         from rich.table import Table
 
         table = Table(title=f"demo summary: {decisions} decisions, {wall_s:.0f}s wall clock")
-        for col in ("phase", "seconds", "prefill", "decode", "P:D", "prefill share",
-                    "GPUs max", "TTFT p95", "TPOT p95"):  # fmt: skip
-            table.add_column(col, justify="left" if col == "phase" else "right")
+        table.add_column("phase", no_wrap=True)
+        for col in ("time s", "P", "D", "P:D", "P share", "GPUs", "TTFT p95", "TPOT p95"):
+            table.add_column(col, justify="right", no_wrap=True)
         for s in summaries:
             table.add_row(
                 s.name,
@@ -516,7 +516,10 @@ class Demo:
             )
         console = Console(width=None if sys.stdout.isatty() else 120)
         console.print(table)
-        console.print(f"(replicas and ratio over each phase's second half; results in {self.out})")
+        console.print(
+            "P, D: mean ready replicas over each phase's second half; GPUs: the most in use; "
+            f"TTFT/TPOT: client-side p95. Results in {self.out}"
+        )
 
     # ------------------------------------------------------------- clean-up
     def cleanup(self) -> list[str]:

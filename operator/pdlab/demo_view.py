@@ -110,8 +110,8 @@ def render(s: Snapshot, title: str) -> RenderableType:
         (s.operator_tpot or "-", ""),
     )
     log = Table.grid(padding=(0, 1))
-    log.add_column(style="dim")
-    log.add_column()
+    log.add_column(style="dim", no_wrap=True)
+    log.add_column(no_wrap=True, overflow="ellipsis")
     for when, sentence in list(s.decisions)[-8:]:
         log.add_row(when, sentence)
     if not s.decisions:
