@@ -3,8 +3,9 @@ disturbed by the shared lab other work is testing on.
 
 Owns: the private lab's settings (its own directory ``~/.cache/pdscaler/lab-bench-
 overhead``, every port of ``pdlab.config.DEFAULT_PORTS`` + 1000, enough fake GPU nodes
-for the pods it will hold, 15 s scrapes) and ``private_lab``: up on entry, down and
-purged on exit (it is this benchmark's own lab; the shared one is never touched).
+for the pods it will hold, 15 s scrapes) and ``private_lab``: up on entry (from a clean slate), down
+on exit, purged unless the run failed (it is this benchmark's own lab; the shared one is
+never touched).
 Must not: touch the shared lab's directory, ports or processes.
 
     with private_lab(gpus_needed=400) as lab:     # 8 nodes x 64 GPUs, 110 pods each
@@ -69,20 +70,23 @@ def port_free(port: int) -> bool:
 
 @contextlib.contextmanager
 def private_lab(pods: int, gpus: int, lab_dir: Path = LAB_DIR) -> Iterator[Lab]:
-    """The private lab, up for the block, then stopped and purged."""
+    """The private lab, up for the block (from a clean slate), then stopped: purged
+    after a good run, its logs and data kept after a failed one (to read why)."""
     cfg = private_config(pods, gpus, lab_dir)
     lab = Lab(cfg)
     missing = lab.missing_binaries()
     if missing:
         raise BenchError(f"lab binaries {missing} not built (make lab-build)")
-    if not lab.running_components():
-        busy = [f"{n} {p}" for n, p in cfg.ports.items() if not port_free(p)]
-        if busy:
-            raise BenchError(f"ports of the private lab are in use: {', '.join(busy)}")
+    lab.down(purge=True)  # a previous run's leftovers: only this lab's own processes
+    busy = [f"{n} {p}" for n, p in cfg.ports.items() if not port_free(p)]
+    if busy:
+        raise BenchError(f"ports of the private lab are in use: {', '.join(busy)}")
+    ok = False
     try:
         lab.ensure_up(timeout=START_TIMEOUT_S)
         yield lab
+        ok = True
     except LabError as err:
         raise BenchError(f"the private lab did not come up: {str(err).splitlines()[0]}") from err
     finally:
-        lab.down(purge=True)
+        lab.down(purge=ok)

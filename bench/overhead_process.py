@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kubernetes.client.exceptions import ApiException
+
 from bench.overhead_cluster import BenchError, Clients, pdd_manifest, reconciled
 from bench.overhead_figures import Window, breakdown, figures
 from bench.overhead_lab import private_lab
@@ -205,6 +207,19 @@ class Run:
         w.baseline_s = time.monotonic() - t0
 
 
+def _measure_running(r: Run) -> Window:
+    """With the operator started: reconciled, steady, the window; then the operator
+    stopped and the baseline without it."""
+    try:
+        done = r.wait_reconciled(time.monotonic())
+        r.settle(done)
+        w = r.sample(done)
+    finally:
+        r.child.stop()
+    r.baseline(w)
+    return w
+
+
 def run_scenario(plan: Plan) -> Run:
     """Everything, in the private lab; what was recorded comes back in ``Run``."""
     pods = 2 * plan.pdds
@@ -235,14 +250,12 @@ def run_scenario(plan: Plan) -> Run:
         log.unlink(missing_ok=True)
         r.child.start(env)
         try:
-            done = r.wait_reconciled(time.monotonic())
-            r.settle(done)
-            r.window = r.sample(done)
+            r.window = _measure_running(r)
         except BenchError as err:
             raise BenchError(str(err), {**r.facts, **err.facts}) from None
-        finally:
-            r.child.stop()
-        r.baseline(r.window)
+        except (OSError, ApiException) as err:
+            r.facts["lab logs (kept)"] = str(lab.dir / "logs")
+            raise BenchError(f"lost the lab: {err}", r.facts) from err
     r.facts["whole measurement"] = f"{time.monotonic() - t0:.0f} s"
     return r
 
