@@ -215,8 +215,9 @@ def from_trace(
     """A real trace (Azure CSV or Mooncake JSONL) for replay, optionally a window of it
     and rate-scaled (the time axis is kept), plus a one-phase scenario describing it."""
     trace = load_trace(path)
-    end = trace.span if duration_s is None else min(trace.span, start_s + duration_s)
-    if start_s > 0 or end < trace.span:
+    if start_s > 0 or duration_s is not None:
+        # [start, end): without a duration, end just past the last request (kept)
+        end = trace.span + 1e-6 if duration_s is None else start_s + duration_s
         trace = trace.window(start_s, end)
     if rate_scale != 1.0:
         trace = scale_rate(trace, rate_scale, seed)

@@ -10,6 +10,7 @@ own snapshot code reads the scenario's rate and request shape back from Promethe
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -27,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from labkit import Kube, free_port, gpu_deployment, wait_for
 from pdlab import scenarios
 from pdlab.engine_pods import PodInfo
-from pdlab.engine_sim import TARGET_PREFIX, DeploymentSim, EngineSim, Workload
+from pdlab.engine_sim import TARGET_PREFIX, DeploymentSim, EngineSim, Workload, workload
 from pdlab.lab import Lab
 from pdscaler import metricsql
 from pdscaler.prometheus import PrometheusClient, read_snapshot
@@ -330,3 +331,28 @@ def test_a_deployment_without_pods_is_forgotten_and_restarts_its_scenario() -> N
     sim.poll(20.0)
     sim.step(21.0)
     assert sim.deployments[("ns", "chat")].phase() == ("chat", 1.0)
+
+
+def test_trace_replay_keeps_the_time_axis_and_scales_the_rate(tmp_path: Path) -> None:
+    """An Azure-format trace of 4 requests over 3 s, skipped 1 s in and rate-scaled 2x:
+    the 3 requests from t >= 1 s (the last one included), re-based to 0, each doubled
+    (2x is exact), the time axis kept (span ~2 s)."""
+    csv = tmp_path / "mini.csv"
+    csv.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.0000000,100,10\n"
+        "2023-11-16 18:15:47.0000000,200,20\n"
+        "2023-11-16 18:15:48.5000000,300,30\n"
+        "2023-11-16 18:15:49.0000000,400,40\n"
+    )
+    args = argparse.Namespace(
+        trace=csv, scenario=None, rate_scale=2.0, trace_start=1.0, duration=None, seed=0
+    )
+    trace, scenario = workload(args)
+    assert len(trace) == 6
+    assert trace.span == pytest.approx(2.0)
+    assert float(trace.arrival.min()) == pytest.approx(0.0)
+    assert float(trace.arrival.max()) <= 2.0 + 1e-3
+    assert sorted(trace.prompt.tolist()) == [200, 200, 300, 300, 400, 400]
+    assert scenario.phases[0].duration_s == pytest.approx(2.0)
+    assert scenario.phases[0].rate == pytest.approx(3.0)  # 6 requests over 2 s
