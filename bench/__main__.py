@@ -85,7 +85,12 @@ def overhead(out_dir: Path, quick: bool) -> str:
     args = ["--out", str(out_dir / "overhead.md")]
     if quick:
         args += ["--only", "policy", "--calls", "200"]
-    code = module.main(args)
+    try:
+        code = module.main(args)
+    except Exception as err:  # a failed measurement is reported, never faked
+        why = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+        print(f"bench: overhead failed: {why}", file=sys.stderr)
+        return f"not measured: the overhead benchmark failed ({why})"
     return f"see [overhead.md](overhead.md) (exit code {code})"
 
 
@@ -127,6 +132,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     if "overhead" in parts:
         summary += ["## Operator overhead", "", overhead(out_dir, args.quick), ""]
+    for part in PARTS:
+        if part not in parts and (out_dir / f"{part}.md").exists():
+            summary += [
+                f"## {part.capitalize()}",
+                "",
+                f"Not run in this invocation; [{part}.md]({part}.md) is from an earlier run.",
+                "",
+            ]
     elapsed = time.perf_counter() - started
     summary += [f"Total bench time: {elapsed:.0f} s.", ""]
     text = "\n".join(summary)

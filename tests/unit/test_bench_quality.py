@@ -72,19 +72,20 @@ def times(arrival: list[float], start: list[float]) -> RequestTimes:
     return RequestTimes(a, np.ones(n, dtype=np.int64), np.ones(n, dtype=np.int64), s, s, s, s, s)
 
 
-def test_cleared_at_is_the_start_of_the_last_request_that_queued() -> None:
-    t = times([590.0, 601.0, 602.0, 650.0], [600.0, 640.0, 641.0, 650.1])
-    assert step.cleared_at(t, 600.0) == 641.0  # 590 is before the step; 650 did not queue
-    assert step.cleared_at(times([601.0], [601.5]), 600.0) is None
-    assert step.cleared_at(times([601.0], [math.nan]), 600.0) == math.inf
+def test_cleared_at_is_when_arrivals_stop_queueing() -> None:
+    t = times([590.0, 601.0, 602.0, 610.0, 640.0], [600.0, 601.2, 632.0, 630.0, 640.3])
+    assert step.cleared_at(t, 600.0) == 640.0  # 590 is before the step: ignored
+    assert step.cleared_at(times([601.0], [601.5]), 600.0) is None  # nobody queued
+    assert step.cleared_at(times([601.0, 602.0], [605.0, math.nan]), 600.0) == math.inf
 
 
-def test_the_drain_model_predicts_the_engine_within_15_percent() -> None:
-    row = step.model_check(step.scenario(seed=0), startup=30.0, n1=9)
+def test_the_drain_model_predicts_the_engine_within_10_percent() -> None:
+    # 5 -> 9 prefill replicas at the step, T_s 90 s: predicted ~212 s
+    row = step.model_check(step.scenario(seed=0), startup=90.0, n1=9)
     assert row.predicted_s is not None
     assert row.measured_s is not None
     assert row.error is not None
-    assert abs(row.error) < 0.15
+    assert abs(row.error) < 0.10
 
 
 def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
@@ -115,3 +116,18 @@ def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
 )
 def test_bad_arguments_exit_2(args: list[str], tmp_path: Path) -> None:
     assert main([*args, "--out", str(tmp_path)]) == 2
+
+
+def test_a_failing_overhead_part_is_reported_not_faked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bench.__main__ as entry
+    import bench.overhead
+
+    def boom(argv: list[str]) -> int:
+        raise RuntimeError("namespace bench-overhead already exists")
+
+    monkeypatch.setattr(bench.overhead, "main", boom)
+    line = entry.overhead(tmp_path, quick=True)
+    assert line.startswith("not measured: the overhead benchmark failed")
+    assert "already exists" in line
