@@ -40,6 +40,8 @@ def test_go_duration_rejects_non_durations(text: str) -> None:
 def test_config_env_overrides_dir_and_ports(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    for port_name in DEFAULT_PORTS:  # a CI run may itself be on overridden ports
+        monkeypatch.delenv(f"PDLAB_PORT_{port_name.upper()}", raising=False)
     monkeypatch.setenv("PDLAB_DIR", str(tmp_path / "lab2"))
     monkeypatch.setenv("PDLAB_PORT_APISERVER", "36443")
     cfg = LabConfig.from_env(nodes=2)
