@@ -94,6 +94,7 @@ class Runtime:
     last: dict[tuple[str, str], TickReport] = field(default_factory=dict)
     intervals: dict[tuple[str, str], float] = field(default_factory=dict)
     rollouts: dict[str, rollout.RolloutState] = field(default_factory=dict)
+    uids: dict[tuple[str, str], str] = field(default_factory=dict)
     warned: set[tuple[str, ...]] = field(default_factory=set)
     ticks: int = 0  # reconcile_once calls so far (tests, the benchmark)
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
@@ -121,6 +122,16 @@ class Runtime:
     def interval(self, namespace: str, name: str) -> float:
         """The PDDeployment's ``scaling.interval`` as last read (15 s before a tick)."""
         return self.intervals.get((namespace, name), 15.0)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop what is kept for a PDDeployment that is gone (memory, series, reports)."""
+        uid = self.uids.pop((namespace, name), None)
+        if uid is not None:
+            self.memory.pop(uid, None)
+            self.rollouts.pop(uid, None)
+        self.last.pop((namespace, name), None)
+        self.intervals.pop((namespace, name), None)
+        self.telemetry.forget(namespace, name)
 
     def tick(self, namespace: str, name: str) -> TickReport | None:
         """``reconcile_once`` under the PDDeployment's lock; errors are logged and
@@ -156,8 +167,7 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
 
     pdd = rt.kube.get_pdd(namespace, name)
     if pdd is None:
-        rt.telemetry.forget(namespace, name)
-        rt.last.pop((namespace, name), None)
+        rt.forget(namespace, name)
         return TickReport(namespace, name, 0.0, 0, skipped="not found")
     meta = pdd["metadata"]
     if meta.get("deletionTimestamp"):
@@ -169,6 +179,7 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
 
     now = rt.clock()
     uid = str(meta["uid"])
+    rt.uids[(namespace, name)] = uid
     owner = Meta(name=name, namespace=namespace, uid=uid)
     previous = status.parse_status(pdd.get("status"))
     target = CellTarget(spec.engine.image, spec.engine.version, 0, 0)

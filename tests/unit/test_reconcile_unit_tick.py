@@ -259,3 +259,14 @@ def test_version_change_keeps_the_old_cells_template() -> None:
     assert new["spec"]["template"]["metadata"]["annotations"]["x"] == "new"
     assert new["spec"]["replicas"] >= 1
     assert w.pdd()["status"]["rollout"]["toVersion"] == "v2"
+
+
+def test_a_deleted_pdd_is_forgotten() -> None:
+    w = World()
+    w.tick()
+    uid = w.pdd()["metadata"]["uid"]
+    assert uid in w.rt.memory
+    del w.kube.store[PDD_PATH]
+    w.tick()
+    assert uid not in w.rt.memory
+    assert (NS, NAME) not in w.rt.last
