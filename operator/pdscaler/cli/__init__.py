@@ -19,7 +19,8 @@ import sys
 
 import typer
 
-USAGE_EXIT = 2
+from pdscaler.cli.common import USAGE_EXIT, usage_line
+
 SUBCOMMAND_MODULES = ("plan", "simulate", "run", "explain")
 
 
@@ -58,10 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except typer.TyperException as err:
         code = getattr(err, "exit_code", 1)
-        message = err.format_message() if hasattr(err, "format_message") else str(err)
-        ctx = getattr(err, "ctx", None)
-        where = f"{ctx.command_path}: " if ctx is not None else "pdscaler: "
-        hint = " (see --help)" if code == USAGE_EXIT else ""
-        print(f"Error: {where}{message}{hint}", file=sys.stderr)
+        line = usage_line(err, "pdscaler: ") if code == USAGE_EXIT else str(err)
+        print(f"Error: {line}", file=sys.stderr)
         sys.exit(code)
     sys.exit(rc if isinstance(rc, int) else 0)

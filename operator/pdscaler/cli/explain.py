@@ -24,7 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from pdscaler import status
-from pdscaler.cli.plan import PlanCommand, fail, num
+from pdscaler.cli.common import OneLineCommand, fail, num
 from pdscaler.spec import PDDeploymentStatus
 
 LABEL_WIDTH = 16
@@ -128,4 +128,4 @@ def cmd_explain(
 
 def register(app: typer.Typer) -> None:
     """Add ``explain`` to the ``pdscaler`` app."""
-    app.command("explain", cls=PlanCommand)(cmd_explain)
+    app.command("explain", cls=OneLineCommand)(cmd_explain)

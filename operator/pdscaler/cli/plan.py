@@ -5,7 +5,7 @@ as a table with units (or JSON with ``--json``). Must not: hold a formula of its
 models compute, this module only reads, calls and prints), talk to a cluster or to
 Prometheus. Bad arguments are one line on stderr (``Error: ...``) and exit code 2,
 never a traceback: usage errors from click are folded to one line by ``PlanGroup`` /
-``PlanCommand``, a model's ``ValueError`` names the offending option.
+``OneLineCommand``, a model's ``ValueError`` names the offending option.
 
 Worked examples (the golden numbers of MODELS.md)::
 
@@ -39,61 +39,33 @@ from collections.abc import Callable, Sequence
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import pydantic
 import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperGroup
 
 from pdscaler import models
+from pdscaler.cli.common import OneLineCommand, fail, num, one_line
 from pdscaler.spec import KIND, PDDeployment
 from pdscaler.types import Role
 
 T = TypeVar("T")
 GB = models.migration.GB
 KIB = models.migration.KIB
-USAGE_EXIT = 2
-
-# ------------------------------------------------------------------ one-line errors
-
-
-def fail(message: str) -> NoReturn:
-    """Print ``Error: <message>`` as ONE line on stderr and exit with code 2."""
-    typer.echo(f"Error: {' '.join(message.split())}", err=True)
-    raise typer.Exit(USAGE_EXIT)
-
-
-def _one_line(call: Callable[[], T]) -> T:
-    """Run a parsing step of the command line; a usage error (bad or missing option,
-    unknown subcommand: exit code 2) becomes one line on stderr and exit 2."""
-    try:
-        return call()
-    except typer.TyperException as err:
-        if getattr(err, "exit_code", None) != USAGE_EXIT:
-            raise
-        ctx = getattr(err, "ctx", None)
-        where = f"{ctx.command_path}: " if ctx is not None else ""
-        fail(f"{where}{err.format_message()} (see --help)")
-
-
-class PlanCommand(TyperCommand):
-    """A ``plan`` subcommand whose argument errors are one line, exit 2."""
-
-    def make_context(self, *args: Any, **kwargs: Any) -> Any:
-        return _one_line(lambda: super(PlanCommand, self).make_context(*args, **kwargs))
 
 
 class PlanGroup(TyperGroup):
     """The ``plan`` group: its own option errors and unknown subcommands are one line."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
-        return _one_line(lambda: super(PlanGroup, self).make_context(*args, **kwargs))
+        return one_line(lambda: super(PlanGroup, self).make_context(*args, **kwargs))
 
     def resolve_command(self, *args: Any, **kwargs: Any) -> Any:
-        return _one_line(lambda: super(PlanGroup, self).resolve_command(*args, **kwargs))
+        return one_line(lambda: super(PlanGroup, self).resolve_command(*args, **kwargs))
 
 
 def _checked(call: Callable[[], T], options: dict[str, str]) -> T:
@@ -111,19 +83,6 @@ def _checked(call: Callable[[], T], options: dict[str, str]) -> T:
 
 
 # ------------------------------------------------------------------ output helpers
-
-
-def num(value: float | None, digits: int = 2, never: str = "never") -> str:
-    """``19.047`` -> ``"19.05"``, ``35.0`` -> ``"35"``, ``40000`` -> ``"40,000"``,
-    ``None`` -> ``"never"``."""
-    if value is None:
-        return never
-    if math.isinf(value):
-        return "inf"
-    if math.isnan(value):
-        return "n/a"
-    text = f"{value:,.{digits}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _jsonable(value: Any) -> Any:
@@ -858,5 +817,5 @@ def register(app: typer.Typer) -> None:
         ("reconfigure", cmd_reconfigure),
         ("from-file", cmd_from_file),
     ):
-        plan.command(name, cls=PlanCommand)(func)
+        plan.command(name, cls=OneLineCommand)(func)
     app.add_typer(plan, name="plan")

@@ -26,7 +26,7 @@ from typing import Annotated
 import kopf
 import typer
 
-from pdscaler.cli.plan import PlanCommand, fail
+from pdscaler.cli.common import OneLineCommand, fail
 
 DEFAULT_METRICS_PORT = 8080
 
@@ -133,4 +133,4 @@ def run_operator(
 
 def register(app: typer.Typer) -> None:
     """Add ``run`` to the ``pdscaler`` app."""
-    app.command("run", cls=PlanCommand)(cmd_run)
+    app.command("run", cls=OneLineCommand)(cmd_run)

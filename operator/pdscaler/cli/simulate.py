@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pdscaler.cli.plan import PlanCommand, fail
+from pdscaler.cli.common import OneLineCommand, fail
 from pdscaler.sim.compare import POLICIES, Comparison, compare, parse_policies
 from pdscaler.sim.engine import EngineParams
 from pdscaler.sim.loop import LoopConfig
@@ -239,4 +239,4 @@ def cmd_simulate(
 
 def register(app: typer.Typer) -> None:
     """Add ``simulate`` to the ``pdscaler`` app."""
-    app.command("simulate", cls=PlanCommand)(cmd_simulate)
+    app.command("simulate", cls=OneLineCommand)(cmd_simulate)
