@@ -15,6 +15,7 @@ Must not: touch the shared lab's directory, ports or processes.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
 import os
 import socket
@@ -69,9 +70,41 @@ def port_free(port: int) -> bool:
 
 
 @contextlib.contextmanager
+def exclusive(lab_dir: Path) -> Iterator[None]:
+    """One run at a time per private lab (``<lab_dir>.lock``, holding the owner's PID):
+    a second run (``make bench`` started twice) is refused at once, never let to stop
+    the first one's lab."""
+    lab_dir.parent.mkdir(parents=True, exist_ok=True)
+    path = lab_dir.parent / f"{lab_dir.name}.lock"
+    with path.open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            owner = fh.read().strip() or "?"
+            raise BenchError(
+                f"another overhead run (pid {owner}) is using the private lab {lab_dir}"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def private_lab(pods: int, gpus: int, lab_dir: Path = LAB_DIR) -> Iterator[Lab]:
     """The private lab, up for the block (from a clean slate), then stopped: purged
     after a good run, its logs and data kept after a failed one (to read why)."""
+    with exclusive(lab_dir), _private_lab(pods, gpus, lab_dir) as lab:
+        yield lab
+
+
+@contextlib.contextmanager
+def _private_lab(pods: int, gpus: int, lab_dir: Path) -> Iterator[Lab]:
     cfg = private_config(pods, gpus, lab_dir)
     lab = Lab(cfg)
     missing = lab.missing_binaries()

@@ -6,6 +6,7 @@ report's rendering, the policy timing on a small recorded trace, the figures of 
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from bench.overhead_figures import (
     per_tick_breakdown,
     request_rates,
 )
-from bench.overhead_lab import PORT_OFFSET, nodes_for, private_config
+from bench.overhead_lab import PORT_OFFSET, exclusive, nodes_for, private_config
 from bench.overhead_proc import (
     ProcSample,
     ProcSampler,
@@ -166,8 +167,6 @@ def test_parse_status_numbers() -> None:
 
 
 def test_sampler_cpu_of_this_process_follows_process_time() -> None:
-    import os
-
     pid = os.getpid()
     sampler = ProcSampler(pid)
     first = sampler.sample()
@@ -329,6 +328,17 @@ def test_private_lab_sizing_and_ports() -> None:
     assert cfg.lab_dir == Path("/tmp/x")
     assert all(cfg.ports[n] == p + PORT_OFFSET for n, p in DEFAULT_PORTS.items())
     assert not set(cfg.ports.values()) & set(DEFAULT_PORTS.values())
+
+
+def test_a_second_run_cannot_take_the_private_lab(tmp_path: Path) -> None:
+    lab_dir = tmp_path / "lab-bench-overhead"
+    with exclusive(lab_dir):
+        assert (tmp_path / "lab-bench-overhead.lock").read_text() == str(os.getpid())
+        refused = pytest.raises(BenchError, match=f"another overhead run \\(pid {os.getpid()}\\)")
+        with refused, exclusive(lab_dir):
+            pass
+    with exclusive(lab_dir):  # released: the next run gets it
+        pass
 
 
 # ------------------------------------------------------------ the process figures
