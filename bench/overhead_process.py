@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from bench.overhead_cluster import BenchError, Clients, pdd_manifest, reconciled
@@ -240,24 +241,28 @@ def run_scenario(plan: Plan) -> Run:
             f"{lab.config.nodes} fake nodes x {lab.config.gpus_per_node} GPUs, "
             f"API server {lab.apiserver_url}, up in {time.monotonic() - t0:.0f} s"
         )
-        r.create()
-        r.facts["PDDeployments created"] = f"{time.monotonic() - t0:.0f} s after the start"
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(lab.kubeconfig),
-            "PDSCALER_PROMETHEUS_URL": lab.prometheus_url,
-        }
-        log.unlink(missing_ok=True)
-        r.child.start(env)
         try:
-            r.window = _measure_running(r)
+            _run_in_lab(r, t0)
         except BenchError as err:
             raise BenchError(str(err), {**r.facts, **err.facts}) from None
-        except (OSError, ApiException) as err:
+        except (OSError, ApiException, urllib3.exceptions.HTTPError) as err:
             r.facts["lab logs (kept)"] = str(lab.dir / "logs")
             raise BenchError(f"lost the lab: {err}", r.facts) from err
     r.facts["whole measurement"] = f"{time.monotonic() - t0:.0f} s"
     return r
+
+
+def _run_in_lab(r: Run, t0: float) -> None:
+    r.create()
+    r.facts["PDDeployments created"] = f"{time.monotonic() - t0:.0f} s after the start"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(r.lab.kubeconfig),
+        "PDSCALER_PROMETHEUS_URL": r.lab.prometheus_url,
+    }
+    r.log.unlink(missing_ok=True)
+    r.child.start(env)
+    r.window = _measure_running(r)
 
 
 def diagnosis(reconciled_count: int) -> str:
