@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+import urllib3
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -31,6 +32,8 @@ STARTUP_DELAY_ANNOTATION = "pdscaler.io/startup-delay"
 NAMESPACE_PREFIX = "bench-overhead"
 
 T = TypeVar("T")
+#: What a lab that stopped answering raises through the clients used here.
+LAB_ERRORS: tuple[type[Exception], ...] = (OSError, ApiException, urllib3.exceptions.HTTPError)
 Obj = dict[str, Any]
 
 

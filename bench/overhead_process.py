@@ -28,10 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import urllib3
-from kubernetes.client.exceptions import ApiException
-
-from bench.overhead_cluster import BenchError, Clients, pdd_manifest, reconciled
+from bench.overhead_cluster import LAB_ERRORS, BenchError, Clients, pdd_manifest, reconciled
 from bench.overhead_figures import Window, breakdown, figures
 from bench.overhead_lab import private_lab
 from bench.overhead_proc import ProcSampler
@@ -245,7 +242,7 @@ def run_scenario(plan: Plan) -> Run:
             _run_in_lab(r, t0)
         except BenchError as err:
             raise BenchError(str(err), {**r.facts, **err.facts}) from None
-        except (OSError, ApiException, urllib3.exceptions.HTTPError) as err:
+        except LAB_ERRORS as err:
             r.facts["lab logs (kept)"] = str(lab.dir / "logs")
             raise BenchError(f"lost the lab: {err}", r.facts) from err
     r.facts["whole measurement"] = f"{time.monotonic() - t0:.0f} s"

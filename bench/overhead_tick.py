@@ -21,7 +21,14 @@ import contextlib
 import time
 from collections.abc import Sequence
 
-from bench.overhead_cluster import BenchError, Clients, pdd_manifest, unique_namespace, wait_until
+from bench.overhead_cluster import (
+    LAB_ERRORS,
+    BenchError,
+    Clients,
+    pdd_manifest,
+    unique_namespace,
+    wait_until,
+)
 from bench.overhead_report import Section
 from bench.overhead_stats import fmt_seconds, summarize
 from pdlab import demo
@@ -35,6 +42,7 @@ TITLE = "2. One reconcile tick against the lab (`reconcile_once`, real clients)"
 NAME = "tick"
 CONVERGE_TIMEOUT_S = 90.0
 SCALE_GAP_S = 1.0
+SETUP_ERRORS: tuple[type[Exception], ...] = (demo.DemoError, *LAB_ERRORS)
 
 Sample = tuple[float, int]
 
@@ -94,10 +102,13 @@ def measure(ticks: int = 20) -> Section:
         lab.ensure_up(timeout=300)
     except LabError as err:
         return Section.skipped(TITLE, f"the lab did not come up: {str(err).splitlines()[0]}")
-    demo.install_crd(demo.Kube.connect(lab.kubeconfig))
     clients = Clients.connect(lab.kubeconfig)
     namespace = unique_namespace()
-    clients.create_namespace(namespace)
+    try:
+        demo.install_crd(demo.Kube.connect(lab.kubeconfig))
+        clients.create_namespace(namespace)
+    except SETUP_ERRORS as err:
+        return Section.skipped(TITLE, f"the lab did not answer: {err}")
     try:
         manifest = pdd_manifest(NAME, namespace, lab.prometheus_url)
         clients.create_pdd(manifest)
@@ -108,6 +119,8 @@ def measure(ticks: int = 20) -> Section:
         scaling = _scaling_ticks(rt, clients, namespace, ticks)
     except BenchError as err:
         return Section.skipped(TITLE, str(err))
+    except LAB_ERRORS as err:
+        return Section.skipped(TITLE, f"lost the lab: {err}")
     finally:
         with contextlib.suppress(Exception):
             clients.delete_namespace(namespace)
