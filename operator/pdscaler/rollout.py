@@ -38,10 +38,15 @@ Rules
   any is left): old prefill goes first, its decode follows once the prefill pods are
   gone. An old cell with nothing left is deleted. Total ready capacity stays at the
   required totals throughout.
-* When maxSurgeGPUs cannot hold one level (``gpusPerReplica`` of one prefill plus its
-  decode share), the old cells give up one level first (after the new decode has a
-  Ready pod), on the prefill side, or, when that would break prefill's min, on the
-  decode side; capacity then dips by one level, never below the spec's minimums.
+* The cap is the required GPUs + maxSurgeGPUs; when that cannot hold one level (one
+  prefill, its decode share and a decode of rounding slack) but maxGPUs has room, one
+  level. When the new cell's next step still does not fit and nothing of it is
+  pending, the old cells give up capacity first: prefill levels while prefill stays
+  at its min, then decode replicas (the new cell may then run one prefill level ahead
+  of its decode). Capacity dips, never below the spec's minimums; when even that
+  cannot make room (e.g. a 3-GPU prefill replica, 1 GPU of surge, no budget room,
+  prefill at its min), the rollout holds with reason StepDoesNotFit, and the progress
+  deadline rolls it back.
 * Required totals that grow during a rollout go to the cells that can serve them now;
   nothing ever exceeds ``maxGPUs + maxSurgeGPUs`` because of a rollout step.
 * No progress (new Ready pods or old pods gone) for ``rollout.progressDeadline`` ->
@@ -81,6 +86,7 @@ REASON_STARTED = "RolloutStarted"
 REASON_DECODE_FIRST = "WaitingForNewDecode"
 REASON_SHIFTING = "ShiftingCapacity"
 REASON_SURGE_BELOW_STEP = "SurgeBelowOneStep"
+REASON_STEP_DOES_NOT_FIT = "StepDoesNotFit"
 REASON_DRAINING = "DrainingOldCells"
 REASON_COMPLETE = "RolloutComplete"
 REASON_DEADLINE = "ProgressDeadlineExceeded"
@@ -397,27 +403,43 @@ class _Totals:
 
     @property
     def level_gpus(self) -> int:
-        """GPUs of the costliest level step: one prefill plus ceil(D/P) decode."""
+        """GPUs a step must be able to hold: one prefill, its ceil(D/P) decode share,
+        and one decode of rounding slack (the shares of the two cells round up
+        separately). Chat 20 / 18, 1 GPU each: 1 + 1 + 1 = 3."""
         if self.prefill <= 0:
             return self.gd
-        return self.gp + math.ceil(self.decode / self.prefill - 1e-9) * self.gd
+        return self.gp + (math.ceil(self.decode / self.prefill - 1e-9) + 1) * self.gd
+
+
+def runnable(spec: PDDeploymentSpec, required: tuple[int, int]) -> tuple[int, int]:
+    """The required totals as cells can run them: a prefill replica needs a decode
+    replica, so 1 / 0 becomes 1 / 1, with fewer prefill replicas if that would not fit
+    maxGPUs (2 x 2-GPU prefill / 0 decode on 4 GPUs -> 1 / 1). Others pass unchanged."""
+    p, d = max(required[0], 0), max(required[1], 0)
+    if p > 0 and d == 0:
+        gp, gd = spec.prefill.gpus_per_replica, spec.decode.gpus_per_replica
+        p = min(p, max(spec.scaling.max_gpus - gd, 0) // gp)
+        d = 1 if p > 0 else 0
+    return p, d
 
 
 def _totals(spec: PDDeploymentSpec, required: tuple[int, int]) -> _Totals:
-    p = max(required[0], 0)
-    d = max(required[1], 1 if p > 0 else 0)
+    """The totals and the GPU cap of the cells: required GPUs + maxSurgeGPUs; when the
+    surge cannot hold one level but the budget has room, one level (never beyond
+    maxGPUs + maxSurgeGPUs). Chat 20 / 18 (38 GPUs), surge 8 -> cap 46; 2 x 1-GPU
+    prefill / 2 x 2-GPU decode (6 GPUs), surge 1, maxGPUs 9 -> one level is 3 GPUs ->
+    cap 9."""
+    p, d = runnable(spec, required)
     gp, gd = spec.prefill.gpus_per_replica, spec.decode.gpus_per_replica
     surge = spec.rollout.max_surge_gpus
-    return _Totals(
-        prefill=p,
-        decode=d,
-        gp=gp,
-        gd=gd,
-        surge=surge,
-        cap=min(p * gp + d * gd, spec.scaling.max_gpus) + surge,
-        min_p=spec.prefill.replicas.min,
-        min_d=spec.decode.replicas.min,
+    need = min(p * gp + d * gd, spec.scaling.max_gpus)
+    totals = _Totals(
+        p, d, gp, gd, surge, need + surge, spec.prefill.replicas.min, spec.decode.replicas.min
     )
+    if surge < totals.level_gpus:
+        step = min(totals.level_gpus, spec.scaling.max_gpus + surge - need)
+        totals = replace(totals, surge=max(surge, step), cap=need + max(surge, step))
+    return totals
 
 
 @dataclass
@@ -449,13 +471,14 @@ def step(
     view = _views(spec, cells, state)
     spec_rev = naming.revision(spec.engine.image, spec.engine.version)
     events: list[Event] = []
-    state, target = _resolve(spec, spec_rev, view, state, now, events)
     totals = _totals(spec, required)
+    idle = totals.prefill == 0 and totals.decode == 0
+    state, target = _resolve(spec, spec_rev, view, state, now, idle, events)
     new = view.get(target) or _Cell(target, _target_version(spec, state, target), None, now)
     olds = [c for c in view.values() if c.rev != target and not c.empty]
-    gone = sorted(c.rev for c in view.values() if c.rev != target and c.empty)
+    empty = sorted(c.rev for c in view.values() if c.rev != target and c.empty)
     sizes = _shift(totals, new, olds) if olds else _stable(totals, new)
-    return _finish(spec, state, view, new, olds, gone, totals, sizes, now, events)
+    return _finish(spec, state, view, new, olds, empty, totals, sizes, now, events)
 
 
 def _target_version(spec: PDDeploymentSpec, state: RolloutState, target: str) -> str:
@@ -475,9 +498,11 @@ def _resolve(
     view: Mapping[str, _Cell],
     state: RolloutState,
     now: float,
+    idle: bool,
     events: list[Event],
 ) -> tuple[RolloutState, str]:
-    """Phase transitions before sizing: start, retarget, progress, deadline, rollback."""
+    """Phase transitions before sizing: start, retarget, progress, deadline, rollback.
+    The deadline does not run while the required totals are zero (no pod is asked)."""
     if state.failed_rev is not None and state.failed_rev != spec_rev:
         state = replace(state, failed_rev=None, failed_version=None)  # the spec moved on
     target, back = _target(spec_rev, view, state)
@@ -495,8 +520,9 @@ def _resolve(
         return state, target
     new = view.get(target) or _Cell(target, spec.engine.version, None, now)
     mark = _mark(new, olds)
-    if state.progress_mark is None or state.progress_at is None or mark > state.progress_mark:
-        return replace(state, progress_at=now, progress_mark=mark), target
+    best = state.progress_mark
+    if best is None or state.progress_at is None or mark > best or idle:
+        return replace(state, progress_at=now, progress_mark=max(mark, best or mark)), target
     if now - state.progress_at <= spec.rollout.progress_deadline_seconds:
         return state, target
     dest = state.from_rev if state.from_rev in view and state.from_rev != target else None
@@ -610,21 +636,26 @@ def _allocate_prefill(olds: list[_Cell], need: int) -> dict[str, int]:
     return alloc
 
 
-def _old_decode(t: _Totals, olds: list[_Cell], prefill: dict[str, int]) -> dict[str, int]:
+def _old_decode(
+    t: _Totals, new: _Cell, olds: list[_Cell], prefill: dict[str, int], cut: int, settled: bool
+) -> dict[str, int]:
     """Each old cell's decode: the share of the prefill pods it still has (desired or
-    not yet gone), at least 1 while it has any."""
-    out: dict[str, int] = {}
+    not yet gone; only the desired ones when ``settled``), at least 1 while it has any,
+    less ``cut`` replicas, never below the decode minimum."""
+    decode: dict[str, int] = {}
     for c in olds:
-        pods = max(prefill[c.rev], c.p_pres)
-        out[c.rev] = max(t.d_for(pods), 1 if pods > 0 else 0)
-    return out
+        pods = prefill[c.rev] if settled else max(prefill[c.rev], c.p_pres)
+        decode[c.rev] = max(t.d_for(pods), 1 if pods > 0 else 0)
+    _cut_decode(olds, prefill, decode, cut)
+    _decode_floor(t, new, olds, decode)
+    return decode
 
 
 def _cut_decode(
-    t: _Totals, olds: list[_Cell], prefill: dict[str, int], decode: dict[str, int]
+    olds: list[_Cell], prefill: dict[str, int], decode: dict[str, int], cut: int
 ) -> None:
-    """Make room on the decode side (one level's GPUs beyond the surge), in place."""
-    cut = math.ceil((t.level_gpus - t.surge) / t.gd)
+    """Remove ``cut`` decode replicas from the old cells (most decode first), keeping one
+    in every cell that still has prefill pods, in place."""
     for c in sorted(olds, key=lambda c: (-decode[c.rev], c.rev)):
         keep = 1 if max(prefill[c.rev], c.p_pres) > 0 else 0
         take = min(cut, decode[c.rev] - keep)
@@ -647,84 +678,152 @@ def _decode_floor(t: _Totals, new: _Cell, olds: list[_Cell], decode: dict[str, i
             kept += add
 
 
-def _shift(t: _Totals, new: _Cell, olds: list[_Cell]) -> _Sizes:
-    """The rolling sizes: old cells cover what the new cell's Ready pods do not."""
-    k_ready = 0
-    if t.prefill > 0 and new.d_ready >= 1:
-        k_ready = min(new.p_ready, t.prefill, t.prefill * new.d_ready // t.decode)
-    allow = (
-        t.prefill > 0
-        and k_ready < t.prefill
-        and t.surge < t.level_gpus
-        and (new.d_ready >= 1 or t.surge < t.gd)
-    )
-    need = t.prefill - k_ready - (1 if allow else 0)
-    floor_p = t.min_p - k_ready
-    prefill_side = need >= floor_p
-    need = max(need, floor_p, 0)
-    # old cells first (they serve the load now), within the cap less what the new cell keeps
+def _coverage(t: _Totals, new: _Cell, lag: int) -> int:
+    """Prefill replicas the new cell's Ready decode covers (``lag`` levels ahead)."""
+    if t.prefill <= 0 or new.d_ready < 1:
+        return 0
+    return t.prefill * new.d_ready // t.decode + lag
+
+
+@dataclass(frozen=True)
+class _Old:
+    """The old cells' sizes for one choice of ``need`` and decode ``cut``."""
+
+    prefill: dict[str, int]
+    decode: dict[str, int]
+    gpus: int  # GPUs they hold after the step (pods that stay or are still going)
+    kept: int  # GPUs of the replicas they keep (once removed pods are gone)
+
+
+def _old_sizes(
+    t: _Totals, new: _Cell, olds: list[_Cell], k_ready: int, need: int, cut: int, lag: int
+) -> _Old:
+    """Old cells serve ``need`` prefill replicas (Ready ones first) with the decode
+    share of the prefill pods they still have, less ``cut`` decode replicas, never
+    below the decode minimum; growth only into GPUs that are free."""
     room = (
-        t.cap - _level_cost(t, new, k_ready) - sum(t.gp * c.p_pres + t.gd * c.d_pres for c in olds)
+        t.cap
+        - _level_cost(t, new, k_ready, lag)
+        - sum(t.gp * c.p_pres + t.gd * c.d_pres for c in olds)
     )
     prefill = _allocate_prefill(olds, need)
     for c in _by_serving(olds):
         prefill[c.rev], room = _grow(room, c.p_live, prefill[c.rev], t.gp)
-    decode = _old_decode(t, olds, prefill)
-    if allow and not prefill_side:
-        _cut_decode(t, olds, prefill, decode)
-    _decode_floor(t, new, olds, decode)
+    decode = _old_decode(t, new, olds, prefill, cut, settled=False)
     for c in _by_serving(olds):
         decode[c.rev], room = _grow(room, c.d_live, decode[c.rev], t.gd)
+    gpus = sum(
+        t.gp * (max(prefill[c.rev], c.p_live) + c.p_term)
+        + t.gd * (max(decode[c.rev], c.d_live) + c.d_term)
+        for c in olds
+    )
+    settled = _old_decode(t, new, olds, prefill, cut, settled=True)
+    kept = sum(t.gp * prefill[c.rev] + t.gd * min(settled[c.rev], decode[c.rev]) for c in olds)
+    return _Old(prefill, decode, gpus, kept)
 
-    def gpus(c: _Cell) -> int:
-        return t.gp * (max(prefill[c.rev], c.p_live) + c.p_term) + t.gd * (
-            max(decode[c.rev], c.d_live) + c.d_term
+
+def _next_step(t: _Totals, new: _Cell, lag: int) -> int:
+    """GPUs the new cell's next step needs beyond the pods it has: one decode replica
+    first (a version proves itself on decode), then the next level."""
+    present = t.gp * new.p_pres + t.gd * new.d_pres
+    if t.prefill == 0 or new.d_live == 0:
+        return t.gd if new.d_live < max(t.decode, 1) else 0
+    k = min(new.p_live, t.prefill)
+    if k >= t.prefill:
+        return (
+            max(_level_cost(t, new, t.prefill, lag) + t.gd * (t.decode - new.d_live), present)
+            - present
         )
+    return max(_level_cost(t, new, k + 1, lag) - present, 0)
 
-    used_old = sum(gpus(c) for c in olds)
-    new_p, new_d = _new_level(t, new, k_ready, used_old)
-    sizes = _Sizes(replicas={c.rev: (prefill[c.rev], decode[c.rev]) for c in olds})
+
+def _shift(t: _Totals, new: _Cell, olds: list[_Cell]) -> _Sizes:
+    """The rolling sizes: old cells cover what the new cell's Ready pods do not.
+
+    When the new cell's next step does not fit (surge and budget too small for it) and
+    nothing of the new cell is pending, the old cells give up capacity first: prefill
+    levels while prefill stays at its min (``give``), then decode replicas (``cut``,
+    and the new cell may then run one prefill level ahead of its decode, ``lag``).
+    Pending pods of the new cell hold their GPUs, so the old cells cannot grow back
+    into them: no flapping."""
+    # the new cell's serving prefill: Ready prefill next to a Ready decode pod
+    k_ready = min(new.p_ready, t.prefill) if new.d_ready >= 1 else 0
+    floor = max(t.min_p - k_ready, 0)
+    need = max(t.prefill - k_ready, floor)
+    give = cut = lag = 0
+    old = _old_sizes(t, new, olds, k_ready, need, 0, 0)
+    pending = new.p_live > new.p_ready or new.d_live > new.d_ready
+    present = t.gp * new.p_pres + t.gd * new.d_pres
+    stuck = False
+    while not pending and t.cap - old.kept - present < _next_step(t, new, lag) > 0:
+        if need - give > floor:
+            give += 1
+        elif cut < sum(old.decode.values()):
+            cut, lag = cut + 1, 1
+        else:
+            stuck = True
+            break
+        shrunk = _old_sizes(t, new, olds, k_ready, need - give, cut, lag)
+        if shrunk.kept >= old.kept and need - give <= floor and cut >= sum(old.decode.values()):
+            stuck = True
+            break
+        old = shrunk
+    new_p, new_d = _new_level(t, new, k_ready, old.gpus, lag)
+    sizes = _Sizes(replicas={c.rev: (old.prefill[c.rev], old.decode[c.rev]) for c in olds})
     sizes.replicas[new.rev] = (new_p, new_d)
-    if new.d_ready == 0 and t.prefill > 0:
+    if stuck:
+        sizes.reason = REASON_STEP_DOES_NOT_FIT
+        sizes.note = (
+            f"the next step needs {_next_step(t, new, lag)} GPUs, which maxGPUs + "
+            "maxSurgeGPUs cannot give without going below the replica minimums: "
+            "raise maxSurgeGPUs or maxGPUs"
+        )
+    elif new.d_ready == 0 and t.prefill > 0 and not (give or cut):
         sizes.reason = REASON_DECODE_FIRST
-    elif allow:
+    elif give or cut:
         sizes.reason = REASON_SURGE_BELOW_STEP
         sizes.note = (
-            f"maxSurgeGPUs {t.surge} < one step ({t.level_gpus} GPUs): "
-            "old cells give up one step first"
+            f"the next step ({_next_step(t, new, lag)} GPUs) does not fit maxGPUs + "
+            "maxSurgeGPUs: old cells give up capacity first"
         )
     elif k_ready >= t.prefill and new.d_ready >= t.decode:
         sizes.reason = REASON_DRAINING
     return sizes
 
 
-def _level_cost(t: _Totals, new: _Cell, k: int) -> int:
-    """GPUs the new cell holds at level k (its pods already there included)."""
+def _lagged(t: _Totals, k: int, lag: int) -> int:
+    """Decode of level k run ``lag`` levels behind; a level with prefill has one."""
+    return max(t.d_for(k - lag), 1 if k >= 1 else 0)
+
+
+def _level_cost(t: _Totals, new: _Cell, k: int, lag: int = 0) -> int:
+    """GPUs the new cell holds at level k (its decode ``lag`` levels behind), the pods
+    it already has included."""
     prefill = max(k, new.p_live) + new.p_term
-    decode = max(t.d_for(k), new.d_live) + new.d_term
+    decode = max(_lagged(t, k, lag), new.d_live) + new.d_term
     return t.gp * prefill + t.gd * decode
 
 
-def _new_level(t: _Totals, new: _Cell, k_ready: int, used_old: int) -> tuple[int, int]:
+def _new_level(t: _Totals, new: _Cell, k_ready: int, used_old: int, lag: int) -> tuple[int, int]:
     """The new cell's (prefill, decode): the highest level whose GPUs fit the cap (its
-    decode first), prefill as far as its Ready decode covers, spare GPUs to the decode
-    of the next level."""
-
-    def cost(k: int) -> int:
-        return _level_cost(t, new, k)
-
+    decode first), prefill as far as its Ready decode covers (never fewer than its
+    Ready prefill pods), spare GPUs to the decode of the next level."""
     level = k_ready
     for k in range(t.prefill, k_ready, -1):
-        if used_old + cost(k) <= t.cap:
+        if used_old + _level_cost(t, new, k, lag) <= t.cap:
             level = k
             break
-    covered = t.prefill * new.d_ready // t.decode if t.decode and new.d_ready >= 1 else 0
     keep = min(new.p_ready, t.prefill) if new.d_ready >= 1 else 0
-    prefill = min(level, max(covered, keep))
-    base = max(t.d_for(level), new.d_live)  # pods already there are paid for in cost()
-    goal = t.d_for(level + 1) if level < t.prefill else t.decode
-    spare = (t.cap - used_old - cost(level)) // t.gd
-    decode = max(t.d_for(level), min(goal, base + max(spare, 0)))
+    prefill = min(t.prefill, max(min(level, _coverage(t, new, lag)), keep))
+    floor = max(_lagged(t, level, lag), min(new.d_ready, t.decode))  # Ready pods stay
+    base = max(floor, new.d_live)  # pods already there are paid for in the cost
+    goal = _lagged(t, level + 1, lag) if level < t.prefill else t.decode
+    spare = (t.cap - used_old - _level_cost(t, new, level, lag)) // t.gd
+    decode = max(floor, min(goal, base + max(spare, 0)))
+    # whatever the level says, growth only into GPUs that are free (decode first)
+    room = t.cap - used_old - t.gp * new.p_pres - t.gd * new.d_pres
+    decode, room = _grow(room, new.d_live, decode, t.gd)
+    prefill, room = _grow(room, new.p_live, prefill, t.gp)
     return prefill, decode
 
 
@@ -734,36 +833,41 @@ def _finish(
     view: Mapping[str, _Cell],
     new: _Cell,
     olds: list[_Cell],
-    gone: list[str],
+    empty: list[str],
     totals: _Totals,
     sizes: _Sizes,
     now: float,
     events: list[Event],
 ) -> RolloutStep:
-    """Cells to keep and delete (old cells without pods), completion, the message, the
-    state to keep."""
+    """Cells to keep and delete, completion, the message, the state to keep. Old cells
+    without pods are kept at 0 / 0 (something to roll back to) until the new cell
+    serves alone, then deleted."""
+    # the new cell serves: a Ready decode pod, and a Ready prefill pod when prefill is
+    # required (a rollout at zero replicas has proven nothing and stays in progress)
+    serving = new.d_ready >= 1 and (new.p_ready >= 1 or totals.prefill == 0)
+    done = not olds and serving
     plans: list[CellPlan] = []
-    delete: list[str] = list(gone)
-    for c in [new, *sorted(olds, key=lambda c: (c.created, c.rev))]:
-        p, d = sizes.replicas[c.rev]
+    delete: list[str] = list(empty) if done else []
+    zeros = dict.fromkeys(empty, (0, 0))
+    kept = [view[rev] for rev in empty if not done]
+    for c in [new, *sorted([*olds, *kept], key=lambda c: (c.created, c.rev))]:
+        p, d = sizes.replicas.get(c.rev) or zeros[c.rev]
         image = c.image if c is not new else (c.image or dict(state.images).get(c.rev))
         if c is new and image is None and c.rev == naming.revision(spec.engine.image, c.version):
             image = spec.engine.image
         plans.append(CellPlan(c.rev, c.version, image, p, d))
-    left = [c for c in olds if c.rev not in delete]
-    serving = new.d_ready >= 1 and (new.p_ready >= 1 or totals.prefill == 0)
     phase, reason = state.phase, sizes.reason
-    if not left and serving and phase == PROGRESSING:
+    if done and phase == PROGRESSING:
         phase, reason = COMPLETE, REASON_COMPLETE
         events.append(("Normal", REASON_COMPLETE, f"{new.version} serves alone"))
-    elif not left and serving and phase == ROLLING_BACK:
+    elif done and phase == ROLLING_BACK:
         phase, reason = ROLLED_BACK, REASON_ROLLED_BACK
         events.append(("Normal", REASON_ROLLED_BACK, f"back on {new.version}"))
-    elif phase == ROLLING_BACK:
+    elif phase == ROLLING_BACK and reason != REASON_STEP_DOES_NOT_FIT:
         reason = REASON_ROLLING_BACK
     elif phase not in ROLLOUT_PHASES:
         reason = REASON_STABLE
-    elif state.progress_at is not None and _stalled(spec, state, now) and not left:
+    elif state.progress_at is not None and _stalled(spec, state, now) and not olds:
         reason = REASON_NO_ROLLBACK
     changed = any(
         view.get(cp.rev) is None
@@ -772,8 +876,8 @@ def _finish(
     )
     steps = state.steps + int(changed and state.phase in ROLLOUT_PHASES)
     new_state = replace(state, phase=phase, steps=steps, required=(totals.prefill, totals.decode))
-    message = _message(new, left, totals, phase, sizes.note, reason)
-    active = _active_version(new, left, phase)
+    message = _message(new, olds, totals, phase, sizes.note, reason)
+    active = _active_version(new, olds, phase)
     return RolloutStep(
         phase=phase,
         reason=reason,

@@ -207,23 +207,49 @@ def test_scaling_keeps_working_during_a_rollout() -> None:
 @pytest.mark.parametrize(
     ("required", "overrides"),
     [
-        # one level = 1 prefill + ceil(18/2) = 9 decode = 10 GPUs > surge 2
-        ((2, 18), {"rollout": {"maxSurgeGPUs": 2}}),
+        # one level = 1 prefill + ceil(18/2) = 9 decode (+1 slack) > surge 2, no budget room
+        ((2, 18), {"rollout": {"maxSurgeGPUs": 2}, "scaling": {"maxGPUs": 20}}),
         # prefill at its min 1: the old cells give up decode instead
-        ((1, 9), {"rollout": {"maxSurgeGPUs": 8}}),
+        ((1, 9), {"rollout": {"maxSurgeGPUs": 8}, "scaling": {"maxGPUs": 10}}),
         # a decode replica needs 4 GPUs, the surge is 2
-        ((4, 4), {"rollout": {"maxSurgeGPUs": 2}, "decode": {"gpusPerReplica": 4}}),
+        (
+            (4, 4),
+            {
+                "rollout": {"maxSurgeGPUs": 2},
+                "decode": {"gpusPerReplica": 4},
+                "scaling": {"maxGPUs": 20},
+            },
+        ),
     ],
 )
 def test_surge_smaller_than_one_step_still_completes(
     required: tuple[int, int], overrides: dict[str, object]
 ) -> None:
-    """When maxSurgeGPUs cannot hold one level, old cells give up a level first (after
-    the new decode has a Ready pod); the rollout still completes, never below min."""
+    """When neither maxSurgeGPUs nor the budget can hold one level, old cells give up a
+    level first (after the new decode has a Ready pod); the rollout still completes,
+    never below min, never above maxGPUs + maxSurgeGPUs."""
     c = Cluster.serving(spec_for("v2", **overrides), "v1", *required)
     until_done(c, required)
     assert c.sizes() == {"v2": required}
     assert any(s.reason == rollout.REASON_SURGE_BELOW_STEP for s in c.steps)
+
+
+def test_budget_room_makes_a_small_surge_step_one_level() -> None:
+    """2 prefill / 18 decode (20 GPUs), maxSurgeGPUs 2, maxGPUs 64: one level is
+    1 + 9 + 1 = 11 GPUs, which the budget has room for, so steps are one level (at
+    most 31 GPUs held) and capacity never dips below the required 2 / 18."""
+    c = Cluster.serving(spec_for("v2", rollout={"maxSurgeGPUs": 2}), "v1", 2, 18)
+    most = 0
+    for _ in range(30):
+        step = c.tick((2, 18))
+        most = max(most, c.gpus())
+        c.ripen()
+        assert c.serving_capacity() >= (2, 18)
+        if step.phase == rollout.COMPLETE:
+            break
+    assert c.sizes() == {"v2": (2, 18)}
+    assert most <= 31
+    assert all(s.reason != rollout.REASON_SURGE_BELOW_STEP for s in c.steps)
 
 
 def test_policy_pools_during_a_rollout() -> None:
