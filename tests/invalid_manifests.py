@@ -139,30 +139,39 @@ class InvalidCase:
         return self.path in text and self.api_error in text
 
 
-def _bound(path: str, phrase: str, keyword: str, pydantic_phrase: str, value: Any) -> InvalidCase:
-    """A numeric bound broken: kube prints ``<path> in body should be <phrase>``."""
+def _at(
+    case_id: str,
+    path: str,
+    mutate: Mutation,
+    keyword: str,
+    api_error: str,
+    pydantic_error: str,
+    strict_only: bool = False,
+) -> InvalidCase:
+    """A case that the API server and pydantic both report at ``path`` itself."""
     return InvalidCase(
-        id="",
-        mutate=set_(path, value),
+        id=case_id,
+        mutate=mutate,
         path=path,
-        api_error=f"{path} in body should be {phrase}",
+        api_error=api_error,
         keyword=keyword,
         pydantic_loc=path,
-        pydantic_error=f"Input should be {pydantic_phrase}",
+        pydantic_error=pydantic_error,
+        strict_only=strict_only,
     )
+
+
+def _bound(path: str, phrase: str, keyword: str, pydantic_phrase: str, value: Any) -> InvalidCase:
+    """A numeric bound broken: kube prints ``<path> in body should be <phrase>``."""
+    api_error = f"{path} in body should be {phrase}"
+    pydantic_error = f"Input should be {pydantic_phrase}"
+    return _at("", path, set_(path, value), keyword, api_error, pydantic_error)
 
 
 def _pattern(path: str, value: str) -> InvalidCase:
     """A string that does not match the CRD's pattern (durations, version, URL)."""
-    return InvalidCase(
-        id="",
-        mutate=set_(path, value),
-        path=path,
-        api_error=f"{path} in body should match",
-        keyword="pattern",
-        pydantic_loc=path,
-        pydantic_error="String should match pattern",
-    )
+    api_error = f"{path} in body should match"
+    return _at("", path, set_(path, value), "pattern", api_error, "String should match pattern")
 
 
 def _named(case_id: str, case: InvalidCase) -> InvalidCase:
@@ -191,40 +200,26 @@ def _cel(case_id: str, mutate: Mutation, path: str, message: str, pydantic_loc: 
 
 
 def _unknown(case_id: str, path: str, value: Any) -> InvalidCase:
-    return InvalidCase(
-        id=case_id,
-        mutate=set_(path, value),
-        path=path,
-        api_error=f'unknown field "{path}"',
-        keyword="additionalProperties",
-        pydantic_loc=path,
-        pydantic_error="Extra inputs are not permitted",
+    api_error = f'unknown field "{path}"'
+    pydantic_error = "Extra inputs are not permitted"
+    return _at(
+        case_id,
+        path,
+        set_(path, value),
+        "additionalProperties",
+        api_error,
+        pydantic_error,
         strict_only=True,
     )
 
 
 def _required(case_id: str, path: str) -> InvalidCase:
-    return InvalidCase(
-        id=case_id,
-        mutate=drop(path),
-        path=path,
-        api_error=f"{path}: Required value",
-        keyword="required",
-        pydantic_loc=path,
-        pydantic_error="Field required",
-    )
+    return _at(case_id, path, drop(path), "required", f"{path}: Required value", "Field required")
 
 
 def _enum(case_id: str, path: str, value: str, pydantic_error: str) -> InvalidCase:
-    return InvalidCase(
-        id=case_id,
-        mutate=set_(path, value),
-        path=path,
-        api_error=f'{path}: Unsupported value: "{value}"',
-        keyword="enum",
-        pydantic_loc=path,
-        pydantic_error=pydantic_error,
-    )
+    api_error = f'{path}: Unsupported value: "{value}"'
+    return _at(case_id, path, set_(path, value), "enum", api_error, pydantic_error)
 
 
 QUERIES = {
