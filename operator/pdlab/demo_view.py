@@ -44,6 +44,10 @@ def _s(value: float | None, unit: str = "s", scale: float = 1.0, digits: int = 2
     return "-" if value is None else f"{value * scale:.{digits}f}{unit}"
 
 
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def ratio_text(prefill: int, decode: int) -> str:
     """``4:4 = 1.00``; ``11:2 = 5.50``; ``3:0 = -``."""
     return f"{prefill}:{decode} = {prefill / decode:.2f}" if decode else f"{prefill}:{decode} = -"
@@ -54,8 +58,8 @@ def line(s: Snapshot) -> str:
     t = "-" if s.scenario_time_s is None else f"{s.scenario_time_s:4.0f}s"
     return (
         f"[{t}/{s.duration_s:.0f}s {s.phase or 'waiting'}] {_s(s.request_rate, ' req/s', digits=1)}"
-        f"  P {s.prefill_ready}/{s.prefill_desired if s.prefill_desired is not None else '-'}"
-        f"  D {s.decode_ready}/{s.decode_desired if s.decode_desired is not None else '-'}"
+        f"  P {s.prefill_ready}/{_count(s.prefill_desired)}"
+        f"  D {s.decode_ready}/{_count(s.decode_desired)}"
         f"  P:D {ratio_text(s.prefill_ready, s.decode_ready)}"
         f"  TTFT p95 {_s(s.ttft_p95_s)}  TPOT p95 {_s(s.tpot_p95_s, 'ms', 1000, 0)}"
         f"  queues P {_s(s.prefill_queue, '', digits=0)} D {_s(s.decode_queue, '', digits=0)}"
@@ -83,22 +87,13 @@ def render(s: Snapshot, title: str) -> RenderableType:
     pools = Table(expand=True, show_edge=False)
     for col in ("pool", "ready", "desired", "queue", "latency p95 (client)", "SLO"):
         pools.add_column(col, justify="right" if col != "pool" else "left")
-    pools.add_row(
-        "prefill",
-        str(s.prefill_ready),
-        "-" if s.prefill_desired is None else str(s.prefill_desired),
-        _s(s.prefill_queue, "", digits=0),
-        _latency(s.ttft_p95_s, s.slo[0], "s", 1.0, 2),
-        f"TTFT {s.slo[0]:g}s",
-    )
-    pools.add_row(
-        "decode",
-        str(s.decode_ready),
-        "-" if s.decode_desired is None else str(s.decode_desired),
-        _s(s.decode_queue, "", digits=0),
-        _latency(s.tpot_p95_s, s.slo[1], "ms", 1000.0, 0),
-        f"TPOT {s.slo[1] * 1000:g}ms",
-    )
+    ttft = (_latency(s.ttft_p95_s, s.slo[0], "s", 1.0, 2), f"TTFT {s.slo[0]:g}s")
+    tpot = (_latency(s.tpot_p95_s, s.slo[1], "ms", 1000.0, 0), f"TPOT {s.slo[1] * 1000:g}ms")
+    for pool, ready, desired, queue, (latency, slo) in (
+        ("prefill", s.prefill_ready, s.prefill_desired, s.prefill_queue, ttft),
+        ("decode", s.decode_ready, s.decode_desired, s.decode_queue, tpot),
+    ):
+        pools.add_row(pool, str(ready), _count(desired), _s(queue, "", digits=0), latency, slo)
     ratio = Text.assemble(
         ("P:D ready ", "dim"),
         (ratio_text(s.prefill_ready, s.decode_ready), "bold magenta"),
