@@ -30,14 +30,15 @@ Rules
   once its decode has a Ready pod (decode up before prefill, also on first creation).
 * Rolling (old cells present): the new cell grows in *levels*: level k is k prefill
   and ``ceil(D * k / P)`` decode replicas (the decode share of k prefill). A level is
-  reserved (its decode first) when its GPUs fit ``cap = required GPUs + maxSurgeGPUs``
-  counting every pod that exists; its prefill starts only as far as its READY decode
-  covers (``floor(P * decode_ready / D)``). The old cells keep ``P - k_ready`` prefill,
-  where k_ready is the new cell's ready prefill covered by its ready decode, and each
-  old cell keeps the decode share of the prefill pods it still has (at least one while
-  any is left): old prefill goes first, its decode follows once the prefill pods are
-  gone. An old cell with nothing left is deleted. Total ready capacity stays at the
-  required totals throughout.
+  reserved (its decode first) when its GPUs fit the cap, counting every pod that
+  exists (terminating ones too); its prefill starts only as far as its READY decode
+  covers (``floor(P * decode_ready / D)``). The old cells keep ``P - k_ready``
+  prefill, k_ready being the new cell's Ready prefill next to a Ready decode pod, and
+  each old cell keeps the decode share of the prefill pods it still has (at least one
+  while any is left): old prefill goes first, its decode follows once the prefill
+  pods are gone. Old cells without pods stay at 0 / 0 (something to roll back to)
+  until the new cell serves alone; then they are deleted (Complete). Ready capacity
+  stays at the required totals throughout.
 * The cap is the required GPUs + maxSurgeGPUs; when that cannot hold one level (one
   prefill, its decode share and a decode of rounding slack) but maxGPUs has room, one
   level. When the new cell's next step still does not fit and nothing of it is
@@ -49,10 +50,11 @@ Rules
   deadline rolls it back.
 * Required totals that grow during a rollout go to the cells that can serve them now;
   nothing ever exceeds ``maxGPUs + maxSurgeGPUs`` because of a rollout step.
-* No progress (new Ready pods or old pods gone) for ``rollout.progressDeadline`` ->
-  roll back: the cell the rollout started from becomes the target, the failed cell is
-  drained the same safe way (RollingBack, then RolledBack); it is not retried until
-  the spec names another revision.
+* No progress (new Ready pods or old pods gone) for ``rollout.progressDeadline``
+  (the clock pauses while the required totals are zero) -> roll back: the cell the
+  rollout started from becomes the target, the failed cell is drained the same safe
+  way (RollingBack, then RolledBack); it is not retried until the spec names another
+  revision.
 * The spec's version changing again mid-rollout makes the newest revision the target;
   every other cell, the intermediate one included, is drained as an old cell.
 
@@ -425,10 +427,10 @@ def runnable(spec: PDDeploymentSpec, required: tuple[int, int]) -> tuple[int, in
 
 def _totals(spec: PDDeploymentSpec, required: tuple[int, int]) -> _Totals:
     """The totals and the GPU cap of the cells: required GPUs + maxSurgeGPUs; when the
-    surge cannot hold one level but the budget has room, one level (never beyond
-    maxGPUs + maxSurgeGPUs). Chat 20 / 18 (38 GPUs), surge 8 -> cap 46; 2 x 1-GPU
-    prefill / 2 x 2-GPU decode (6 GPUs), surge 1, maxGPUs 9 -> one level is 3 GPUs ->
-    cap 9."""
+    surge cannot hold one level but the budget has room, up to one level (never beyond
+    maxGPUs + maxSurgeGPUs). Chat 20 / 18 (38 GPUs), surge 8 -> cap 46. 2 x 1-GPU
+    prefill / 2 x 2-GPU decode (6 GPUs), surge 1, maxGPUs 9: a level is 1 + (1 + 1) x 2
+    = 5 GPUs, the budget leaves 9 + 1 - 6 = 4 -> cap 10."""
     p, d = runnable(spec, required)
     gp, gd = spec.prefill.gpus_per_replica, spec.decode.gpus_per_replica
     surge = spec.rollout.max_surge_gpus
