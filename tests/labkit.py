@@ -16,9 +16,7 @@ no test assertions of its own beyond the timeouts.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from httpkit import QuietHandler, serving
 from pdlab.kwok import GPU_RESOURCE, GPU_TAINT, STARTUP_DELAY_ANNOTATION, gpu_node
 
 REPO = Path(__file__).resolve().parents[1]
@@ -322,23 +321,10 @@ def metrics_exporter(text: Callable[[], str]) -> Iterator[str]:
     Yields "127.0.0.1:<port>"; the server thread stops on exit.
     """
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = text().encode()
-            self.send_response(200 if self.path.startswith("/metrics") else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server dispatches on this name)
+            status = 200 if self.path.startswith("/metrics") else 404
+            self.reply(status, text().encode(), "text/plain; version=0.0.4")
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
-            return
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as server:
         yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -45,8 +45,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from httpkit import QuietHandler, start_server, stop_server
 from pdlab.lab import Lab
 
 PREFILL, DECODE = "prefill", "decode"
@@ -195,24 +195,15 @@ class EngineExporter:
     def start(self) -> EngineExporter:
         exporter = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
+        class Handler(QuietHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server dispatches on this name)
                 text = exporter._serve(self.path)
                 body = (text or "not found\n").encode()
-                self.send_response(200 if text is not None else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                status = 200 if text is not None else 404
+                self.reply(status, body, "text/plain; version=0.0.4; charset=utf-8")
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        class Server(http.server.ThreadingHTTPServer):
-            request_queue_size = 128  # every pod is scraped at the same moment
-
-        self._server = Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, args=(0.1,), daemon=True).start()
+        # every pod is scraped at the same moment: a deep listen backlog
+        self._server = start_server(Handler, queue_size=128, poll_seconds=0.1)
         self._target = f"exporter-{self._server.server_address[1]}"
         return self
 
@@ -220,8 +211,7 @@ class EngineExporter:
         """Unregister the scrape targets and close the server (series go stale)."""
         self.lab.remove_scrape_target(self._target)
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            stop_server(self._server)
             self._server = None
 
     def __enter__(self) -> EngineExporter:

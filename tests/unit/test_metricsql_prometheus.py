@@ -5,9 +5,7 @@ The real Prometheus is exercised in tests/lab/test_prometheus_snapshot.py."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -15,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from httpkit import QuietHandler, serving
 from pdscaler import metricsql as mq
 from pdscaler.prometheus import (
     REASON_BAD_ANSWER,
@@ -48,34 +47,19 @@ def success(result: list[dict[str, Any]]) -> tuple[int, bytes]:
 def fake_prometheus(respond: Responder, seen: list[dict[str, str]] | None = None) -> Iterator[str]:
     """A server answering POST /api/v1/query with ``respond(form)``; yields its URL."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
+    class Handler(QuietHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server dispatches on this name)
             length = int(self.headers.get("Content-Length", "0"))
             form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
             if seen is not None:
                 seen.append({"path": self.path, **form})
             status, body = respond(form)
             with contextlib.suppress(ConnectionError):  # the client gave up (timeout test)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(status, body, "application/json")
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    class Server(http.server.ThreadingHTTPServer):
-        request_queue_size = 64  # a snapshot's queries arrive at once
-
-    server = Server(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    # a snapshot's queries arrive at once: a deep listen backlog
+    with serving(Handler, queue_size=64, poll_seconds=0.05) as server:
         yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def unavailable(url: str, timeout: float = 2.0) -> MetricsUnavailableError:
