@@ -350,14 +350,13 @@ CASES: list[InvalidCase] = [
     # the one engine version
     _required("engine-version-missing", "spec.engine.version"),
     _named("engine-version-with-space", _pattern("spec.engine.version", "v0.11.0 beta")),
-    InvalidCase(
-        id="engine-version-empty",
-        mutate=set_("spec.engine.version", ""),
-        path="spec.engine.version",
-        api_error="spec.engine.version in body should be at least 1 chars long",
-        keyword="minLength",
-        pydantic_loc="spec.engine.version",
-        pydantic_error="String should have at least 1 character",
+    _at(
+        "engine-version-empty",
+        "spec.engine.version",
+        set_("spec.engine.version", ""),
+        "minLength",
+        "spec.engine.version in body should be at least 1 chars long",
+        "String should have at least 1 character",
     ),
     _required("decode-pool-missing", "spec.decode"),
     # the pod template's parts are objects
