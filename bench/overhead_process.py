@@ -24,6 +24,7 @@ import socket
 import sys
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,10 +192,19 @@ class Run:
         sc.operator.append(self.operator())
         sc.prometheus.append(Exposition.parse(http_text(prom_url)))
         w.window_s = w.sampler.seconds
+        self.facts["last decisions at the window's end"] = self.decisions()
         self.facts["machine load (1-min average) at the window's start / end"] = (
             f"{load_start:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
         )
         return w
+
+    def decisions(self) -> str:
+        """``status.lastDecision.action`` over the PDDeployments: "HoldMetricsUnavailable 200"."""
+        actions = Counter(
+            ((p.get("status") or {}).get("lastDecision") or {}).get("action") or "none"
+            for p in self.clients.list_pdds(NAMESPACE)
+        )
+        return ", ".join(f"{a} {n}" for a, n in actions.most_common())
 
     def baseline(self, w: Window) -> None:
         """The API server's request rate without the operator (the other clients)."""
@@ -291,8 +301,8 @@ def measure(plan: Plan | None = None, scenario: Callable[[Plan], Run] = run_scen
     notes += [
         "each PDDeployment: the chat example (Auto, 1 prefill + 1 decode replica, 1 GPU "
         "each, pods Ready 2 s after creation in kwok); no engine exported vLLM series, so "
-        "every tick's Prometheus queries returned empty answers and the policy held "
-        "(HoldMetricsUnavailable): the window is the steady state of a converged fleet",
+        "every tick's Prometheus queries returned empty answers (the policy's last "
+        "decisions are above): the window is the steady state of a converged fleet",
         f"operator: `python -m pdscaler run --standalone --namespace {NAMESPACE} "
         "--metrics-port <free port>`",
     ]

@@ -116,6 +116,7 @@ def measure(ticks: int = 20) -> Section:
         rt = Runtime(kube=kube, prometheus_url=lab.prometheus_url)
         _converge(rt, namespace)
         converged = overhead(rt, namespace, NAME, ticks=ticks)
+        held = rt.last[(namespace, NAME)].decision
         scaling = _scaling_ticks(rt, clients, namespace, ticks)
     except BenchError as err:
         return Section.skipped(TITLE, str(err))
@@ -132,8 +133,9 @@ def measure(ticks: int = 20) -> Section:
         "samples the p99 lies between the two slowest ticks",
         f"each tick: 1 GET (PDDeployment) + 3 LISTs (Deployments, Services, pods) and "
         f"{queries} Prometheus instant queries (run concurrently); the lab's Prometheus had"
-        " no vLLM series for this PDDeployment, so its answers were empty (the policy held"
-        " on unknown load; the scaling ticks were forced by the replica bounds)",
+        " no vLLM series for this PDDeployment, so its answers were empty; the policy's"
+        f" answer on the converged ticks: {held.action if held else 'none'}; the scaling"
+        " ticks were forced by the replica bounds",
         f"lab {'already up' if was_up else 'started by this run (left up)'}: "
         f"API server {lab.apiserver_url}, Prometheus {lab.prometheus_url}",
     ]

@@ -274,3 +274,13 @@ def test_decide_is_deterministic() -> None:
     """The same input gives an equal Decision (memory included)."""
     inp = drain_tick(100.0)
     assert decide(inp) == decide(inp)
+
+
+def test_vanishing_token_means_do_not_overflow_the_drain_model() -> None:
+    """A mean prompt of 1.6e-305 tokens makes the per-replica rate 6e306 req/s; with 30
+    replicas starting, 30 x 6e306 overflows to inf (inf x 0 = NaN). Such a pool has no
+    per-request work to drain: the decision is made without the drain model."""
+    spec = chat_spec(prefill={"tokensPerSecond": 100, "replicas": {"min": 0, "max": 1}})
+    d = run(spec, snapshot(0.0, 1.6e-305, 0.0), PoolObservation(30, 0), 0)
+    assert d.prefill == 1
+    assert d.model.drain_seconds is None

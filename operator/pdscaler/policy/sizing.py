@@ -73,6 +73,9 @@ from pdscaler.types import Role
 #: The proportional fallback grows a pool at most this many times its ready replicas
 #: per tick (the HPA's default scale-up policy allows +100% per period).
 MAX_PROPORTIONAL_STEP = 2.0
+#: Per-replica service rates above this (req/s) mean a pool has no per-request work to
+#: size a drain for: a mean prompt of 1e-305 tokens would otherwise overflow to inf.
+MAX_SERVICE_RATE = 1e9
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ def plan_drain(
     (``tokens`` 0 or so small that the service rate is infinite). See the module
     docstring for the numbers."""
     per_replica = facts.tps / facts.tokens if facts.tokens > 0 else math.inf
-    if not math.isfinite(per_replica):
+    if per_replica > MAX_SERVICE_RATE:  # no per-request work to speak of (or overflow)
         return None
     if since_last_scale is None:
         remaining = startup_seconds
