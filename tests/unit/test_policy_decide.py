@@ -284,3 +284,12 @@ def test_vanishing_token_means_do_not_overflow_the_drain_model() -> None:
     d = run(spec, snapshot(0.0, 1.6e-305, 0.0), PoolObservation(30, 0), 0)
     assert d.prefill == 1
     assert d.model.drain_seconds is None
+
+
+def test_percentages_that_round_alike_get_a_decimal() -> None:
+    """Decode at 70.4% of a 70% target reads ``70.4% > 70%``, not ``70% > 70%``;
+    91% stays whole."""
+    assert reasons.percent(0.7044, 0.7) == "70.4%"
+    assert reasons.percent(0.91, 0.7) == "91%"
+    text = reasons.pool_signals(Role.DECODE, 0.95, None, 0.05, None, 0.7044, 0.7)
+    assert text == "utilization 70.4% > 70% target"

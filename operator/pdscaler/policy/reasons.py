@@ -66,6 +66,13 @@ def seconds(value: float | None) -> str:
     return f"{value:.0f}s"
 
 
+def percent(value: float, other: float) -> str:
+    """``value`` as a percentage, with a decimal when whole percents would not tell it
+    from ``other``: (0.91, 0.7) -> ``91%``; (0.7049, 0.7) -> ``70.5%``."""
+    whole = f"{value:.0%}"
+    return whole if whole != f"{other:.0%}" else f"{value:.1%}"
+
+
 def latency_name(role: Role) -> str:
     """The latency a pool answers for: TTFT (prefill), TPOT (decode)."""
     return "TTFT" if role is Role.PREFILL else "TPOT"
@@ -97,7 +104,8 @@ def pool_signals(
     if queue is not None and queue > 0:
         parts.append(f"queue {queue:g}")
     if utilization is not None and utilization > target_utilization:
-        parts.append(f"utilization {utilization:.0%} > {target_utilization:.0%} target")
+        shown = percent(utilization, target_utilization)
+        parts.append(f"utilization {shown} > {target_utilization:.0%} target")
     if kv_usage is not None and kv_usage > kv_limit:
         parts.append(f"KV cache {kv_usage:.0%} > {kv_limit:.0%}")
     return "; ".join(parts)
