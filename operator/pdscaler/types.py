@@ -91,6 +91,9 @@ class PolicyMemory:
     ``capacity_gpus``/``capacity_time``: the GPUs the cluster could schedule when pods
     were last Pending for lack of GPUs, and when; the policy keeps sizing within them for
     one stabilization window instead of re-requesting the same unschedulable pods.
+    ``pool_history``: (time, prefill queue, decode queue, prefill ready, decode ready)
+    of recent ticks (``policy.history``: saturation, mean ready, queue slope); not
+    persisted in status (it refills within one metrics window).
     """
 
     recommendations: tuple[tuple[float, int, int], ...] = ()
@@ -101,6 +104,7 @@ class PolicyMemory:
     last_scale_time: float | None = None
     capacity_gpus: int | None = None
     capacity_time: float | None = None
+    pool_history: tuple[tuple[float, float | None, float | None, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

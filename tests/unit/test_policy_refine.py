@@ -8,39 +8,69 @@ import math
 import pytest
 from test_policy_support import chat_spec, run, snapshot
 
+from pdscaler.policy import history
 from pdscaler.policy.decide import record_rate
 from pdscaler.policy.forecast import forecast_rate, trend
 from pdscaler.policy.refine import quantile, refine_startup, refine_tps
 from pdscaler.policy.sanitize import clean, sanitize
-from pdscaler.types import MetricsSnapshot, PolicyMemory, PoolMetrics, PoolObservation
+from pdscaler.types import MetricsSnapshot, PolicyMemory, PoolMetrics, PoolObservation, Role
 
 # ------------------------------------------------------------------ throughput
 
 
 def test_refine_tps_worked_example() -> None:
-    """Queue non-empty, 4 ready serving 14,400 tok/s: 3600 per replica; EWMA
-    0.3 x 3600 + 0.7 x 3000 = 3180."""
-    assert refine_tps(3000.0, None, 14_400.0, 4, 2.0) == pytest.approx(3180.0)
+    """4 ready serving 14,400 tok/s: 3600 per replica, above the prior 3000, so raised
+    (what was served is a lower bound, saturated or not): 0.3 x 3600 + 0.7 x 3000 =
+    3180. 8,000 tok/s saturated the whole window: 0.3 x 2000 + 0.7 x 3000 = 2700."""
+    assert refine_tps(3000.0, None, 14_400.0, 4, 0.0) == pytest.approx(3180.0)
+    assert refine_tps(3000.0, None, 14_400.0, 4, 1.0) == pytest.approx(3180.0)
+    assert refine_tps(3000.0, None, 8_000.0, 4, 1.0) == pytest.approx(2700.0)
 
 
-def test_refine_tps_learns_only_when_saturated() -> None:
-    """An idle replica's tokens/s says nothing about what it can do: queue 0 or unknown
-    keeps the previous value (or the prior)."""
-    assert refine_tps(3000.0, None, 4000.0, 4, 0.0) == 3000.0
-    assert refine_tps(3000.0, 3300.0, 4000.0, 4, None) == 3300.0
-    assert refine_tps(3000.0, None, 14_400.0, 0, 3.0) == 3000.0  # nobody ready
+def test_refine_tps_lowers_only_what_saturation_proves() -> None:
+    """A pool that was not saturated for the whole window says little about its limit.
+    2000 per replica (8,000 tok/s on 4) saturated for half the window: C <= 4000, above
+    3000, no change; for 1/8 of it: no change; never saturated: no change (the old rule
+    learnt from any queue and drifted to ~0.6x the truth). Saturated for 0.6 of the
+    window: C <= 3333, still no change; at 2400 per replica and 0.9: C <= 2667 ->
+    0.3 x 2667 + 0.7 x 3000 = 2900. Nothing observed or nobody ready keeps the value."""
+    assert refine_tps(3000.0, None, 8_000.0, 4, 0.5) == 3000.0
+    assert refine_tps(3000.0, None, 8_000.0, 4, 0.125) == 3000.0
+    assert refine_tps(3000.0, None, 8_000.0, 4, 0.0) == 3000.0
+    assert refine_tps(3000.0, None, 8_000.0, 4, 0.6) == 3000.0
+    assert refine_tps(3000.0, None, 9_600.0, 4, 0.9) == pytest.approx(2900.0)
+    assert refine_tps(3000.0, 3300.0, None, 4, 1.0) == 3300.0
+    assert refine_tps(3000.0, None, 14_400.0, 0, 1.0) == 3000.0  # nobody ready
+
+
+def test_refine_tps_divides_by_the_ready_count_over_the_window() -> None:
+    """Decide keeps the ready counts of the window: 10 ready for 4 ticks then 20 for 4
+    average to 15. 60,000 tok/s over 15 is 4000 per replica, raising a 3000 prior to
+    0.3 x 4000 + 0.7 x 3000 = 3300; the count now (20) would give 3000 per replica and
+    learn nothing (the old rule's drift right after a scale-up)."""
+    memory = PolicyMemory()
+    for k in range(8):
+        ready = 10 if k < 4 else 20
+        d = run(chat_spec(), snapshot(), ready, 18, now=10_000.0 + 15 * k, memory=memory)
+        memory = d.memory
+    recent = history.in_window(memory.pool_history, 10_105.0, 120.0)
+    assert [p[3] for p in recent] == [10, 10, 10, 10, 20, 20, 20, 20]
+    assert history.mean_ready(recent, Role.PREFILL, 20) == 15.0
+    assert refine_tps(3000.0, None, 60_000.0, 15.0, 0.0) == pytest.approx(3300.0)
+    assert refine_tps(3000.0, None, 60_000.0, 20.0, 0.0) == 3000.0
 
 
 @pytest.mark.parametrize(("per_replica", "bound"), [(10_000.0, 4500.0), (100.0, 1500.0)])
 def test_refinement_through_decide_is_bounded(per_replica: float, bound: float) -> None:
-    """A saturated prefill pool (queue 5) of 20 replicas reporting ``per_replica``
-    tok/s each: the refined P_prefill moves monotonically towards the bound
-    (1.5 x 3000 = 4500 or 0.5 x 3000 = 1500) and never passes it; the ratio model
-    sizes with it (N_P = 40000 / (P x 0.7))."""
+    """A saturated prefill pool (queue 40, two waiting per ready replica) of 20
+    replicas reporting ``per_replica`` tok/s each: the refined P_prefill moves
+    monotonically towards the bound (1.5 x 3000 = 4500 or 0.5 x 3000 = 1500) and never
+    passes it; the ratio model sizes with it (N_P = 40000 / (P x 0.7)). (The queue was
+    5 when one waiting request anywhere counted as saturation.)"""
     memory = PolicyMemory()
     seen = []
     for k in range(40):
-        metrics = snapshot(prefill_queue=5.0, prefill_tps=20 * per_replica)
+        metrics = snapshot(prefill_queue=40.0, prefill_tps=20 * per_replica)
         d = run(chat_spec(), metrics, 20, 18, now=10_000.0 + 15 * k, memory=memory)
         memory = d.memory
         assert d.model.prefill_tps == memory.prefill_tps

@@ -12,14 +12,17 @@ The steps, each in its own module:
    ``metrics_available=False``, no scale-down (a pool below its min is still raised,
    and a pool above the spec's max or a total above maxGPUs is still lowered: those are
    the user's explicit bounds, not a guess from missing data).
-2. ``refine``: P_prefill / P_decode from observed tokens/s per ready replica while the
-   pool's queue is non-empty (EWMA, within [0.5x, 1.5x] of the spec), T_s from observed
-   pod start times (p90, within [0.5x, 3x]).
-3. ``forecast``: R over T_s + interval (rising trend extrapolated, at most 2x; never
-   below the current rate).
+2. ``refine``: P_prefill / P_decode from observed tokens/s per replica (ready count
+   averaged over the window, ``history``): raised by what was served, lowered only by
+   what the saturated share of the window proves (EWMA, within [0.5x, 1.5x] of the
+   spec); T_s from observed pod start times (p90, within [0.5x, 3x]).
+3. ``forecast``: R over T_s + interval (rising trend extrapolated over at most the
+   metrics window, at most 2x; never below the current rate). R itself is the arrival
+   rate: prefill completions corrected by the prefill queue's change (``arrival_rate``).
 4. ``sizing``: steady-state targets (ratio model, ceil, at the forecast rate), the
    bottleneck rule (only the bottleneck pool, and a pool short by its own load, grow),
-   the drain-sized scale-up.
+   the drain-sized scale-up; the proportional fallback only where more replicas relieve
+   the pressure (``sizing.may_grow_proportionally``).
 5. ``stabilize``: up at once; down only to the highest recommendation of the
    ``scaleDownStabilization`` window, once the window is covered, outside the 10%
    tolerance, never during a rollout.
@@ -33,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdscaler.models import RatioResult, ratio_model
-from pdscaler.policy import reasons
+from pdscaler.policy import history, reasons
 from pdscaler.policy.forecast import forecast_rate
 from pdscaler.policy.limits import Capacity, Split, capacity, clamp, fit
 from pdscaler.policy.refine import refine_startup, refine_tps
@@ -46,6 +49,7 @@ from pdscaler.policy.sizing import (
     attribute,
     finite_or_none,
     grow,
+    may_grow_proportionally,
     plan_drain,
     ratio_targets,
 )
@@ -94,6 +98,12 @@ def record_rate(
     return (*kept, (now, rate))[-MAX_RATE_POINTS:]
 
 
+def history_lookback(spec: PDDeploymentSpec) -> float:
+    """How long pool points are kept: the metrics window plus one interval (the point at
+    the window start must survive to prove the window covered)."""
+    return spec.metrics.window_seconds + spec.scaling.interval_seconds
+
+
 def forecast_lookback(spec: PDDeploymentSpec) -> float:
     """How far back the trend looks: the metrics window, at least 3 intervals
     (2m window, 15s interval -> 120 s)."""
@@ -119,6 +129,7 @@ class Tick:
     split: Split
     capacity: Capacity
     final: dict[Role, int]
+    pools: tuple[history.Point, ...] = ()
 
     def current(self, role: Role) -> int:
         return self.facts[role].current
@@ -163,9 +174,31 @@ def decide(inp: TickInput) -> Decision:
     )
 
 
+def pool_point(inp: TickInput, snap: MetricsSnapshot) -> history.Point:
+    """This tick's queues and ready counts, for ``PolicyMemory.pool_history``."""
+    return (
+        inp.now,
+        snap.prefill.queue_depth,
+        snap.decode.queue_depth,
+        inp.prefill.ready,
+        inp.decode.ready,
+    )
+
+
+def arrival_rate(completions: float, points: tuple[history.Point, ...]) -> float:
+    """Requests/s ARRIVING: the rate is read as prefill completions, which run above
+    arrivals while a backlog drains and below them while one builds, by the prefill
+    queue's change over the window (``history.queue_slope``): 50 req/s completed while
+    the queue fell 600 -> 0 over 120 s -> 45 req/s; never below 0."""
+    return max(completions + history.queue_slope(points, Role.PREFILL), 0.0)
+
+
 def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
     spec, mem, now = inp.spec, inp.memory, inp.now
-    rate = snap.request_rate or 0.0
+    window_s, interval = spec.metrics.window_seconds, spec.scaling.interval_seconds
+    pools = history.record(mem.pool_history, pool_point(inp, snap), history_lookback(spec))
+    recent = history.in_window(pools, now, window_s)
+    rate = arrival_rate(snap.request_rate or 0.0, recent)
     tokens = {Role.PREFILL: snap.prompt_tokens or 0.0, Role.DECODE: snap.output_tokens or 0.0}
     priors = {r: pool_spec(spec, r).tokens_per_second for r in ROLES}
     previous = {Role.PREFILL: mem.prefill_tps, Role.DECODE: mem.decode_tps}
@@ -174,13 +207,13 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
             priors[r],
             previous[r],
             pool_metrics(snap, r).tokens_per_second,
-            observation(inp, r).ready,
-            pool_metrics(snap, r).queue_depth,
+            history.mean_ready(recent, r, observation(inp, r).ready),
+            min(history.saturated_seconds(recent, r, interval) / window_s, 1.0),
         )
         for r in ROLES
     }
-    history = record_rate(mem.rate_history, now, rate, forecast_lookback(spec))
-    forecast = forecast_rate(rate, history, startup + spec.scaling.interval_seconds)
+    rates = record_rate(mem.rate_history, now, rate, forecast_lookback(spec))
+    forecast = forecast_rate(rate, rates, startup + interval, window_s)
     ratio = ratio_model(
         forecast,
         tokens[Role.PREFILL],
@@ -199,7 +232,9 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
         drain = plan_drain(facts[r], forecast, startup, spec.slo.recovery_seconds, since)
         if r in attribution.growing:
             pressure = attribution.bottleneck.pressure(r)
-            wants[r] = grow(facts[r], targets[r], drain, pressure, r == attribution.primary)
+            fallback = may_grow_proportionally(facts[r], history.queue_falling(recent, r))
+            primary = r == attribution.primary
+            wants[r] = grow(facts[r], targets[r], drain, pressure, primary, fallback)
         else:
             wants[r] = Want(min(targets[r], facts[r].current), targets[r], drain)
     recommended = {r: _bounded(spec, r, wants[r].replicas) for r in ROLES}
@@ -247,6 +282,7 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
         split=split,
         capacity=cap,
         final=final,
+        pools=pools,
     )
 
 
@@ -330,6 +366,7 @@ def _memory(tick: Tick, startup: float) -> PolicyMemory:
         last_scale_time=inp.now if tick.grown else inp.memory.last_scale_time,
         capacity_gpus=tick.capacity.gpus,
         capacity_time=tick.capacity.since,
+        pool_history=tick.pools,
     )
 
 
@@ -492,6 +529,7 @@ def _hold_unavailable(inp: TickInput, clean: CleanMetrics, startup: float) -> De
         last_scale_time=inp.memory.last_scale_time,
         capacity_gpus=inp.memory.capacity_gpus,
         capacity_time=inp.memory.capacity_time,
+        pool_history=inp.memory.pool_history,
     )
     problems = "; ".join(clean.problems) or "request rate or token lengths unknown"
     message = reasons.sentence(

@@ -47,9 +47,21 @@ B = 100 + 0.25 * 10 = 102.5; mu_min = 3.5 + 102.5/50 = 5.55 req/s -> ceil(8.54) 
 replicas (ratio target at u = 0.7: ceil(7.69) = 8), drained at 10 + 102.5/2.35 = 53.6 s.
 
 When a pool is short, no replica of it is still starting, and the models see no
-shortfall (the priors overrate the replicas; refinement catches up only while queues
-are non-empty), the primary grows like the HPA: ``ceil(ready * min(pressure, 2))``,
-at least one replica more than it runs.
+shortfall (the priors overrate the replicas; refinement lowers them only once a queue
+has persisted over a whole window), the primary grows like the HPA:
+``ceil(ready * min(pressure, 2))``, at least one replica more than it runs, but only
+when its pressure is one more replicas relieve (``may_grow_proportionally``):
+
+* decode's TPOT is a step time that grows with the batch per replica: more replicas
+  shorten it, queue or not;
+* prefill's TTFT is queueing plus the prompt's own service time. With fewer requests
+  waiting than replicas, TTFT over the SLO is service time (a 7,400-token prompt takes
+  0.9 s on a replica, plus up to one batch of waiting for a busy one) or the tail of a
+  backlog that has already drained (the p99 covers the whole 2-minute window): no
+  replica added shortens either. So prefill grows this way only with at least one
+  request waiting per ready replica;
+* a queue that fell since the last tick is draining with the capacity there is: 40
+  then 25 waiting grows nothing (the drain model, which sees the queue, still may).
 """
 
 from __future__ import annotations
@@ -220,20 +232,33 @@ class Want:
     proportional: bool = False
 
 
+def may_grow_proportionally(facts: PoolFacts, queue_falling: bool) -> bool:
+    """Whether the pool's pressure is one more replicas relieve (module docstring):
+    never with a falling queue; decode always; prefill with at least one request waiting
+    per ready replica (10 ready: queue 10 yes, queue 3 or unknown no)."""
+    if queue_falling:
+        return False
+    if facts.role is Role.DECODE:
+        return True
+    return facts.queue is not None and facts.queue >= max(1, facts.ready)
+
+
 def grow(
     facts: PoolFacts,
     ratio_target: int,
     drain: DrainPlan | None,
     pressure: float,
     primary: bool,
+    proportional: bool = True,
 ) -> Want:
     """The size of a growing pool: ``max(ratio, drain)``; for the primary, when that is
-    not above what it runs and no replica is still starting (those may be all it needs),
+    not above what it runs, no replica is still starting (those may be all it needs)
+    and ``proportional`` (``may_grow_proportionally``) allows it,
     ``max(current, ceil(ready * min(pressure, 2)))`` and at least ``ready + 1``
     (4 ready at pressure 1.24 -> ceil(4.96) = 5)."""
     drain_target = drain.replicas if drain is not None and drain.replicas is not None else 0
     model = max(ratio_target, drain_target)
-    if model > facts.current or not primary or facts.in_flight > 0:
+    if model > facts.current or not primary or facts.in_flight > 0 or not proportional:
         return Want(max(model, facts.current), ratio_target, drain)
     step = ceil_replicas(facts.ready * min(pressure, MAX_PROPORTIONAL_STEP))
     replicas = max(facts.current, step, facts.ready + 1)

@@ -1,0 +1,88 @@
+"""The recent queues and ready counts of both pools, kept tick to tick in the memory.
+
+Owns: recording one point per tick (``(time, prefill queue, decode queue, prefill
+ready, decode ready)``) and the three facts the policy reads from them:
+
+* ``mean_ready``: the ready replicas averaged over the metrics window. The pools'
+  tokens/s are window rates, so they are divided by the replicas that served over the
+  same window, not by the count now: 10 ready for the first half of a 120 s window and
+  20 for the second, 150,000 tok/s -> 10,000 per replica, not 7,500 (the count now).
+* ``saturated_seconds``: how long the pool's queue has held at least one waiting
+  request per ready replica at every tick. Only for that time did the replicas serve
+  what they CAN; a queue seen once at 70% utilisation (a burst) is not saturation.
+* ``queue_slope``: requests/s the prefill queue grew (or shrank) over the window. The
+  request rate is read as prefill completions; while a backlog drains, completions run
+  above arrivals by exactly the queue's fall: 50 req/s completed while the queue went
+  600 -> 0 in 120 s is 50 - 5 = 45 req/s arriving.
+
+Must not: read clocks or metrics itself; it is handed the points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pdscaler.types import Role
+
+#: (time, prefill queue, decode queue, prefill ready, decode ready); a queue is None
+#: when it was unknown at that tick.
+Point = tuple[float, float | None, float | None, int, int]
+
+
+def record(history: Sequence[Point], point: Point, lookback: float) -> tuple[Point, ...]:
+    """``history`` with ``point`` appended and points older than ``lookback`` before it
+    (or after it, after a clock jump) dropped."""
+    now = point[0]
+    kept = tuple(p for p in history if now - lookback <= p[0] < now)
+    return (*kept, point)
+
+
+def in_window(history: Sequence[Point], now: float, window: float) -> tuple[Point, ...]:
+    """The points at ``now - window`` or later (``now`` included)."""
+    return tuple(p for p in history if now - window <= p[0] <= now)
+
+
+def _queue(point: Point, role: Role) -> float | None:
+    return point[1] if role is Role.PREFILL else point[2]
+
+
+def _ready(point: Point, role: Role) -> int:
+    return point[3] if role is Role.PREFILL else point[4]
+
+
+def mean_ready(points: Sequence[Point], role: Role, ready_now: int) -> float:
+    """The pool's ready replicas averaged over ``points`` (``ready_now`` when there are
+    none): points with 10, 10, 20, 20 ready -> 15."""
+    if not points:
+        return float(ready_now)
+    return sum(_ready(p, role) for p in points) / len(points)
+
+
+def saturated_seconds(points: Sequence[Point], role: Role, interval: float) -> float:
+    """How long the pool has had at least one request waiting per ready replica at every
+    tick, counting one interval per saturated tick: the trailing ticks' queues 3, 12,
+    15, 30 with 10 ready and a 15 s interval -> 45.0 (the run 12, 15, 30); the newest
+    below its ready count -> 0.0."""
+    run = 0
+    for p in reversed(points):
+        q = _queue(p, role)
+        if q is None or q < max(1, _ready(p, role)):
+            break
+        run += 1
+    return run * interval
+
+
+def queue_slope(points: Sequence[Point], role: Role) -> float:
+    """Requests/s the pool's queue changed from the oldest to the newest known point:
+    600 -> 0 over 120 s -> -5.0; fewer than two known points or no time between -> 0."""
+    known = [(p[0], q) for p in points if (q := _queue(p, role)) is not None]
+    if len(known) < 2 or known[-1][0] <= known[0][0]:
+        return 0.0
+    return (known[-1][1] - known[0][1]) / (known[-1][0] - known[0][0])
+
+
+def queue_falling(points: Sequence[Point], role: Role) -> bool:
+    """True when the newest known queue is below the one before it (the backlog is
+    draining on its own): 40 then 25 -> True; 25 then 40, or a single point -> False."""
+    known = [q for p in points if (q := _queue(p, role)) is not None]
+    return len(known) >= 2 and known[-1] < known[-2]
