@@ -93,7 +93,13 @@ def breakdown(w: Window) -> str:
     op = w.scrapes.operator[1].minus(w.scrapes.operator[0])
     tick_rate = rate(op.total("pdscaler_reconcile_duration_seconds_count"), w.window_s)
     ours = request_rates(a[0], a[1], w.window_s, OPERATOR_RESOURCES)
-    return "API requests per tick: " + per_tick_breakdown(ours, tick_rate)
+    others = request_rates(a[2], a[3], w.baseline_s)
+    top = sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))[:6]
+    stopped = ", ".join(f"{verb} {res or '(non-resource)'} {r:.1f}/s" for (verb, res), r in top)
+    return (
+        f"API requests per tick: {per_tick_breakdown(ours, tick_rate)}; with the operator "
+        f"stopped, the busiest: {stopped or 'none'}"
+    )
 
 
 def figures(w: Window) -> list[list[str]]:
