@@ -381,7 +381,10 @@ def test_process_figures_from_synthetic_scrapes() -> None:
         "1.0/s with the operator stopped"
     )
     assert rows["API requests, all clients"] == "53.3/s"
-    assert breakdown(_window()) == ("API requests per tick: LIST pods 3.00, GET pddeployments 1.00")
+    assert breakdown(_window()) == (
+        "API requests per tick: LIST pods 3.00, GET pddeployments 1.00; with the operator "
+        "stopped, the busiest: LIST pods 1.0/s"
+    )
     assert rows["Prometheus queries"] == "133.3/s"
     p50, _p99 = rows["reconcile duration p50 / p99"].split(" / ")
     assert p50.endswith("ms")
