@@ -6,9 +6,10 @@ and writing it to ``bench/results/overhead.md``:
 1. the policy's decision time (``overhead_policy``: pure ``decide``, thousands of calls);
 2. one reconcile tick against the shared lab, converged and scaling (``overhead_tick``);
 3. one operator process with 200 PDDeployments at 15 s in a private lab, its CPU,
-   memory, API and Prometheus traffic (``overhead_process``; about 5-6 minutes).
+   memory, API and Prometheus traffic (``overhead_process``; 4-7 minutes, with the
+   machine's load).
 
-    python -m bench.overhead                      # all three (~7 min)
+    python -m bench.overhead                      # all three (5 min on 2 cores)
     python -m bench.overhead --only policy        # seconds, no cluster
     python -m bench.overhead --only tick,process --pdds 200 --window 120
 
