@@ -10,11 +10,11 @@ A. The model itself: at the step a scripted controller raises prefill from 5 rep
    numbers (lambda = prompt tokens/s that arrived during the drain, mu = n1 x the replica's
    full-batch 8,370 tokens/s, B = (lambda - mu_0) x T_s). Measured: from the step until
    arriving requests stop queueing once the new replicas are up (``cleared_at``).
-B. pdscaler in the closed loop: at its first scale-up after the step that carries a
-   drain prediction (else its first scale-up), the drain time it predicted
-   (``Decision.model.drain_seconds``, with its own estimates) against the measured time
-   from that decision until the backlog was gone; and when the SLO was back (the first
-   minute after the step from which every minute met >= 99%).
+B. pdscaler in the closed loop: at its first PREFILL scale-up after the step that
+   carries a drain prediction (else its first prefill scale-up), the drain time it
+   predicted (``Decision.model.drain_seconds``, with its own estimates) against the
+   measured time from that decision until the backlog was gone; and when the SLO was
+   back (the first minute after the step from which every minute met >= 99%).
 
 Must not: fit anything to the measurement.
 """
@@ -39,6 +39,7 @@ from pdscaler.sim.results import attainment_over_time
 from pdscaler.sim.scenarios import step_load
 from pdscaler.sim.setup import sim_spec
 from pdscaler.sim.traces import Trace
+from pdscaler.types import Role
 
 STEP_AT = 600.0
 #: Seconds of the doubled load (long enough for the slowest drain of experiment A).
@@ -175,15 +176,15 @@ def closed_loop(trace: Trace, startup: float, seed: int = 0) -> LoopRow:
     cfg = LoopConfig(spec=spec, startup_s=startup, seed=seed)
     ctrl = PdscalerController(spec)
     result = run(trace, ctrl, cfg)
-    ups = [(t, d) for t, d in result.predicted_drains if t >= STEP_AT]
+    prefill_up = {
+        a.time: a.after
+        for a in result.actions
+        if a.role is Role.PREFILL and a.after > a.before and a.time >= STEP_AT
+    }
+    ups = [(t, d) for t, d in result.predicted_drains if t in prefill_up]
     with_model = [(t, d) for t, d in ups if d is not None]
     decided, predicted = (with_model or ups or [(None, None)])[0]
-    first = None
-    if decided is not None:
-        first = next(
-            (a.after for a in result.actions if a.time == decided and a.role.value == "prefill"),
-            None,
-        )
+    first = None if decided is None else prefill_up[decided]
     done = None if decided is None else cleared_at(result.times, decided + EARLIEST * startup)
     measured = None if done is None or decided is None else done - decided
     starts, frac = attainment_over_time(result, 60.0)
@@ -319,8 +320,8 @@ def report(model_rows: Sequence[ModelRow], loop_rows: Sequence[LoopRow], command
             "",
             "## B. pdscaler in the closed loop",
             "",
-            "Predicted = `Decision.model.drain_seconds` of its first scale-up after the step "
-            "that has one (its own refined capacities, forecast and T_s; `-` when no "
+            "Predicted = `Decision.model.drain_seconds` of its first prefill scale-up after the "
+            "step that has one (its own refined capacities, forecast and T_s; `-` when no "
             "scale-up predicted a drain); measured from that decision.",
             "",
             b,
