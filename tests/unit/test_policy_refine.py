@@ -19,10 +19,11 @@ from pdscaler.types import MetricsSnapshot, PolicyMemory, PoolMetrics, PoolObser
 
 
 def test_refine_tps_worked_example() -> None:
-    """4 ready serving 14,400 tok/s: 3600 per replica, above the prior 3000, so raised
-    (what was served is a lower bound, saturated or not): 0.3 x 3600 + 0.7 x 3000 =
-    3180. 8,000 tok/s saturated the whole window: 0.3 x 2000 + 0.7 x 3000 = 2700."""
-    assert refine_tps(3000.0, None, 14_400.0, 4, 0.0) == pytest.approx(3180.0)
+    """Saturated, 4 ready serving 14,400 tok/s: 3600 per replica, above the prior 3000,
+    so raised: 0.3 x 3600 + 0.7 x 3000 = 3180 (for any saturated share: what was served
+    is a lower bound). 8,000 tok/s saturated the whole window: 0.3 x 2000 + 0.7 x 3000
+    = 2700."""
+    assert refine_tps(3000.0, None, 14_400.0, 4, 0.125) == pytest.approx(3180.0)
     assert refine_tps(3000.0, None, 14_400.0, 4, 1.0) == pytest.approx(3180.0)
     assert refine_tps(3000.0, None, 8_000.0, 4, 1.0) == pytest.approx(2700.0)
 
@@ -37,6 +38,7 @@ def test_refine_tps_lowers_only_what_saturation_proves() -> None:
     assert refine_tps(3000.0, None, 8_000.0, 4, 0.5) == 3000.0
     assert refine_tps(3000.0, None, 8_000.0, 4, 0.125) == 3000.0
     assert refine_tps(3000.0, None, 8_000.0, 4, 0.0) == 3000.0
+    assert refine_tps(3000.0, None, 14_400.0, 4, 0.0) == 3000.0  # not saturated
     assert refine_tps(3000.0, None, 8_000.0, 4, 0.6) == 3000.0
     assert refine_tps(3000.0, None, 9_600.0, 4, 0.9) == pytest.approx(2900.0)
     assert refine_tps(3000.0, 3300.0, None, 4, 1.0) == 3300.0
@@ -45,9 +47,9 @@ def test_refine_tps_lowers_only_what_saturation_proves() -> None:
 
 def test_refine_tps_divides_by_the_ready_count_over_the_window() -> None:
     """Decide keeps the ready counts of the window: 10 ready for 4 ticks then 20 for 4
-    average to 15. 60,000 tok/s over 15 is 4000 per replica, raising a 3000 prior to
-    0.3 x 4000 + 0.7 x 3000 = 3300; the count now (20) would give 3000 per replica and
-    learn nothing (the old rule's drift right after a scale-up)."""
+    average to 15. Saturated, 60,000 tok/s over 15 is 4000 per replica, raising a 3000
+    prior to 0.3 x 4000 + 0.7 x 3000 = 3300; the count now (20) would give 3000 per
+    replica and learn nothing (the old rule's drift right after a scale-up)."""
     memory = PolicyMemory()
     for k in range(8):
         ready = 10 if k < 4 else 20
@@ -56,8 +58,8 @@ def test_refine_tps_divides_by_the_ready_count_over_the_window() -> None:
     recent = history.in_window(memory.pool_history, 10_105.0, 120.0)
     assert [p[3] for p in recent] == [10, 10, 10, 10, 20, 20, 20, 20]
     assert history.mean_ready(recent, Role.PREFILL, 20) == 15.0
-    assert refine_tps(3000.0, None, 60_000.0, 15.0, 0.0) == pytest.approx(3300.0)
-    assert refine_tps(3000.0, None, 60_000.0, 20.0, 0.0) == 3000.0
+    assert refine_tps(3000.0, None, 60_000.0, 15.0, 0.125) == pytest.approx(3300.0)
+    assert refine_tps(3000.0, None, 60_000.0, 20.0, 0.125) == 3000.0
 
 
 @pytest.mark.parametrize(("per_replica", "bound"), [(10_000.0, 4500.0), (100.0, 1500.0)])
@@ -86,8 +88,9 @@ def test_refinement_through_decide_is_bounded(per_replica: float, bound: float) 
 
 
 def test_decode_refinement_uses_decode_signals() -> None:
-    """Decode saturated (queue 3) at 18 x 1000 tok/s: 0.3 x 1000 + 0.7 x 800 = 860."""
-    d = run(chat_spec(), snapshot(decode_queue=3.0, decode_tps=18_000.0), 20, 18)
+    """Decode saturated (queue 20, at least one per ready replica; it was 3 when any
+    queue counted) at 18 x 1000 tok/s: 0.3 x 1000 + 0.7 x 800 = 860."""
+    d = run(chat_spec(), snapshot(decode_queue=20.0, decode_tps=18_000.0), 20, 18)
     assert d.memory.decode_tps == pytest.approx(860.0)
     assert d.memory.prefill_tps == 3000.0
 

@@ -2,11 +2,11 @@
 
 Owns: moving the spec's per-replica throughputs and startup time towards what the
 cluster shows, with bounded corrections so one odd window cannot wreck the sizing.
-What a pool served per ready replica is always a LOWER bound of what a replica can do,
-so it may raise the estimate at any time; it may lower it only when the pool was
-saturated over the whole metrics window (``history.saturated``: at least one request
-waiting per ready replica at every tick). A queue seen at one tick is not saturation:
-at 70% utilisation a pool serves 0.7x its capacity and bursts queue briefly, and
+Throughput is learnt only while the pool is saturated (at least one request waiting
+per ready replica at every tick of a run, ``history.saturated_seconds``): what it
+served per replica then raises the estimate, and it lowers it only as far as the
+saturated share of the window proves (see ``refine_tps``). A queue seen at one tick is
+not saturation: at 70% utilisation a pool serves 0.7x its capacity and bursts queue briefly, and
 learning from that drove the estimates down to ~0.6x the truth (prefill 4,900 tok/s
 learnt vs ~8,400 true), which over-provisioned every pool. Must not: read metrics or
 clocks itself, or trust an unbounded measurement.
@@ -43,27 +43,29 @@ def refine_tps(
     that window the pool was saturated (``history.saturated_seconds`` / window, <= 1).
 
     Two bounds on what one replica can do, C: it served ``observed = tps / ready``, so
-    C >= observed (always); it ran at C for the saturated share s of the window and at
-    some rate >= 0 for the rest, so ``observed >= s * C``, i.e. C <= observed / s. The
-    estimate moves (EWMA, 0.3) towards the bound it violates, and stays otherwise.
+    C >= observed; it ran at C for the saturated share s of the window and at some rate
+    >= 0 for the rest, so ``observed >= s * C``, i.e. C <= observed / s. While the pool
+    is saturated (s > 0) the estimate moves (EWMA, 0.3) towards the bound it violates.
+    A pool that is not saturated serves its load, not its capacity, and its tokens/s
+    may include replicas that are draining or just became ready: it teaches nothing.
 
-    Prior 3000, no history, 4 ready. 14,400 tok/s (3600/replica): raised to
-    0.3*3600 + 0.7*3000 = 3180, saturated or not. 8,000 tok/s (2000/replica) saturated
-    the whole window: 0.3*2000 + 0.7*3000 = 2700; saturated half of it: C <= 4000, no
+    Prior 3000, no history, 4 ready. 14,400 tok/s (3600/replica) while saturated:
+    raised to 0.3*3600 + 0.7*3000 = 3180. 8,000 tok/s (2000/replica) saturated the
+    whole window: 0.3*2000 + 0.7*3000 = 2700; saturated half of it: C <= 4000, no
     change; never saturated: no change (a pool at 67% says nothing about its limit).
     Observed 10,000 per replica is first bounded to 1.5x prior = 4500. Nothing observed
     or nobody ready: the previous value (re-bounded, in case the prior changed), or the
     prior.
     """
     current = _bound(previous, prior, TPS_BOUNDS) if previous is not None else prior
-    if observed_pool_tps is None or ready <= 0:
+    if observed_pool_tps is None or ready <= 0 or saturated_share <= 0:
         return current
     observed = observed_pool_tps / ready
     share = min(saturated_share, 1.0)
     target = current
     if observed > current:
         target = observed
-    elif share > 0 and observed / share < current:
+    elif observed / share < current:
         target = observed / share
     if target == current:
         return current
