@@ -224,8 +224,20 @@ def _measure_running(r: Run) -> Window:
         w = r.sample(done)
     finally:
         r.child.stop()
+    late = handlers_after_stop(r.log.read_text(errors="replace"))
+    if late:
+        r.facts["create handlers that ran after SIGTERM"] = (
+            f"{late} (the stopping daemons freed their threads; the baseline below holds "
+            "the cluster's reaction to the objects they created)"
+        )
     r.baseline(w)
     return w
+
+
+def handlers_after_stop(log: str) -> int:
+    """kopf's "Handler 'on_create' succeeded." lines after its SIGTERM line."""
+    _, _, after = log.partition("Signal SIGTERM is received")
+    return after.count("Handler 'on_create' succeeded")
 
 
 def run_scenario(plan: Plan) -> Run:

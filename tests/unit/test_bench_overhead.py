@@ -35,7 +35,7 @@ from bench.overhead_proc import (
     parse_status_int,
     status_numbers,
 )
-from bench.overhead_process import Plan, measure
+from bench.overhead_process import Plan, handlers_after_stop, measure
 from bench.overhead_report import Section, markdown_table, render
 from bench.overhead_stats import Exposition, histogram_quantile, percentile, summarize
 from pdlab.config import DEFAULT_PORTS
@@ -397,6 +397,13 @@ def test_process_figures_expect_ticks_of_the_reconciled_only() -> None:
     values = {r[0]: r[1] for r in figures(_window(reconciled=8))}
     assert values["PDDeployments reconciled"] == "8 of 200"
     assert hows["reconcile ticks"].startswith("expected 80 ")
+
+
+def test_handlers_after_stop_counts_only_after_sigterm() -> None:
+    ok = "Handler 'on_create' succeeded.\n"
+    log = ok * 3 + "Signal SIGTERM is received. Operator is stopping.\n" + ok * 2
+    assert handlers_after_stop(log) == 2
+    assert handlers_after_stop(ok * 3) == 0
 
 
 def test_process_measure_reports_why_it_could_not_run() -> None:
