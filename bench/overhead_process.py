@@ -227,8 +227,8 @@ def _measure_running(r: Run) -> Window:
     late = handlers_after_stop(r.log.read_text(errors="replace"))
     if late:
         r.facts["create handlers that ran after SIGTERM"] = (
-            f"{late} (the stopping daemons freed their threads; the baseline below holds "
-            "the cluster's reaction to the objects they created)"
+            f"{late} (the stopping daemons freed their threads; the 'operator stopped' "
+            "figures hold the cluster's reaction to the objects they created)"
         )
     r.baseline(w)
     return w
