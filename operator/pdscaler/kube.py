@@ -115,6 +115,9 @@ def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=path, client_configuration=configuration
         )
+    # one connection per concurrent tick, plus kopf's handlers: the default of 10 makes
+    # urllib3 drop connections ("Connection pool is full") under a fleet's load
+    configuration.connection_pool_maxsize = 32
     return k8s_client.ApiClient(configuration)
 
 
