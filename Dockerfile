@@ -1,0 +1,18 @@
+# The operator image the Helm chart runs (charts/pdscaler: image.repository/tag).
+# Build and push with your own tooling, e.g.:
+#   docker build -t <your-registry>/pdscaler/pdscaler:0.1.0 .
+# (Not built on the project's CI machines: they have no container engine.)
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator ./operator
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# matches the chart's podSecurityContext (runAsNonRoot, uid/gid 65532, read-only root fs)
+USER 65532:65532
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+ENTRYPOINT ["pdscaler"]
+CMD ["run", "--all-namespaces"]
