@@ -11,6 +11,8 @@ Owns the fixtures every lab test uses; the helpers behind them are in tests/labk
 * `kube` (session): `labkit.Kube`, typed clients as the lab admin.
 * `namespace` (per test): a fresh namespace `t-<test name>-<random>`, deleted afterwards.
 * `crd` (session): the PDDeployment CRD from crds/ applied and Established; its name.
+* `exporter` (per test): a started `lab.exporter.EngineExporter` (fake engine pods'
+  metrics scraped by the lab's Prometheus); its targets are removed afterwards.
 
 Must not stop a lab other sessions use, and must not skip: if the lab cannot start, the
 fixture fails with pdlab's message (component + log file).
@@ -27,6 +29,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from lab.exporter import EngineExporter
 from labkit import Kube, apply_crd
 from pdlab.lab import Lab
 
@@ -91,3 +94,10 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
 def crd(kube: Kube) -> str:
     """The PDDeployment CRD from crds/, installed (or updated) and Established."""
     return apply_crd(kube)
+
+
+@pytest.fixture
+def exporter(lab: Lab) -> Iterator[EngineExporter]:
+    """A started fake-engine exporter; its scrape targets are removed afterwards."""
+    with EngineExporter(lab) as exp:
+        yield exp

@@ -3,7 +3,8 @@
 Owns: a PDDeployment manifest sized for the lab (1-GPU replicas, 1 s start-up delay,
 short interval, window and stabilization), running the operator in-process (``ticking``:
 a thread calling ``Runtime.tick`` every ``period`` seconds; ``kopf_operator``: the real
-kopf runner limited to one namespace), reading the cell back, a TCP proxy that plays
+kopf runner limited to one namespace), a light load for the exporter (``serve_light``),
+reading the cell back and waiting for a condition or a retired cell, a TCP proxy that plays
 "Prometheus stopped" for one operator without stopping the shared Prometheus, and a
 cluster sampler checking the rollout invariants. Must not start or stop the lab.
 """
@@ -20,7 +21,8 @@ from typing import Any, cast
 
 from kubernetes.client.exceptions import ApiException
 
-from labkit import Kube
+from lab.exporter import EngineExporter
+from labkit import Kube, wait_for
 from pdlab.lab import Lab
 from pdscaler import invariants, naming
 from pdscaler.kube import Kube as OperatorKube
@@ -103,6 +105,16 @@ def pdd_manifest(
     }
 
 
+def serve_light(exp: EngineExporter, namespace: str, name: str) -> None:
+    """1 req/s of 2000 prompt / 500 output tokens through one prefill and one decode
+    pod, TTFT 0.3 s and TPOT 20 ms: at u = 0.7, N_P = 2000/2100 = 0.95 and
+    N_D = 500/560 = 0.89, so the lab's manifest holds at 1 + 1 replicas."""
+    exp.set_deployment(
+        namespace, name, [f"{name}-p0"], [f"{name}-d0"], rate=1.0, prompt_tokens=2000,
+        output_tokens=500, ttft=0.3, tpot=0.02,
+    )  # fmt: skip
+
+
 def create_pdd(kube: Kube, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
     out = kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest)
     return cast(dict[str, Any], out)
@@ -124,6 +136,19 @@ def condition(pdd: dict[str, Any], type_: str) -> dict[str, Any] | None:
         if c.get("type") == type_:
             return dict(c)
     return None
+
+
+def wait_condition(
+    kube: Kube, namespace: str, name: str, type_: str, status: str, timeout: float
+) -> dict[str, Any]:
+    """Until the PDDeployment's condition ``type_`` has ``status`` ("True"/"False");
+    returns that condition (its reason, message, lastTransitionTime)."""
+
+    def reached() -> dict[str, Any] | None:
+        c = condition(get_pdd(kube, namespace, name), type_)
+        return c if c and c["status"] == status else None
+
+    return wait_for(reached, timeout, f"{type_}={status}")
 
 
 def spec_of(pdd: dict[str, Any]) -> PDDeploymentSpec:
@@ -154,6 +179,16 @@ def replicas(kube: Kube, namespace: str, name: str, role: Role) -> dict[str, int
 
 def total(kube: Kube, namespace: str, name: str, role: Role) -> int:
     return sum(replicas(kube, namespace, name, role).values())
+
+
+def wait_cell_gone(kube: Kube, namespace: str, name: str, version: str, timeout: float) -> None:
+    """Until neither pool has a Deployment of ``version``'s cell (deleted ones count as gone)."""
+    rev = naming.revision(IMAGE, version)
+    wait_for(
+        lambda: all(rev not in replicas(kube, namespace, name, role) for role in Role),
+        timeout,
+        f"the {version} cell removed",
+    )
 
 
 def pod_dicts(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:

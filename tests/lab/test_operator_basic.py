@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
-
-import pytest
 
 from lab.exporter import EngineExporter
 from lab.opkit import (
@@ -27,6 +24,7 @@ from lab.opkit import (
     pdd_manifest,
     ready_count,
     replicas,
+    serve_light,
     strip_finalizers,
 )
 from labkit import Kube, wait_for
@@ -36,12 +34,6 @@ from pdscaler.types import Role
 
 NAME = "chat"
 REV = naming.revision("pdlab.invalid/engine", "v1")
-
-
-@pytest.fixture
-def exporter(lab: Lab) -> Iterator[EngineExporter]:
-    with EngineExporter(lab) as exp:
-        yield exp
 
 
 def resource_versions(kube: Kube, namespace: str) -> dict[str, str]:
@@ -59,10 +51,7 @@ def resource_versions(kube: Kube, namespace: str) -> dict[str, str]:
 def test_pdd_creates_ready_cell_with_status_then_converges_with_zero_writes(
     lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
 ) -> None:
-    exporter.set_deployment(
-        namespace, NAME, [f"{NAME}-p0"], [f"{NAME}-d0"], rate=1.0, prompt_tokens=2000,
-        output_tokens=500, ttft=0.3, tpot=0.02,
-    )  # fmt: skip
+    serve_light(exporter, namespace, NAME)
     rt = operator_runtime(lab)
     with kopf_operator(namespace, rt):
         try:

@@ -7,14 +7,10 @@ nodes have (the PDDeployment's pods are pinned to private fake nodes with 4 GPUs
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from lab.exporter import EngineExporter
 from lab.opkit import (
     TcpProxy,
-    condition,
     create_pdd,
     get_pdd,
     operator_runtime,
@@ -22,18 +18,13 @@ from lab.opkit import (
     ready_count,
     ticking,
     total,
+    wait_condition,
     wait_stable,
 )
 from labkit import Kube, private_gpu_nodes, wait_for
 from pdlab.lab import Lab
 from pdscaler import status
 from pdscaler.types import Role
-
-
-@pytest.fixture
-def exporter(lab: Lab) -> Iterator[EngineExporter]:
-    with EngineExporter(lab) as exp:
-        yield exp
 
 
 def serve(exp: EngineExporter, namespace: str, name: str, output: float, tpot: float) -> None:
@@ -62,12 +53,7 @@ def test_prometheus_stopped_holds_and_recovers(
             _, high = wait_stable(kube, namespace, name)
             proxy.down()
             serve(exporter, namespace, name, output=200, tpot=0.02)
-
-            def unavailable() -> dict[str, object] | None:
-                c = condition(get_pdd(kube, namespace, name), status.METRICS_AVAILABLE)
-                return c if c and c["status"] == "False" else None
-
-            c = wait_for(unavailable, 30, "MetricsAvailable=False")
+            c = wait_condition(kube, namespace, name, status.METRICS_AVAILABLE, "False", 30)
             assert c["reason"] == status.REASON_PROMETHEUS_UNREACHABLE
             t_down = time.time()
             while time.time() - t_down < 20.0:  # twice the stabilization window
@@ -77,14 +63,7 @@ def test_prometheus_stopped_holds_and_recovers(
             assert last["action"] == "HoldMetricsUnavailable"
 
             proxy.up()
-            wait_for(
-                lambda: (
-                    (c := condition(get_pdd(kube, namespace, name), "MetricsAvailable"))
-                    and c["status"] == "True"
-                ),
-                30,
-                "MetricsAvailable=True after Prometheus is back",
-            )
+            wait_condition(kube, namespace, name, status.METRICS_AVAILABLE, "True", 30)
     finally:
         proxy.down()
 
@@ -108,12 +87,7 @@ def test_more_gpus_than_nodes_is_capacity_limited_and_favours_the_bottleneck(
             "the first decode pod Ready",
         )
         serve(exporter, namespace, name, output=1500, tpot=0.03)
-
-        def limited() -> dict[str, object] | None:
-            c = condition(get_pdd(kube, namespace, name), status.CAPACITY_LIMITED)
-            return c if c and c["status"] == "True" else None
-
-        c = wait_for(limited, 90, "CapacityLimited=True")
+        c = wait_condition(kube, namespace, name, status.CAPACITY_LIMITED, "True", 90)
         assert c["reason"] == status.REASON_INSUFFICIENT_GPUS
         wait_for(
             lambda: (

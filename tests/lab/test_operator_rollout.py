@@ -12,12 +12,10 @@ version's template asks kwok for a 1 h start-up delay.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from lab.exporter import EngineExporter
 from lab.opkit import (
+    IMAGE,
     InvariantChecker,
     condition,
     create_pdd,
@@ -29,6 +27,7 @@ from lab.opkit import (
     replicas,
     spec_of,
     ticking,
+    wait_cell_gone,
     wait_stable,
 )
 from labkit import Kube, wait_for
@@ -36,14 +35,6 @@ from pdlab.lab import Lab
 from pdscaler import naming, status
 from pdscaler.observe import is_ready, labels
 from pdscaler.types import Role
-
-IMAGE = "pdlab.invalid/engine"
-
-
-@pytest.fixture
-def exporter(lab: Lab) -> Iterator[EngineExporter]:
-    with EngineExporter(lab) as exp:
-        yield exp
 
 
 def serve(exp: EngineExporter, namespace: str, name: str) -> None:
@@ -106,15 +97,7 @@ def test_version_change_rolls_both_pools_without_breaking_invariants(
 
             wait_for(done, 120, "rollout to v2 complete")
             took = time.time() - t0
-            rev1 = naming.revision(IMAGE, "v1")
-            wait_for(
-                lambda: (
-                    rev1 not in replicas(kube, namespace, name, Role.DECODE)
-                    and rev1 not in replicas(kube, namespace, name, Role.PREFILL)
-                ),
-                30,
-                "the v1 cell deleted",
-            )
+            wait_cell_gone(kube, namespace, name, "v1", 30)
     assert checker.violations == [], checker.violations[:5]
     assert checker.samples >= took / 0.5  # sampled all along (~every 200 ms)
     assert {"v1", "v2"} <= checker.versions_seen
@@ -160,15 +143,7 @@ def test_never_ready_version_rolls_back_by_itself(
                 return st if (st.get("rollout") or {}).get("phase") == "RolledBack" else None
 
             st = wait_for(rolled_back, 90, "phase RolledBack")
-            rev9 = naming.revision(IMAGE, "v9")
-            wait_for(
-                lambda: (
-                    rev9 not in replicas(kube, namespace, name, Role.DECODE)
-                    and rev9 not in replicas(kube, namespace, name, Role.PREFILL)
-                ),
-                60,
-                "the v9 cell removed",
-            )
+            wait_cell_gone(kube, namespace, name, "v9", 60)
     assert st["activeVersion"] == "v1"
     ready = ready_by_version(kube, namespace, name)
     assert ready.get(("prefill", "v1"), 0) >= 1

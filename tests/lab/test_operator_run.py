@@ -9,22 +9,20 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
-
-import pytest
 
 from lab.exporter import EngineExporter
-from lab.opkit import create_pdd, delete_pdd_and_wait, get_pdd, pdd_manifest, strip_finalizers
+from lab.opkit import (
+    create_pdd,
+    delete_pdd_and_wait,
+    get_pdd,
+    pdd_manifest,
+    serve_light,
+    strip_finalizers,
+)
 from labkit import Kube, free_port, wait_for
 from pdlab.lab import Lab
 
 NAME = "proc"
-
-
-@pytest.fixture
-def exporter(lab: Lab) -> Iterator[EngineExporter]:
-    with EngineExporter(lab) as exp:
-        yield exp
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -35,10 +33,7 @@ def _get(url: str) -> tuple[int, str]:
 def test_pdscaler_run_process_reconciles_serves_health_and_explains(
     lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
 ) -> None:
-    exporter.set_deployment(
-        namespace, NAME, [f"{NAME}-p0"], [f"{NAME}-d0"], rate=1.0, prompt_tokens=2000,
-        output_tokens=500, ttft=0.3, tpot=0.02,
-    )  # fmt: skip
+    serve_light(exporter, namespace, NAME)
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(lab.kubeconfig)}
     argv = [sys.executable, "-m", "pdscaler", "run", "-n", namespace, "--standalone"]

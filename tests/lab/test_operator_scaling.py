@@ -11,10 +11,7 @@ Windows: metrics 10 s, stabilization 20 s (15 s in the scale-down test), recover
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from lab.exporter import EngineExporter
 from lab.opkit import (
@@ -39,12 +36,6 @@ from pdscaler.types import Role
 
 PREFILL_PODS = ["p0"]
 DECODE_PODS = ["d0"]
-
-
-@pytest.fixture
-def exporter(lab: Lab) -> Iterator[EngineExporter]:
-    with EngineExporter(lab) as exp:
-        yield exp
 
 
 def serve(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -43,12 +42,6 @@ SPEC = PDDeploymentSpec.model_validate(
 @pytest.fixture
 def ns() -> str:
     return f"prom-{secrets.token_hex(3)}"
-
-
-@pytest.fixture
-def exporter(lab: Lab) -> Iterator[EngineExporter]:
-    with EngineExporter(lab) as exp:
-        yield exp
 
 
 def snapshot(lab: Lab, ns: str, name: str, now: float | None = None) -> MetricsSnapshot:
