@@ -11,6 +11,7 @@ from test_policy_support import chat_spec, run, snapshot, tick
 
 from pdscaler.models import backlog, drain_time, ratio_model, replicas_for_deadline
 from pdscaler.policy import decide, reasons
+from pdscaler.policy.sizing import PoolFacts, growth_pressure
 from pdscaler.types import PolicyMemory, PoolObservation, Role, TickInput
 
 # ---------------------------------------------------------------- golden sizing
@@ -293,3 +294,31 @@ def test_percentages_that_round_alike_get_a_decimal() -> None:
     assert reasons.percent(0.91, 0.7) == "91%"
     text = reasons.pool_signals(Role.DECODE, 0.95, None, 0.05, None, 0.7044, 0.7)
     assert text == "utilization 70.4% > 70% target"
+
+
+def _prefill(queue: float | None, latency: float | None) -> PoolFacts:
+    return PoolFacts(
+        role=Role.PREFILL,
+        current=14,
+        ready=14,
+        in_flight=0,
+        tps=10_000.0,
+        tokens=1_240.0,
+        target_utilization=0.7,
+        slo_seconds=2.0,
+        latency=latency,
+        queue=queue,
+        kv_usage=None,
+    )
+
+
+def test_prefill_growth_pressure_counts_the_queue_in_seconds_of_service() -> None:
+    """29 waiting on 14 replicas serving 8.06 req/s each is 0.26 s of work (0.13x of the
+    2 s SLO), not 2.07 requests per replica: TTFT 2.3 s (1.15x) sizes the step. A queue
+    of 400 is 3.5 s of work: 400 / (14 x 8.06 x 2) = 1.77x. Nothing but the rate
+    known: utilisation 62,000 / 140,000 = 0.44 over 0.7 = 0.63x."""
+    assert growth_pressure(_prefill(29.0, 2.3), 50.0) == pytest.approx(1.15)
+    assert growth_pressure(_prefill(400.0, 2.3), 50.0) == pytest.approx(
+        400 / (14 * 10_000 / 1_240 * 2)
+    )
+    assert growth_pressure(_prefill(None, None), 50.0) == pytest.approx(50 * 1_240 / 140_000 / 0.7)

@@ -8,7 +8,7 @@ from typing import Any
 from test_policy_support import chat_spec, replay, run, snapshot
 
 from pdscaler.policy import reasons
-from pdscaler.policy.stabilize import prune, stabilize
+from pdscaler.policy.stabilize import down_step, prune, stabilize, window_record
 from pdscaler.status import memory_from_status, memory_to_status
 from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory
 
@@ -31,15 +31,31 @@ def first(decisions: list[tuple[float, Decision]], action: str) -> float | None:
 def test_scale_down_applies_exactly_one_window_after_the_drop() -> None:
     """At 10 req/s the chat pools need ceil(20000/2100 = 9.52) = 10 and
     ceil(5000/560 = 8.93) = 9. The last 20/18 recommendation is at 585 s; the window
-    (300 s) holds it until the tick at 900 s, when the anchor is the 600 s record."""
-    out = replay(chat_spec(), drop_at, 20, 18, ticks(1000))
+    (300 s) holds it until the tick at 900 s, when the anchor is the 600 s record.
+    A step removes at most a third of each pool (20 -> 14, 18 -> 12) and is recorded
+    in the window (at 900 s, the anchor of the window until 1215 s), so the rest
+    (14 -> 10, 12 -> 9) applies at 1215 s."""
+    out = replay(chat_spec(), drop_at, 20, 18, ticks(1305))
     assert first(out, reasons.SCALED_DOWN) == DROP + 300
+    sizes = {t: (d.prefill, d.decode) for t, d in out}
     for t, d in out:
         if t < DROP + 300:
-            assert (d.prefill, d.decode) == (20, 18), t
+            assert sizes[t] == (20, 18), t
         if DROP <= t < DROP + 300:
             assert d.action == reasons.HOLD_STABILIZING, t
-    assert (out[-1][1].prefill, out[-1][1].decode) == (10, 9)
+        if DROP + 300 <= t < DROP + 615:
+            assert sizes[t] == (14, 12), t
+    assert sizes[DROP + 615] == (10, 9)
+    assert sizes[1305.0] == (10, 9)
+
+
+def test_one_scale_down_step_per_window() -> None:
+    """``down_step`` leaves two thirds; ``window_record`` keeps the applied size of a
+    scale-down in the window (and only of a scale-down)."""
+    assert [down_step(n) for n in (22, 9, 4, 2, 1)] == [15, 6, 3, 1, 0]
+    assert stabilize(22, 8, [8, 9], True, 300).replicas == 15
+    assert window_record(10.0, (11, 9), (22, 9), (15, 9)) == (10.0, 15, 9)
+    assert window_record(10.0, (11, 12), (22, 9), (22, 12)) == (10.0, 11, 12)
 
 
 def test_a_dip_shorter_than_the_window_never_scales_down() -> None:
@@ -77,11 +93,12 @@ def test_tolerance_band_ignores_small_scale_downs() -> None:
 
 def test_no_scale_down_during_a_rollout() -> None:
     """10 req/s from 0 s: at 300 s the window is covered and 20/18 would shrink to
-    10/9, unless a rollout is in progress (then: hold, HoldRolloutInProgress)."""
+    14/12 (a third less, the first step towards 10/9), unless a rollout is in progress
+    (then: hold, HoldRolloutInProgress)."""
     out = replay(chat_spec(), lambda t: snapshot(10.0), 20, 18, ticks(285))
     memory = out[-1][1].memory
     free = run(chat_spec(), snapshot(10.0), 20, 18, now=300.0, memory=memory)
-    assert (free.prefill, free.decode, free.action) == (10, 9, reasons.SCALED_DOWN)
+    assert (free.prefill, free.decode, free.action) == (14, 12, reasons.SCALED_DOWN)
     frozen = run(chat_spec(), snapshot(10.0), 20, 18, now=300.0, memory=memory, rollout=True)
     assert (frozen.prefill, frozen.decode) == (20, 18)
     assert frozen.action == reasons.HOLD_ROLLOUT
@@ -95,7 +112,7 @@ def test_missing_metrics_count_as_holding_in_the_window() -> None:
     def outage(t: float) -> MetricsSnapshot | None:
         return None if DROP <= t < DROP + 300 else drop_at(t)
 
-    out = replay(chat_spec(), outage, 20, 18, ticks(1300))
+    out = replay(chat_spec(), outage, 20, 18, ticks(1305))
     assert first(out, reasons.SCALED_DOWN) == DROP + 600
     assert all(
         d.action == reasons.HOLD_METRICS_UNAVAILABLE for t, d in out if DROP <= t < DROP + 300

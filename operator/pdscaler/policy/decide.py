@@ -25,7 +25,7 @@ The steps, each in its own module:
    the pressure (``sizing.may_grow_proportionally``).
 5. ``stabilize``: up at once; down only to the highest recommendation of the
    ``scaleDownStabilization`` window, once the window is covered, outside the 10%
-   tolerance, never during a rollout.
+   tolerance, never during a rollout, at most a third of the pool per window.
 6. ``limits``: [min, max] per pool, maxGPUs and the schedulable capacity re-split in
    favour of the bottleneck pool.
 7. ``reasons``: one machine action and one sentence.
@@ -49,11 +49,19 @@ from pdscaler.policy.sizing import (
     attribute,
     finite_or_none,
     grow,
+    growth_pressure,
     may_grow_proportionally,
     plan_drain,
     ratio_targets,
 )
-from pdscaler.policy.stabilize import HELD_ROLLOUT, HELD_WINDOW, Stabilized, prune, stabilize
+from pdscaler.policy.stabilize import (
+    HELD_ROLLOUT,
+    HELD_WINDOW,
+    Stabilized,
+    prune,
+    stabilize,
+    window_record,
+)
 from pdscaler.spec import PDDeploymentSpec, PoolSpec
 from pdscaler.types import (
     Decision,
@@ -232,6 +240,8 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
         drain = plan_drain(facts[r], forecast, startup, spec.slo.recovery_seconds, since)
         if r in attribution.growing:
             pressure = attribution.bottleneck.pressure(r)
+            if r is Role.PREFILL:
+                pressure = growth_pressure(facts[r], rate)
             fallback = may_grow_proportionally(facts[r], history.queue_falling(recent, r))
             primary = r == attribution.primary
             wants[r] = grow(facts[r], targets[r], drain, pressure, primary, fallback)
@@ -243,6 +253,13 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
         (*mem.recommendations, record), now, spec.scaling.scale_down_stabilization_seconds
     )
     stabilized = _stabilize(inp, recommended, window)
+    applied = window_record(
+        now,
+        (recommended[Role.PREFILL], recommended[Role.DECODE]),
+        (facts[Role.PREFILL].current, facts[Role.DECODE].current),
+        (stabilized[Role.PREFILL].replicas, stabilized[Role.DECODE].replicas),
+    )
+    window = (*window[:-1], applied)
     bounded = {r: _bounded(spec, r, stabilized[r].replicas) for r in ROLES}
     loads = {
         Role.PREFILL: ratio.n_prefill,

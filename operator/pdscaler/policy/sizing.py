@@ -62,6 +62,12 @@ when its pressure is one more replicas relieve (``may_grow_proportionally``):
   request waiting per ready replica;
 * a queue that fell since the last tick is draining with the capacity there is: 40
   then 25 waiting grows nothing (the drain model, which sees the queue, still may).
+
+Prefill's proportional step is sized by ``growth_pressure``: its queue counts as the
+time the ready replicas need to serve it, over the TTFT SLO, not as requests per
+replica. 29 waiting on 14 ready replicas is 2.07 per replica (a doubling to 28), but
+at 8 req/s per replica it is served in 0.26 s, 0.13x of a 2 s SLO; with TTFT p99
+2.3 s (1.15x) the pool grows to ceil(14 x 1.15) = 17.
 """
 
 from __future__ import annotations
@@ -273,3 +279,19 @@ def ratio_targets(n_prefill: float, n_decode: float) -> dict[Role, int]:
 def finite_or_none(value: float | None) -> float | None:
     """``value`` unless it is NaN or infinite (those are not published)."""
     return value if value is not None and math.isfinite(value) else None
+
+
+def growth_pressure(facts: PoolFacts, rate: float) -> float:
+    """Prefill's pressure for the proportional step (module docstring): the largest of
+    latency / SLO, utilisation / target, and the time the ready replicas take to serve
+    the queue / SLO. 14 ready at 10,000 tok/s, 1,240-token prompts (8.06 req/s each),
+    queue 29, TTFT 2.3 s vs 2 s, 50 req/s: max(1.15, 0.63, 29 / (14 x 8.06 x 2) = 0.13)
+    = 1.15."""
+    parts = [facts.utilization(rate) / facts.target_utilization]
+    if facts.latency is not None:
+        parts.append(facts.latency / facts.slo_seconds)
+    if facts.queue is not None and facts.tokens > 0 and facts.tps > 0:
+        per_replica = facts.tps / facts.tokens
+        served = max(facts.ready, 1) * per_replica * facts.slo_seconds
+        parts.append(facts.queue / served)
+    return max(parts)

@@ -4,7 +4,18 @@ Owns: turning one tick's recommendation into what is applied. A scale-up applies
 once. A scale-down applies the HIGHEST recommendation of the stabilization window, and
 only once the recorded history covers the whole window (so a restart or a brief dip
 cannot shrink a pool); changes smaller than the tolerance band are ignored, and
-nothing shrinks during a rollout step. Must not: compute recommendations or read clocks.
+nothing shrinks during a rollout step. A scale-down removes at most a third of the pool,
+and the size it leaves is recorded as that tick's recommendation (``window_record``), so
+the next step down waits a whole window. Must not: compute recommendations or read clocks.
+
+Why steps: a pool that shrank takes T_s (plus a tick) to come back, and the window's
+recommendations were sized at the window's rates with priors that may be optimistic.
+In the conv trace at x10 (T_s 90 s) prefill went 22 -> 11 at t = 1290 s, sized for
+55 req/s with the 10,000 tok/s prior (true ~8,400), and the rate reached 75-90 req/s
+within two minutes: the p99 TTFT stayed over the SLO for 4 minutes (SLO met 37%, then
+13%). One third at a time, 22 -> 15 -> 10 over two windows: 15 replicas serve
+15 x 8,400 / 1,240 = 100 req/s, the rise is absorbed, and a load that stays low still
+reaches 10 one window later.
 
 Recommendations form a step function: each (time, p, d) record holds until the next.
 The window's maximum therefore includes the last record at or before the window start
@@ -19,6 +30,9 @@ from dataclasses import dataclass
 #: Ignore a scale-down smaller than this fraction of the current replicas (10%:
 #: 20 -> 19 is ignored, 20 -> 18 applies, 4 -> 3 applies).
 TOLERANCE = 0.1
+#: A scale-down removes at most this fraction of the pool (at least one replica):
+#: 22 -> 15, 9 -> 6, 2 -> 1.
+MAX_DOWN_FRACTION = 1 / 3
 
 Record = tuple[float, int, int]
 
@@ -63,6 +77,7 @@ def stabilize(
     * 6 -> 4 with the window's values [6, 5, 4]: stays 6 (max of the window).
     * 6 -> 4 with window [4, 4] covered: 4. Not covered: stays 6 ("not yet observed").
     * 20 -> 19: ignored (tolerance); ``frozen`` (rollout): stays.
+    * 22 -> 8 with window [8, 9] covered: 15 (at most a third, ``down_step``).
     """
     if recommended >= current:
         return Stabilized(recommended)
@@ -91,4 +106,25 @@ def stabilize(
             f"scale-down to {target} ignored: within the {TOLERANCE:.0%} tolerance",
             HELD_TOLERANCE,
         )
-    return Stabilized(target)
+    return Stabilized(max(target, down_step(current)))
+
+
+def down_step(current: int) -> int:
+    """The fewest replicas one scale-down leaves: ``current`` less a third (rounded
+    down, at least one): 22 -> 15, 9 -> 6, 4 -> 3, 1 -> 0 (min bounds are ``limits``')."""
+    return current - max(1, int(current * MAX_DOWN_FRACTION))
+
+
+def window_record(
+    now: float, recommended: tuple[int, int], current: tuple[int, int], applied: tuple[int, int]
+) -> Record:
+    """This tick's record for the window: the recommendation of each pool, or, for a pool
+    scaled down on this tick, the size it was left at when that is higher. The next
+    scale-down then needs a whole window of lower recommendations again: 22 -> 15 at
+    t = 1290 s (recommended 11) records 15, and 15 -> 10 waits until t = 1590 s.
+    A pool held or grown records its recommendation unchanged."""
+    kept = [
+        max(rec, app) if app < cur else rec
+        for rec, cur, app in zip(recommended, current, applied, strict=True)
+    ]
+    return (now, kept[0], kept[1])
