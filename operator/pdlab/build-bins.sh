@@ -9,7 +9,8 @@ source "$here/versions.env"
 CACHE=${PDSCALER_CACHE:-$HOME/.cache/pdscaler}
 BIN="$CACHE/lab/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION/bin"
 WORK="$CACHE/lab/build"
-mkdir -p "$BIN" "$WORK"
+HELM_BIN="$CACHE/tools/helm-$HELM_VERSION"
+mkdir -p "$BIN" "$WORK" "$HELM_BIN"
 export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
 export GOPATH=${GOPATH:-$HOME/go}
 export PATH="$PATH:/usr/local/go/bin"
@@ -20,8 +21,8 @@ fail() { echo "[pdlab build] FAILED at step: $1 (see output above)" >&2; exit 1;
 # true if any of the named binaries is missing from the cache
 need() { for b in "$@"; do [ -x "$BIN/$b" ] || return 0; done; return 1; }
 
-if ! need kube-apiserver kube-controller-manager kube-scheduler etcd kwok; then
-  echo "[pdlab build] cached: $BIN (nothing to build)"
+if ! need kube-apiserver kube-controller-manager kube-scheduler etcd kwok && [ -x "$HELM_BIN/helm" ]; then
+  echo "[pdlab build] cached: $BIN, $HELM_BIN (nothing to build)"
   exit 0
 fi
 # One build at a time per cache: a second caller waits for the first, then reuses it.
@@ -66,6 +67,11 @@ fi
 if need kwok; then
   step "kwok v$KWOK_VERSION"
   GOBIN="$BIN" go install -trimpath -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" || fail "go install kwok"
+fi
+
+if [ ! -x "$HELM_BIN/helm" ]; then
+  step "helm v$HELM_VERSION (for the chart's lab test; ~3 min cold)"
+  GOBIN="$HELM_BIN" go install -trimpath -ldflags="-s -w" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" || fail "go install helm"
 fi
 
 step "done: $BIN (cold build took $(( $(date +%s) - start ))s)"

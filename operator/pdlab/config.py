@@ -52,9 +52,19 @@ def bin_dir() -> Path:
     e.g. ~/.cache/pdscaler/lab/k8s-1.36.3-etcd-3.6.16-kwok-0.8.0/bin
     """
     v = read_versions()
-    cache = Path(os.environ.get("PDSCALER_CACHE", str(Path.home() / ".cache" / "pdscaler")))
     name = f"k8s-{v['KUBE_VERSION']}-etcd-{v['ETCD_VERSION']}-kwok-{v['KWOK_VERSION']}"
-    return cache / "lab" / name / "bin"
+    return cache_dir() / "lab" / name / "bin"
+
+
+def cache_dir() -> Path:
+    """``$PDSCALER_CACHE``, else ~/.cache/pdscaler: where builds are kept between runs."""
+    return Path(os.environ.get("PDSCALER_CACHE", str(Path.home() / ".cache" / "pdscaler")))
+
+
+def helm_path() -> Path:
+    """The helm binary build-bins.sh builds for the chart's lab test, e.g.
+    ~/.cache/pdscaler/tools/helm-3.22.0/helm."""
+    return cache_dir() / "tools" / f"helm-{read_versions()['HELM_VERSION']}" / "helm"
 
 
 def go_duration_ms(text: str) -> int:

@@ -1,0 +1,163 @@
+"""The Helm chart against the lab's real API server: it lints, renders and installs in
+namespaced mode, and its least-privilege RBAC is exactly enough. The operator, run with
+ONLY the token of the chart's ServiceAccount, reconciles a PDDeployment (cell created,
+status written, finalizer released on delete); the same ServiceAccount may not read
+Secrets, delete pods, or touch Deployments in another namespace.
+
+helm is built once by build-bins.sh into ~/.cache/pdscaler/tools (pinned in
+versions.env); the chart's own pod stays Pending (its image is not pulled in the lab),
+which does not matter: the test runs the operator from this checkout instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from lab.opkit import create_pdd, delete_pdd_and_wait, get_pdd, pdd_manifest
+from labkit import Kube, wait_for
+from pdlab.config import REPO_DIR, helm_path, read_versions
+from pdlab.lab import Lab
+
+CHART = REPO_DIR / "charts" / "pdscaler"
+NAME = "charted"
+KUBE = read_versions()["KUBE_VERSION"]  # helm template's default would be v1.20
+
+
+def _helm(*args: str, lab: Lab | None = None) -> str:
+    helm = helm_path()
+    assert helm.exists(), f"{helm} missing: run `make lab-build`"
+    argv = [str(helm), *args] + (["--kubeconfig", str(lab.kubeconfig)] if lab else [])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr or done.stdout}"
+    return done.stdout
+
+
+def _allowed(kube: Kube, user: str, namespace: str, verb: str, resource: str) -> bool:
+    """The API server's own RBAC answer (SubjectAccessReview) for ``user``."""
+    parts = resource.split("/")  # [group/]resource[/subresource], group "apps" or dotted
+    group = parts.pop(0) if parts[0] == "apps" or "." in parts[0] else ""
+    res, sub = parts[0], "/".join(parts[1:])
+    ns_of_user = user.split(":")[2]
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=user,
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{ns_of_user}"],
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb=verb, group=group, resource=res, subresource=sub
+            ),
+        )
+    )
+    answer = client.AuthorizationV1Api(kube.api).create_subject_access_review(review)
+    return bool(answer.status.allowed)
+
+
+def _sa_kubeconfig(kube: Kube, namespace: str, sa: str, path: Path) -> Path:
+    token = kube.core.create_namespaced_service_account_token(
+        sa,
+        namespace,
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+    ).status.token
+    admin = kube.api.configuration
+    config: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "lab",
+                "cluster": {"server": admin.host, "certificate-authority": admin.ssl_ca_cert},
+            }
+        ],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "lab", "user": sa}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_chart_lints_and_renders() -> None:
+    _helm("lint", str(CHART), "--strict")
+    for values in ([], ["--set", "watchNamespaces={a,b}", "--set", "peering.enabled=true"]):
+        docs = [
+            d
+            for d in yaml.safe_load_all(
+                _helm("template", "pds", str(CHART), "--kube-version", KUBE, *values)
+            )
+            if d
+        ]
+        kinds = {d["kind"] for d in docs}
+        assert {"Deployment", "ServiceAccount", "ClusterRole"} <= kinds, kinds
+        if values:
+            binds = [d for d in docs if d["kind"] == "RoleBinding"]
+            assert sorted(b["metadata"]["namespace"] for b in binds) == ["a", "b"]
+            assert "ClusterRoleBinding" in kinds  # discovery only (CRDs, namespaces)
+
+
+def test_chart_installs_and_its_rbac_is_exactly_enough(
+    lab: Lab, kube: Kube, crd: str, namespace: str, tmp_path: Path
+) -> None:
+    release = f"pds-{namespace[-6:]}"
+    _helm(
+        "install", release, str(CHART), "-n", namespace,
+        "--set", f"watchNamespaces={{{namespace}}}", lab=lab,
+    )  # fmt: skip
+    try:
+        deployment = kube.apps.read_namespaced_deployment(f"{release}-pdscaler", namespace)
+        pod = deployment.spec.template.spec
+        sa = pod.service_account_name
+        assert pod.security_context.run_as_non_root is True
+        assert pod.containers[0].security_context.read_only_root_filesystem is True
+        user = f"system:serviceaccount:{namespace}:{sa}"
+        for verb, resource in [
+            ("patch", "pdscaler.io/pddeployments/status"),
+            ("watch", "pdscaler.io/pddeployments"),
+            ("create", "apps/deployments"),
+            ("delete", "apps/deployments"),
+            ("patch", "pods"),
+            ("create", "events"),
+        ]:
+            assert _allowed(kube, user, namespace, verb, resource), (verb, resource)
+        for ns, verb, resource in [
+            (namespace, "get", "secrets"),
+            (namespace, "delete", "pods"),
+            (namespace, "update", "apps/deployments"),
+            ("default", "create", "apps/deployments"),
+            ("default", "patch", "pdscaler.io/pddeployments"),
+        ]:
+            assert not _allowed(kube, user, ns, verb, resource), (ns, verb, resource)
+
+        kubeconfig = _sa_kubeconfig(kube, namespace, sa, tmp_path / "sa.kubeconfig")
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        argv = [sys.executable, "-m", "pdscaler", "run", "-n", namespace, "--standalone"]
+        argv += ["--metrics-port", "0", "--log-format", "plain"]
+        log = tmp_path / "operator.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            create_pdd(kube, namespace, pdd_manifest(NAME, lab.prometheus_url))
+
+            def summary() -> Any:
+                status = get_pdd(kube, namespace, NAME).get("status") or {}
+                return (status.get("decode") or {}).get("summary")
+
+            wait_for(lambda: summary() == "1/1", 90, "the cell up, status written by the SA")
+            delete_pdd_and_wait(kube, namespace, NAME)  # the SA releases kopf's finalizer
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        text = log.read_text()
+        assert "Forbidden" not in text, text[-2000:]
+        assert " 403" not in text, text[-2000:]
+    finally:
+        _helm("uninstall", release, "-n", namespace, "--wait", lab=lab)
+    with pytest.raises(client.ApiException) as gone:
+        kube.apps.read_namespaced_deployment(f"{release}-pdscaler", namespace)
+    assert gone.value.status == 404
