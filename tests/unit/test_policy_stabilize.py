@@ -8,7 +8,7 @@ from typing import Any
 from test_policy_support import chat_spec, replay, run, snapshot
 
 from pdscaler.policy import reasons
-from pdscaler.policy.stabilize import down_step, prune, stabilize, window_record
+from pdscaler.policy.stabilize import Stabilized, down_step, prune, stabilize, window_record
 from pdscaler.status import memory_from_status, memory_to_status
 from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory
 
@@ -46,6 +46,9 @@ def test_scale_down_applies_exactly_one_window_after_the_drop() -> None:
         if DROP + 300 <= t < DROP + 615:
             assert sizes[t] == (14, 12), t
     assert sizes[DROP + 615] == (10, 9)
+    step = dict(out)[DROP + 300].message
+    assert "prefill towards 10, a third at a time" in step
+    assert "decode towards 9, a third at a time" in step
     assert sizes[1305.0] == (10, 9)
 
 
@@ -53,7 +56,8 @@ def test_one_scale_down_step_per_window() -> None:
     """``down_step`` leaves two thirds; ``window_record`` keeps the applied size of a
     scale-down in the window (and only of a scale-down)."""
     assert [down_step(n) for n in (22, 9, 4, 2, 1)] == [15, 6, 3, 1, 0]
-    assert stabilize(22, 8, [8, 9], True, 300).replicas == 15
+    assert stabilize(22, 8, [8, 9], True, 300) == Stabilized(15, towards=9)
+    assert stabilize(22, 16, [16, 15], True, 300) == Stabilized(16)
     assert window_record(10.0, (11, 9), (22, 9), (15, 9)) == (10.0, 15, 9)
     assert window_record(10.0, (11, 12), (22, 9), (22, 12)) == (10.0, 11, 12)
 

@@ -471,6 +471,8 @@ def _explain_down(tick: Tick, notes: list[str]) -> tuple[str, Role | None, str]:
     else:
         action, head = reasons.SCALED_DOWN, "Scaled down"
         why = reasons.scaled_down(window, tick.ratio.n_prefill, tick.ratio.n_decode, tick.rate)
+        steps = [(r, tick.stabilized[r].towards) for r in shrunk]
+        why = "; ".join([why, *(reasons.step_down(r, n) for r, n in steps if n is not None)])
     parts = [why, *notes] if why else notes
     return action, pool, reasons.sentence(head, _changes(tick, shrunk), parts)
 

@@ -176,6 +176,11 @@ def scaled_down(window: float, n_prefill: float, n_decode: float, rate: float) -
     )
 
 
+def step_down(role: Role, towards: int) -> str:
+    """``prefill towards 11, a third at a time (one step per window)``."""
+    return f"{role.value} towards {towards}, a third at a time (one step per window)"
+
+
 def within_targets(n_prefill: float, n_decode: float, rate: float) -> str:
     """``within targets (N_P 19.05, N_D 17.86 at 20 req/s)``."""
     return f"within targets (N_P {n_prefill:.2f}, N_D {n_decode:.2f} at {rate:.3g} req/s)"

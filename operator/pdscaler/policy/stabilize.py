@@ -56,11 +56,14 @@ HELD_TOLERANCE = "tolerance"
 @dataclass(frozen=True)
 class Stabilized:
     """The replicas to apply and, when a scale-down was withheld, why (``deferred``, a
-    sentence) and by what (``held_by``: rollout, window or tolerance)."""
+    sentence) and by what (``held_by``: rollout, window or tolerance). ``towards``: the
+    size the window allowed when a scale-down stopped at ``down_step`` (22 -> 15,
+    towards 11), else None."""
 
     replicas: int
     deferred: str | None = None
     held_by: str | None = None
+    towards: int | None = None
 
 
 def stabilize(
@@ -106,7 +109,10 @@ def stabilize(
             f"scale-down to {target} ignored: within the {TOLERANCE:.0%} tolerance",
             HELD_TOLERANCE,
         )
-    return Stabilized(max(target, down_step(current)))
+    step = down_step(current)
+    if step > target:
+        return Stabilized(step, towards=target)
+    return Stabilized(target)
 
 
 def down_step(current: int) -> int:
