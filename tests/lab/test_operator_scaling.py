@@ -68,6 +68,19 @@ def last_decision(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return dict((get_pdd(kube, namespace, name).get("status") or {}).get("lastDecision") or {})
 
 
+def scaling_decision(kube: Kube, namespace: str, name: str, pool: str) -> dict[str, Any]:
+    """The published decision that scaled ``pool``. A tick patches the Deployments BEFORE
+    it writes the status, so right after the replicas change the status may still hold
+    the previous decision for a moment; a decision naming another pool never comes and
+    the wait fails."""
+    wait_for(
+        lambda: last_decision(kube, namespace, name).get("pool") == pool,
+        30,
+        f"status.lastDecision naming the {pool} pool",
+    )
+    return last_decision(kube, namespace, name)
+
+
 def wait_seen(
     rt: Runtime, namespace: str, name: str, key: str, value: float, rel: float = 0.1
 ) -> None:
@@ -125,7 +138,7 @@ def test_rate_rise_scales_decode_by_the_drain_model(
         serve(exporter, namespace, name, rate=4.0, prompt=200, output=500, tpot=0.08,
               decode_waiting=200)  # fmt: skip
         wait_for(lambda: total(kube, namespace, name, Role.DECODE) > 1, 60, "decode scaled up")
-        ld = last_decision(kube, namespace, name)
+        ld = scaling_decision(kube, namespace, name, "decode")
     assert ld["pool"] == "decode"
     assert ld["action"] == "ScaledDecode"
     assert total(kube, namespace, name, Role.PREFILL) == 1
@@ -173,7 +186,7 @@ def test_longer_outputs_scale_decode_then_longer_prompts_scale_prefill(
         assert total(kube, namespace, name, Role.DECODE) == decode_after, last_decision(
             kube, namespace, name
         )
-        assert last_decision(kube, namespace, name)["pool"] == "prefill"
+        assert scaling_decision(kube, namespace, name, "prefill")["pool"] == "prefill"
 
 
 def test_scale_down_waits_for_the_stabilization_window(
