@@ -1,8 +1,9 @@
 """Numbers for the operator-overhead benchmark: percentiles of samples, quantiles from a
 Prometheus histogram, and the operator's ``/metrics`` text read into plain numbers.
 
-Owns: ``percentile`` (linear interpolation between closest ranks, numpy's default),
-``Summary`` / ``summarize`` (n, p50, p99, mean, max), ``histogram_quantile`` (what
+Owns: ``percentile`` (the simulator's, numpy's rule, refusing empty input),
+``Summary`` / ``summarize`` (n, p50, p99, mean, max), ``histogram_quantile`` (the
+simulator's ``pdscaler.sim.prom.histogram_quantile`` on cumulative buckets: what
 PromQL's ``histogram_quantile`` does: linear interpolation inside the bucket holding
 the rank), and ``Exposition`` (a parsed text exposition, with counter deltas between
 two scrapes). Pure: no I/O, no clock reads. Must not: invent a number for an empty
@@ -22,22 +23,24 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
+
+from pdscaler.sim.prom import histogram_quantile as sim_histogram_quantile
+from pdscaler.sim.results import percentile as sim_percentile
 
 Labels = frozenset[tuple[str, str]]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) with linear interpolation between closest ranks."""
+    """The ``q``-th percentile (0-100) with linear interpolation between closest ranks
+    (``pdscaler.sim.results.percentile``, numpy's rule), refusing empty input or a bad
+    ``q``: ``percentile([4, 1, 3, 2], 50)`` -> 2.5."""
     if not values:
         raise ValueError("percentile of no values")
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile must be in [0, 100], got {q}")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    lo = math.floor(rank)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+    return sim_percentile(np.asarray(values, dtype=np.float64), q)
 
 
 @dataclass(frozen=True)
@@ -72,25 +75,16 @@ def summarize(values: Sequence[float]) -> Summary:
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
     """Quantile ``q`` (0-1) of a cumulative histogram ``[(le, count), ...]`` as PromQL
-    computes it; None when it holds no observations. A rank in the ``+Inf`` bucket
-    returns the highest finite bound (PromQL's rule)."""
+    computes it (``pdscaler.sim.prom.histogram_quantile`` on the per-bucket counts); None
+    when it holds no observations. A rank in the ``+Inf`` bucket returns the highest
+    finite bound (PromQL's rule)."""
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"quantile must be in [0, 1], got {q}")
     ordered = sorted(buckets)
-    if not ordered or ordered[-1][1] <= 0:
-        return None
-    total = ordered[-1][1]
-    rank = q * total
-    prev_le, prev_count = 0.0, 0.0
-    for le, count in ordered:
-        if count >= rank:
-            if math.isinf(le):
-                return prev_le
-            if count == prev_count:
-                return le
-            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
-        prev_le, prev_count = le, count
-    return prev_le
+    bounds = [le for le, _ in ordered]
+    cumulative = [count for _, count in ordered]
+    counts = [c - p for c, p in zip(cumulative, [0.0, *cumulative], strict=False)]
+    return sim_histogram_quantile(q, counts, bounds)
 
 
 @dataclass(frozen=True)
