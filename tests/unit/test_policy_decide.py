@@ -213,6 +213,56 @@ def test_latency_only_shortage_grows_proportionally() -> None:
     assert "models see no shortfall" in d.message
 
 
+@pytest.mark.parametrize(("decode_before", "grows"), [(18, True), (12, False)])
+def test_no_proportional_step_on_the_tick_new_replicas_show_ready(
+    decode_before: int, grows: bool
+) -> None:
+    """The same TPOT breach (1.24x) as above; when the previous tick saw 12 decode ready
+    and this one 18, the breach was measured before the 6 new replicas served: hold
+    18 for a tick (the demo doubled prefill 5 -> 10 on this, its queue empty a second
+    later). With 18 ready on both ticks, decode grows to 23."""
+    pools = ((10_000.0 - 15, 0.0, 0.0, 20, decode_before),)
+    d = run(chat_spec(), snapshot(tpot=0.062), 20, 18, memory=PolicyMemory(pool_history=pools))
+    assert d.prefill == 20
+    assert d.decode == (23 if grows else 18)
+
+
+@pytest.mark.parametrize(
+    ("queue", "rose", "grows"),
+    [(1.0, True, False), (0.0, True, False), (20.0, True, True), (1.0, False, True)],
+)
+def test_ttft_breach_after_a_drained_backlog_grows_nothing(
+    queue: float, rose: bool, grows: bool
+) -> None:
+    """TTFT p95 4 s vs 2 s (2x) on 20 ready prefill replicas at R = 20 rising to a
+    forecast 25 req/s (ratio target ceil(25 x 2000 / 2100) = 24), utilisation within
+    target (40000/60000 = 67%). When 6 of the 20 came up inside the metrics window and
+    1 or 0 requests wait, the percentile is the memory of the backlog they drained:
+    hold 20 (the demo's chat phase grew 4 -> 6 on this). With 20 waiting (one per
+    replica), or no replica added in the window, the breach is present: prefill grows
+    to the ratio target."""
+    history = tuple((10_000.0 - 15 * k, 20.0 - k) for k in range(6, 0, -1))
+    before = 14 if rose else 20
+    # (the queue held level over the window, so the arrival rate reads as R = 20)
+    pools = ((10_000.0 - 30, queue, 0.0, before, 18), (10_000.0 - 15, queue, 0.0, 20, 18))
+    d = run(
+        chat_spec(),
+        snapshot(20.0, ttft=4.0, prefill_queue=queue),
+        20,
+        18,
+        memory=PolicyMemory(rate_history=history, pool_history=pools),
+    )
+    assert d.model.forecast_rate == pytest.approx(25.0)
+    assert d.decode == 18
+    if grows:
+        assert d.prefill >= 24
+        assert d.action == reasons.SCALED_PREFILL
+        assert f"TTFT p95 4s > 2s SLO; queue {queue:g}" in d.message
+    else:
+        assert d.prefill == 20
+        assert d.action == reasons.HOLD
+
+
 def test_kv_cache_pressure_counts_as_decode_load() -> None:
     """KV usage 0.97 of 0.9 (1.08x) makes decode short by its own signal; TPOT fine."""
     d = run(chat_spec(), snapshot(kv=0.97), 20, 18)

@@ -84,3 +84,16 @@ def test_forecast_extrapolates_over_at_most_the_window() -> None:
     ramp = [(15.0 * k, 10.0 + 15.0 * k / 12.0) for k in range(5)]
     assert forecast_rate(15.0, ramp, 315.0) == 30.0
     assert forecast_rate(15.0, ramp, 315.0, 120.0) == pytest.approx(25.0)
+
+
+@pytest.mark.parametrize(
+    ("ready", "rose"), [((1, 3, 4), True), ((4, 4, 4), False), ((6, 5, 4), False), ((), False)]
+)
+def test_ready_rose_when_replicas_came_up_inside_the_window(
+    ready: tuple[int, ...], rose: bool
+) -> None:
+    """Ready prefill 1, 3, 4 over the window: replicas came up (True); level or falling:
+    False; no points: False. Decode's column is read for decode."""
+    pts = tuple((float(k), 0.0, 0.0, r, 9) for k, r in enumerate(ready))
+    assert history.ready_rose(pts, Role.PREFILL) is rose
+    assert history.ready_rose(pts, Role.DECODE) is False

@@ -232,7 +232,12 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
         spec.decode.target_utilization,
     )
     facts = {r: _facts(inp, snap, r, tps[r], tokens[r]) for r in ROLES}
-    attribution = attribute(facts[Role.PREFILL], facts[Role.DECODE], rate)
+    attribution = attribute(
+        facts[Role.PREFILL],
+        facts[Role.DECODE],
+        rate,
+        prefill_rose=history.ready_rose(recent, Role.PREFILL),
+    )
     targets = ratio_targets(ratio.n_prefill, ratio.n_decode)
     since = now - mem.last_scale_time if mem.last_scale_time is not None else None
     wants: dict[Role, Want] = {}
@@ -242,7 +247,11 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
             pressure = attribution.bottleneck.pressure(r)
             if r is Role.PREFILL:
                 pressure = growth_pressure(facts[r], rate)
-            fallback = may_grow_proportionally(facts[r], history.queue_falling(recent, r))
+            fallback = may_grow_proportionally(
+                facts[r],
+                history.queue_falling(recent, r),
+                just_came_up=history.ready_rose(recent[-2:], r),
+            )
             primary = r == attribution.primary
             wants[r] = grow(facts[r], targets[r], drain, pressure, primary, fallback)
         else:

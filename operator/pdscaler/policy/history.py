@@ -10,6 +10,9 @@ ready, decode ready)``) and the three facts the policy reads from them:
 * ``saturated_seconds``: how long the pool's queue has held at least one waiting
   request per ready replica at every tick. Only for that time did the replicas serve
   what they CAN; a queue seen once at 70% utilisation (a burst) is not saturation.
+* ``ready_rose``: whether the pool's ready replicas went up inside the window, so its
+  latency percentile (a window figure) still covers requests served before the new
+  replicas were there.
 * ``queue_slope``: requests/s the prefill queue grew (or shrank) over the window. The
   request rate is read as prefill completions; while a backlog drains, completions run
   above arrivals by exactly the queue's fall: 50 req/s completed while the queue went
@@ -70,6 +73,14 @@ def saturated_seconds(points: Sequence[Point], role: Role, interval: float) -> f
             break
         run += 1
     return run * interval
+
+
+def ready_rose(points: Sequence[Point], role: Role) -> bool:
+    """True when the newest point's ready replicas exceed the fewest seen in ``points``:
+    ready 1, 3, 4 -> True; 4, 4, 4 or 6, 5, 4 -> False; no points -> False."""
+    if not points:
+        return False
+    return _ready(points[-1], role) > min(_ready(p, role) for p in points)
 
 
 def queue_slope(points: Sequence[Point], role: Role) -> float:

@@ -59,9 +59,14 @@ when its pressure is one more replicas relieve (``may_grow_proportionally``):
   0.9 s on a replica, plus up to one batch of waiting for a busy one) or the tail of a
   backlog that has already drained (the p99 covers the whole 2-minute window): no
   replica added shortens either. So prefill grows this way only with at least one
-  request waiting per ready replica;
+  request waiting per ready replica, and its TTFT does not make it a bottleneck at all
+  when replicas came up inside the latency window and the queue is below that
+  (``ttft_is_past``: the percentile still counts the requests that queued before);
 * a queue that fell since the last tick is draining with the capacity there is: 40
-  then 25 waiting grows nothing (the drain model, which sees the queue, still may).
+  then 25 waiting grows nothing (the drain model, which sees the queue, still may);
+* on the tick a pool's new replicas first show ready, its queue and latency were
+  measured before they served: 2 -> 5 ready with 38 waiting does not double to 10
+  (the demo's chat phase did; the queue was empty a second later).
 
 Prefill's proportional step is sized by ``growth_pressure``: its queue counts as the
 time the ready replicas need to serve it, over the TTFT SLO, not as requests per
@@ -147,14 +152,33 @@ class Attribution:
     load_pressure: dict[Role, float]
 
 
-def attribute(prefill: PoolFacts, decode: PoolFacts, rate: float) -> Attribution:
+def ttft_is_past(prefill: PoolFacts, ready_rose: bool) -> bool:
+    """Whether prefill's TTFT breach is the memory of a backlog already drained (module
+    docstring): replicas came up inside the latency window (``ready_rose``) and fewer
+    requests wait than replicas are ready, so the window's percentile still counts the
+    requests that queued before they came. 4 ready (1 a window ago), queue 1: past;
+    queue 4, queue unknown, or no replica added in the window: present."""
+    return ready_rose and prefill.queue is not None and prefill.queue < max(1, prefill.ready)
+
+
+def attribute(
+    prefill: PoolFacts, decode: PoolFacts, rate: float, prefill_rose: bool = False
+) -> Attribution:
     """Apply the bottleneck rule of the module docstring at the measured ``rate``.
 
     Chat pools at 20 prefill / 18 decode ready, R = 24 (+20%): prefill utilisation
     48000/60000 = 0.80 (1.14x of 0.7), decode 12000/14400 = 0.83 (1.19x): primary
     decode, both growing. With 24 prefill ready, prefill is at 0.67 (0.95x): decode only.
+
+    Prefill's TTFT does not count once the replicas added inside the window have
+    drained the queue (``ttft_is_past``, ``prefill_rose``): after a warm-up backlog
+    drains, 4 ready (1 a window ago) with queue 1 and TTFT p95 4.7 s grow nothing, where
+    the ratio model at a forecast 26 req/s would have asked for 6.
     """
-    full = locate_bottleneck(prefill.signals(rate), decode.signals(rate))
+    full = locate_bottleneck(
+        prefill.signals(rate, with_latency=not ttft_is_past(prefill, prefill_rose)),
+        decode.signals(rate),
+    )
     load = {
         f.role: pool_pressure(f.role, f.signals(rate, with_latency=False))[0]
         for f in (prefill, decode)
@@ -238,11 +262,15 @@ class Want:
     proportional: bool = False
 
 
-def may_grow_proportionally(facts: PoolFacts, queue_falling: bool) -> bool:
+def may_grow_proportionally(
+    facts: PoolFacts, queue_falling: bool, just_came_up: bool = False
+) -> bool:
     """Whether the pool's pressure is one more replicas relieve (module docstring):
-    never with a falling queue; decode always; prefill with at least one request waiting
-    per ready replica (10 ready: queue 10 yes, queue 3 or unknown no)."""
-    if queue_falling:
+    never with a falling queue, nor on the tick its new replicas first show ready
+    (``just_came_up``: the queue and latency were measured before they served);
+    decode always; prefill with at least one request waiting per ready replica
+    (10 ready: queue 10 yes, queue 3 or unknown no)."""
+    if queue_falling or just_came_up:
         return False
     if facts.role is Role.DECODE:
         return True
