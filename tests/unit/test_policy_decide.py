@@ -261,6 +261,11 @@ def test_ttft_breach_after_a_drained_backlog_grows_nothing(
     else:
         assert d.prefill == 20
         assert d.action == reasons.HOLD
+        assert d.message == (
+            "Hold prefill 20, decode 18: within targets (N_P 23.81, N_D 22.32 at 25 req/s); "
+            "TTFT p95 4s > 2s SLO set aside: replicas added inside the metrics window "
+            f"drained the queue ({queue:g} waiting, 20 ready)"
+        )
 
 
 def test_kv_cache_pressure_counts_as_decode_load() -> None:

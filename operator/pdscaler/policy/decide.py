@@ -419,12 +419,23 @@ def _model_outputs(tick: Tick, startup: float) -> ModelOutputs:
 
 def _explain(tick: Tick) -> tuple[str, Role | None, str]:
     """(action, pool, sentence) of the tick."""
-    notes = _limit_notes(tick) + _infeasible(tick)
+    notes = _limit_notes(tick) + _infeasible(tick) + _set_aside(tick)
     if tick.grown:
         return _explain_up(tick, notes)
     if tick.shrunk:
         return _explain_down(tick, notes)
     return _explain_hold(tick, notes)
+
+
+def _set_aside(tick: Tick) -> list[str]:
+    """The note for a TTFT breach counted as past (``sizing.ttft_is_past``), unless
+    prefill grew anyway on its other signals."""
+    f = tick.facts[Role.PREFILL]
+    if not tick.attribution.ttft_set_aside or Role.PREFILL in tick.grown:
+        return []
+    latency, queue = f.latency or 0.0, f.queue or 0.0
+    percentile = tick.inp.spec.slo.percentile
+    return [reasons.ttft_set_aside(percentile, latency, f.slo_seconds, queue, f.ready)]
 
 
 def _changes(tick: Tick, roles: tuple[Role, ...]) -> str:
@@ -479,7 +490,7 @@ def _explain_down(tick: Tick, notes: list[str]) -> tuple[str, Role | None, str]:
         action, head, why = reasons.CAPACITY_LIMITED, "Limited", ""
     else:
         action, head = reasons.SCALED_DOWN, "Scaled down"
-        why = reasons.scaled_down(window, tick.ratio.n_prefill, tick.ratio.n_decode, tick.rate)
+        why = reasons.scaled_down(window, tick.ratio.n_prefill, tick.ratio.n_decode, tick.forecast)
         steps = [(r, tick.stabilized[r].towards) for r in shrunk]
         why = "; ".join([why, *(reasons.step_down(r, n) for r, n in steps if n is not None)])
     parts = [why, *notes] if why else notes
@@ -506,7 +517,7 @@ def _explain_hold(tick: Tick, notes: list[str]) -> tuple[str, Role | None, str]:
     n_p, n_d = tick.ratio.n_prefill, tick.ratio.n_decode
     if deferred:
         return action, None, reasons.sentence("Hold", sizes, [*deferred, *notes])
-    within = reasons.within_targets(n_p, n_d, tick.rate)
+    within = reasons.within_targets(n_p, n_d, tick.forecast)
     return action, None, reasons.sentence("Hold", sizes, [within, *notes])
 
 

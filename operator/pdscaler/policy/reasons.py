@@ -186,6 +186,16 @@ def within_targets(n_prefill: float, n_decode: float, rate: float) -> str:
     return f"within targets (N_P {n_prefill:.2f}, N_D {n_decode:.2f} at {rate:.3g} req/s)"
 
 
+def ttft_set_aside(percentile: float, latency: float, slo: float, queue: float, ready: int) -> str:
+    """Why a TTFT breach grew nothing: ``TTFT p95 4.7s > 2s SLO set aside: replicas
+    added inside the metrics window drained the queue (1 waiting, 6 ready)``."""
+    return (
+        f"TTFT {percentile_label(percentile)} {seconds(latency)} > {seconds(slo)} SLO set "
+        f"aside: replicas added inside the metrics window drained the queue "
+        f"({queue:g} waiting, {ready} ready)"
+    )
+
+
 def waiting(role: Role, in_flight: int) -> str:
     """``waiting for 3 decode replicas starting``."""
     return f"waiting for {in_flight} {role.value} replicas starting"

@@ -144,12 +144,15 @@ class PoolFacts:
 @dataclass(frozen=True)
 class Attribution:
     """Which pools may grow: ``primary`` (the bottleneck, None when no pool is under
-    pressure) and ``growing`` (the primary plus a pool short by its own load)."""
+    pressure) and ``growing`` (the primary plus a pool short by its own load);
+    ``ttft_set_aside``: prefill's TTFT was over its SLO but counted as past
+    (``ttft_is_past``), so the decision can say why it did not act on it."""
 
     primary: Role | None
     growing: tuple[Role, ...]
     bottleneck: Bottleneck
     load_pressure: dict[Role, float]
+    ttft_set_aside: bool = False
 
 
 def ttft_is_past(prefill: PoolFacts, ready_rose: bool) -> bool:
@@ -175,10 +178,8 @@ def attribute(
     drains, 4 ready (1 a window ago) with queue 1 and TTFT p95 4.7 s grow nothing, where
     the ratio model at a forecast 26 req/s would have asked for 6.
     """
-    full = locate_bottleneck(
-        prefill.signals(rate, with_latency=not ttft_is_past(prefill, prefill_rose)),
-        decode.signals(rate),
-    )
+    past = ttft_is_past(prefill, prefill_rose)
+    full = locate_bottleneck(prefill.signals(rate, with_latency=not past), decode.signals(rate))
     load = {
         f.role: pool_pressure(f.role, f.signals(rate, with_latency=False))[0]
         for f in (prefill, decode)
@@ -190,7 +191,14 @@ def attribute(
     else:
         primary = full.pool
     growing = tuple(r for r in (Role.PREFILL, Role.DECODE) if r == primary or r in short)
-    return Attribution(primary=primary, growing=growing, bottleneck=full, load_pressure=load)
+    breached = prefill.latency is not None and prefill.latency > prefill.slo_seconds
+    return Attribution(
+        primary=primary,
+        growing=growing,
+        bottleneck=full,
+        load_pressure=load,
+        ttft_set_aside=past and breached,
+    )
 
 
 @dataclass(frozen=True)
