@@ -23,8 +23,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def pct(fraction: float) -> str:
-    """0.99512 -> ``99.51%``."""
-    return f"{100.0 * fraction:.2f}%"
+    """0.99512 -> ``99.51%``; NaN (nothing to count) -> ``-``."""
+    return f"{100.0 * fraction:.2f}%" if math.isfinite(fraction) else "-"
 
 
 def secs(value: float | None) -> str:

@@ -131,6 +131,7 @@ def case_table(case: Case) -> str:
             [
                 f"{s.policy}{mark}",
                 pct(s.slo_attainment),
+                pct(s.slo_attainment_settled),
                 secs(s.ttft_p50_s),
                 secs(s.ttft_p99_s),
                 secs(s.tpot_p99_s),
@@ -140,14 +141,15 @@ def case_table(case: Case) -> str:
                 str(s.reversals),
             ]
         )
-    rows.append(["oracle (bound)", "-", "-", "-", "-", f"{oracle:.2f}", "1.00", "-", "-"])
+    rows.append(["oracle (bound)", "-", "-", "-", "-", "-", f"{oracle:.2f}", "1.00", "-", "-"])
     floor = comp.work_floor_gpu_hours
     rows.append(
-        ["work floor", "-", "-", "-", "-", f"{floor:.2f}", f"{floor / oracle:.2f}", "-", "-"]
+        ["work floor", "-", "-", "-", "-", "-", f"{floor:.2f}", f"{floor / oracle:.2f}", "-", "-"]
     )
     headers = [
         "policy",
         "SLO met",
+        "after 5 min",
         "TTFT p50",
         "TTFT p99",
         "TPOT p99",
@@ -176,6 +178,7 @@ def verdict(case: Case) -> dict[str, Any]:
     return {
         "case": case.label,
         "slo_attainment": pd.slo_attainment,
+        "slo_attainment_settled": pd.slo_attainment_settled,
         "gpu_hours": pd.gpu_hours,
         "oracle_ratio": ratio,
         "meets_attainment": pd.slo_attainment >= TARGET_ATTAINMENT,
@@ -201,6 +204,7 @@ def headline(cases: Sequence[Case]) -> str:
             [
                 case.label,
                 pct(v["slo_attainment"]),
+                pct(v["slo_attainment_settled"]),
                 f"{v['gpu_hours']:.2f}",
                 f"{v['oracle_ratio']:.2f}",
                 feasible,
@@ -213,6 +217,7 @@ def headline(cases: Sequence[Case]) -> str:
         [
             "case",
             "pdscaler SLO met",
+            "after 5 min",
             "GPU-h",
             "x oracle",
             "x SLO-feasible oracle",
@@ -253,7 +258,11 @@ def report(cases: Sequence[Case], plan: Plan, command: str) -> str:
         "not SLO-feasible by itself). SLO-feasible oracle: the same oracle planned at a "
         "fraction of the true capacity, the largest tried (0.85, 0.7, 0.55, 0.4) whose "
         f"replay meets {TARGET_ATTAINMENT:.0%}. * = on the Pareto front (SLO met vs "
-        "GPU-hours) among the policies.",
+        "GPU-hours) among the policies. `after 5 min`: SLO met by the requests arriving "
+        "5 minutes or more into the replay. Every dynamic policy starts with pools sized "
+        "for the first two minutes' mean rate and empty metric windows, while the "
+        "conversation trace ramps ~10x in its first 40 s; that start is where most of "
+        "their misses are. The targets and the Pareto front are judged on ALL requests.",
         "",
         "## Headline",
         "",

@@ -108,7 +108,13 @@ def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
     readme = (tmp_path / "README.md").read_text()
     assert "pdscaler SLO met" in readme
     assert "python -m bench --quick" in readme
-    assert "| conv, start-up 30 s |" in (tmp_path / "quality.md").read_text()
+    quality_md = (tmp_path / "quality.md").read_text()
+    assert "| conv, start-up 30 s |" in quality_md
+    # 10-minute windows: the requests from 5 min on are counted apart, as a percentage
+    settled = conv["policies"]["pdscaler"]["slo_attainment_settled"]
+    assert 0.0 <= settled <= 1.0
+    assert f"| {100 * settled:.2f}% |" in quality_md
+    assert "| after 5 min |" in quality_md
 
 
 @pytest.mark.parametrize(

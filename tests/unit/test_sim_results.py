@@ -13,12 +13,14 @@ import pytest
 from pdscaler.sim.engine import RequestTimes
 from pdscaler.sim.loop import Action
 from pdscaler.sim.results import (
+    SETTLED_AFTER_S,
     Summary,
     met_slo,
     pareto_front,
     percentile,
     result_json,
     reversals,
+    settled_attainment,
 )
 from pdscaler.types import Role
 
@@ -98,3 +100,14 @@ def test_result_json_shape() -> None:
     assert doc["oracle"] == {"gpu_hours": 10.0}
     assert doc["work_floor"] == {"gpu_hours": 6.0}
     assert doc["pareto_front"] == ["pdscaler"]
+    assert pd["slo_attainment_settled"] is None  # NaN (not measured here) -> null
+
+
+def test_settled_attainment_counts_only_requests_after_the_start() -> None:
+    """Arrivals 10, 200, 400, 500 s with ok F, F, T, F: 0.25 overall, 0.5 settled
+    (the two from 300 s on); nobody after 300 s -> NaN."""
+    arrival = np.array([10.0, 200.0, 400.0, 500.0])
+    ok = np.array([False, False, True, False])
+    assert SETTLED_AFTER_S == 300.0
+    assert settled_attainment(arrival, ok) == 0.5
+    assert math.isnan(settled_attainment(arrival[:2], ok[:2]))
