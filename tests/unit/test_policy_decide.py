@@ -213,15 +213,20 @@ def test_latency_only_shortage_grows_proportionally() -> None:
     assert "models see no shortfall" in d.message
 
 
-@pytest.mark.parametrize(("decode_before", "grows"), [(18, True), (12, False)])
-def test_no_proportional_step_on_the_tick_new_replicas_show_ready(
-    decode_before: int, grows: bool
+@pytest.mark.parametrize(
+    ("decode_ready_before", "grows"),
+    [((18, 18), True), ((18, 12), False), ((12, 18), False), ((12, 12), False)],
+)
+def test_no_proportional_step_within_two_ticks_of_new_replicas(
+    decode_ready_before: tuple[int, int], grows: bool
 ) -> None:
-    """The same TPOT breach (1.24x) as above; when the previous tick saw 12 decode ready
-    and this one 18, the breach was measured before the 6 new replicas served: hold
-    18 for a tick (the demo doubled prefill 5 -> 10 on this, its queue empty a second
-    later). With 18 ready on both ticks, decode grows to 23."""
-    pools = ((10_000.0 - 15, 0.0, 0.0, 20, decode_before),)
+    """The same TPOT breach (1.24x) as above. When 12 decode were ready one or two ticks
+    ago and 18 now, the breach may predate the 6 new replicas (a scrape plus Prometheus'
+    lag can outlast a 2 s tick): hold 18 (the demo doubled prefill 5 -> 10 on this, on
+    the first and on the second tick after, its queue already empty). With 18 ready
+    on the last three ticks, decode grows to 23."""
+    two_ago, one_ago = decode_ready_before
+    pools = ((10_000.0 - 30, 0.0, 0.0, 20, two_ago), (10_000.0 - 15, 0.0, 0.0, 20, one_ago))
     d = run(chat_spec(), snapshot(tpot=0.062), 20, 18, memory=PolicyMemory(pool_history=pools))
     assert d.prefill == 20
     assert d.decode == (23 if grows else 18)

@@ -97,3 +97,22 @@ def test_ready_rose_when_replicas_came_up_inside_the_window(
     pts = tuple((float(k), 0.0, 0.0, r, 9) for k, r in enumerate(ready))
     assert history.ready_rose(pts, Role.PREFILL) is rose
     assert history.ready_rose(pts, Role.DECODE) is False
+
+
+@pytest.mark.parametrize(
+    ("ready_queue", "drained"),
+    [
+        (((1, 40.0), (5, 30.0), (5, 0.0), (5, 1.0)), True),  # the demo's chat phase
+        (((6, 2.0), (9, 5.0), (9, 23.0), (9, 0.0)), False),  # 23 waited on 9 up: standing
+        (((1, 40.0), (5, 30.0)), False),  # the rise is the newest point: nothing since
+        (((5, 0.0), (5, 0.0), (5, 0.0)), False),  # no rise
+        (((1, 40.0), (5, 30.0), (5, None)), False),  # an unknown queue proves nothing
+    ],
+)
+def test_drained_since_rise_needs_every_queue_since_the_rise_low(
+    ready_queue: tuple[tuple[int, float | None], ...], drained: bool
+) -> None:
+    """Prefill (ready, queue) per tick: drained only when the ready count rose and every
+    queue sampled after the tick that first saw it is below one per ready replica."""
+    pts = tuple((15.0 * k, q, 0.0, r, 4) for k, (r, q) in enumerate(ready_queue))
+    assert history.drained_since_rise(pts, Role.PREFILL) is drained

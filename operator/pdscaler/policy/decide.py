@@ -236,7 +236,7 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
         facts[Role.PREFILL],
         facts[Role.DECODE],
         rate,
-        prefill_rose=history.ready_rose(recent, Role.PREFILL),
+        prefill_drained=history.drained_since_rise(recent, Role.PREFILL),
     )
     targets = ratio_targets(ratio.n_prefill, ratio.n_decode)
     since = now - mem.last_scale_time if mem.last_scale_time is not None else None
@@ -250,7 +250,7 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
             fallback = may_grow_proportionally(
                 facts[r],
                 history.queue_falling(recent, r),
-                just_came_up=history.ready_rose(recent[-2:], r),
+                just_came_up=history.ready_rose(recent[-3:], r),
             )
             primary = r == attribution.primary
             wants[r] = grow(facts[r], targets[r], drain, pressure, primary, fallback)

@@ -10,9 +10,11 @@ ready, decode ready)``) and the three facts the policy reads from them:
 * ``saturated_seconds``: how long the pool's queue has held at least one waiting
   request per ready replica at every tick. Only for that time did the replicas serve
   what they CAN; a queue seen once at 70% utilisation (a burst) is not saturation.
-* ``ready_rose``: whether the pool's ready replicas went up inside the window, so its
-  latency percentile (a window figure) still covers requests served before the new
-  replicas were there.
+* ``ready_rose``: whether the pool's ready replicas went up inside the given points
+  (the last two: the tick new replicas first show ready).
+* ``drained_since_rise``: whether replicas came up inside the window and the queue has
+  stayed below one per ready replica at every tick since, so the latency percentile (a
+  window figure) is what queued before them, not a standing shortage.
 * ``queue_slope``: requests/s the prefill queue grew (or shrank) over the window. The
   request rate is read as prefill completions; while a backlog drains, completions run
   above arrivals by exactly the queue's fall: 50 req/s completed while the queue went
@@ -81,6 +83,26 @@ def ready_rose(points: Sequence[Point], role: Role) -> bool:
     if not points:
         return False
     return _ready(points[-1], role) > min(_ready(p, role) for p in points)
+
+
+def drained_since_rise(points: Sequence[Point], role: Role) -> bool:
+    """True when the pool's ready replicas rose inside ``points`` and every queue sampled
+    AFTER the tick that first saw the latest rise is known and below one request per
+    ready replica: the new replicas drained the backlog and it has stayed drained.
+    Prefill (ready, queue) (1, 40), (5, 30), (5, 0), (5, 1) -> True; (6, 2), (9, 5),
+    (9, 23), (9, 0) -> False (23 waited on 9 replicas after they were all up); a rise
+    seen only at the newest point, or no rise -> False."""
+    last_rise = None
+    for k in range(1, len(points)):
+        if _ready(points[k], role) > _ready(points[k - 1], role):
+            last_rise = k
+    if last_rise is None or last_rise == len(points) - 1:
+        return False
+    for p in points[last_rise + 1 :]:
+        q = _queue(p, role)
+        if q is None or q >= max(1, _ready(p, role)):
+            return False
+    return True
 
 
 def queue_slope(points: Sequence[Point], role: Role) -> float:

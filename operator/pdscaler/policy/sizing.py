@@ -60,13 +60,15 @@ when its pressure is one more replicas relieve (``may_grow_proportionally``):
   backlog that has already drained (the p99 covers the whole 2-minute window): no
   replica added shortens either. So prefill grows this way only with at least one
   request waiting per ready replica, and its TTFT does not make it a bottleneck at all
-  when replicas came up inside the latency window and the queue is below that
-  (``ttft_is_past``: the percentile still counts the requests that queued before);
+  when replicas came up inside the latency window and the queue has stayed below that
+  at every tick since (``ttft_is_past``: the percentile still counts the requests that
+  queued before them);
 * a queue that fell since the last tick is draining with the capacity there is: 40
   then 25 waiting grows nothing (the drain model, which sees the queue, still may);
-* on the tick a pool's new replicas first show ready, its queue and latency were
-  measured before they served: 2 -> 5 ready with 38 waiting does not double to 10
-  (the demo's chat phase did; the queue was empty a second later).
+* on the two ticks after a pool's new replicas first show ready, its queue and latency
+  may have been measured before they served (a scrape interval plus Prometheus' lag can
+  outlast a short tick): 2 -> 5 ready with 38 waiting does not double to 10 (the demo's
+  chat phase did, on the first and on the second tick; the queue was empty by then).
 
 Prefill's proportional step is sized by ``growth_pressure``: its queue counts as the
 time the ready replicas need to serve it, over the TTFT SLO, not as requests per
@@ -155,17 +157,19 @@ class Attribution:
     ttft_set_aside: bool = False
 
 
-def ttft_is_past(prefill: PoolFacts, ready_rose: bool) -> bool:
+def ttft_is_past(prefill: PoolFacts, drained_since_rise: bool) -> bool:
     """Whether prefill's TTFT breach is the memory of a backlog already drained (module
-    docstring): replicas came up inside the latency window (``ready_rose``) and fewer
-    requests wait than replicas are ready, so the window's percentile still counts the
-    requests that queued before they came. 4 ready (1 a window ago), queue 1: past;
-    queue 4, queue unknown, or no replica added in the window: present."""
-    return ready_rose and prefill.queue is not None and prefill.queue < max(1, prefill.ready)
+    docstring): replicas came up inside the latency window and the queue has stayed below
+    one per ready replica at every tick since (``history.drained_since_rise``), and still
+    is. 5 ready (2 a tick before), queues 0 and 1 since: past. Queue 23 on 9 replicas
+    after they were all up: present (the percentile is a standing shortage)."""
+    return (
+        drained_since_rise and prefill.queue is not None and prefill.queue < max(1, prefill.ready)
+    )
 
 
 def attribute(
-    prefill: PoolFacts, decode: PoolFacts, rate: float, prefill_rose: bool = False
+    prefill: PoolFacts, decode: PoolFacts, rate: float, prefill_drained: bool = False
 ) -> Attribution:
     """Apply the bottleneck rule of the module docstring at the measured ``rate``.
 
@@ -174,11 +178,11 @@ def attribute(
     decode, both growing. With 24 prefill ready, prefill is at 0.67 (0.95x): decode only.
 
     Prefill's TTFT does not count once the replicas added inside the window have
-    drained the queue (``ttft_is_past``, ``prefill_rose``): after a warm-up backlog
+    drained the queue (``ttft_is_past``, ``prefill_drained``): after a warm-up backlog
     drains, 4 ready (1 a window ago) with queue 1 and TTFT p95 4.7 s grow nothing, where
     the ratio model at a forecast 26 req/s would have asked for 6.
     """
-    past = ttft_is_past(prefill, prefill_rose)
+    past = ttft_is_past(prefill, prefill_drained)
     full = locate_bottleneck(prefill.signals(rate, with_latency=not past), decode.signals(rate))
     load = {
         f.role: pool_pressure(f.role, f.signals(rate, with_latency=False))[0]
@@ -274,8 +278,8 @@ def may_grow_proportionally(
     facts: PoolFacts, queue_falling: bool, just_came_up: bool = False
 ) -> bool:
     """Whether the pool's pressure is one more replicas relieve (module docstring):
-    never with a falling queue, nor on the tick its new replicas first show ready
-    (``just_came_up``: the queue and latency were measured before they served);
+    never with a falling queue, nor within two ticks of its new replicas first showing
+    ready (``just_came_up``: the queue and latency may predate them);
     decode always; prefill with at least one request waiting per ready replica
     (10 ready: queue 10 yes, queue 3 or unknown no)."""
     if queue_falling or just_came_up:
