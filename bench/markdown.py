@@ -22,11 +22,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def pct(fraction: float) -> str:
-    """0.99512 -> ``99.51%``; NaN (nothing to count) -> ``-``."""
-    return f"{100.0 * fraction:.2f}%" if math.isfinite(fraction) else "-"
-
-
 def secs(value: float | None) -> str:
     """0.0412 -> ``41 ms``, 2.345 -> ``2.35 s``, inf/None -> ``never``."""
     if value is None or math.isinf(value):

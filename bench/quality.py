@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.markdown import pct, secs, table
+from bench.markdown import secs, table
+from pdscaler.cli.common import percent as pct
 from pdscaler.sim.compare import (
     ORACLE_REPLAY,
     POLICIES,

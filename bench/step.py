@@ -30,7 +30,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bench.markdown import pct, table
+from bench.markdown import table
+from pdscaler.cli.common import percent as pct
 from pdscaler.models import backlog, drain_time
 from pdscaler.sim.controllers import PdscalerController, Target, View
 from pdscaler.sim.engine import EngineParams, RequestTimes

@@ -63,3 +63,8 @@ def num(value: float | None, digits: int = 2, never: str = "never") -> str:
         return "n/a"
     text = f"{value:,.{digits}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def percent(fraction: float) -> str:
+    """A share as a table cell: 0.99512 -> ``99.51%``; NaN (nothing to count) -> ``-``."""
+    return f"{100.0 * fraction:.2f}%" if math.isfinite(fraction) else "-"

@@ -21,7 +21,6 @@ simulated engine's real capacities (defaults: priors 15% over / 20% under the tr
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,7 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pdscaler.cli.common import OneLineCommand, fail
+from pdscaler.cli.common import OneLineCommand, fail, percent
 from pdscaler.sim.compare import POLICIES, Comparison, compare, parse_policies
 from pdscaler.sim.engine import EngineParams
 from pdscaler.sim.loop import LoopConfig
@@ -97,8 +96,8 @@ def table(comparison: Comparison) -> Table:
         name = f"{s.policy} *" if s.policy in front else s.policy
         out.add_row(
             name,
-            _percent(s.slo_attainment),
-            _percent(s.slo_attainment_settled),
+            percent(s.slo_attainment),
+            percent(s.slo_attainment_settled),
             _seconds(s.ttft_p50_s),
             _seconds(s.ttft_p99_s),
             _seconds(s.tpot_p50_s),
@@ -118,11 +117,6 @@ def table(comparison: Comparison) -> Table:
         "two minutes' mean and metric windows empty, left out)"
     )
     return out
-
-
-def _percent(fraction: float) -> str:
-    """0.99021 -> ``99.02%``; NaN (nothing to count) -> ``-``."""
-    return f"{100 * fraction:.2f}%" if math.isfinite(fraction) else "-"
 
 
 def cmd_simulate(

@@ -1,7 +1,8 @@
 """The recent queues and ready counts of both pools, kept tick to tick in the memory.
 
 Owns: recording one point per tick (``(time, prefill queue, decode queue, prefill
-ready, decode ready)``) and the three facts the policy reads from them:
+ready, decode ready)``), the policy's one test of a backlog (``backlogged``: at least
+one request waiting per ready replica), and the facts the policy reads from the points:
 
 * ``mean_ready``: the ready replicas averaged over the metrics window. The pools'
   tokens/s are window rates, so they are divided by the replicas that served over the
@@ -55,6 +56,13 @@ def _ready(point: Point, role: Role) -> int:
     return point[3] if role is Role.PREFILL else point[4]
 
 
+def backlogged(queue: float | None, ready: int) -> bool:
+    """Whether a pool's queue holds at least one waiting request per ready replica (one
+    when none is ready): the policy's single test of "requests wait". 10 ready: queue
+    10 True, queue 3 False; 0 ready: queue 1 True; unknown queue False."""
+    return queue is not None and queue >= max(1, ready)
+
+
 def mean_ready(points: Sequence[Point], role: Role, ready_now: int) -> float:
     """The pool's ready replicas averaged over ``points`` (``ready_now`` when there are
     none): points with 10, 10, 20, 20 ready -> 15."""
@@ -70,8 +78,7 @@ def saturated_seconds(points: Sequence[Point], role: Role, interval: float) -> f
     below its ready count -> 0.0."""
     run = 0
     for p in reversed(points):
-        q = _queue(p, role)
-        if q is None or q < max(1, _ready(p, role)):
+        if not backlogged(_queue(p, role), _ready(p, role)):
             break
         run += 1
     return run * interval
@@ -100,7 +107,7 @@ def drained_since_rise(points: Sequence[Point], role: Role) -> bool:
         return False
     for p in points[last_rise + 1 :]:
         q = _queue(p, role)
-        if q is None or q >= max(1, _ready(p, role)):
+        if q is None or backlogged(q, _ready(p, role)):
             return False
     return True
 

@@ -93,6 +93,7 @@ from pdscaler.models import (
 )
 from pdscaler.models import backlog as backlog_of
 from pdscaler.models.bottleneck import PRESSURE_LIMIT
+from pdscaler.policy.history import backlogged
 from pdscaler.types import Role
 
 #: The proportional fallback grows a pool at most this many times its ready replicas
@@ -164,7 +165,9 @@ def ttft_is_past(prefill: PoolFacts, drained_since_rise: bool) -> bool:
     is. 5 ready (2 a tick before), queues 0 and 1 since: past. Queue 23 on 9 replicas
     after they were all up: present (the percentile is a standing shortage)."""
     return (
-        drained_since_rise and prefill.queue is not None and prefill.queue < max(1, prefill.ready)
+        drained_since_rise
+        and prefill.queue is not None
+        and not backlogged(prefill.queue, prefill.ready)
     )
 
 
@@ -286,7 +289,7 @@ def may_grow_proportionally(
         return False
     if facts.role is Role.DECODE:
         return True
-    return facts.queue is not None and facts.queue >= max(1, facts.ready)
+    return backlogged(facts.queue, facts.ready)
 
 
 def grow(
