@@ -19,6 +19,96 @@ class Role(StrEnum):
     DECODE = "decode"
 
 
+# ------------------------------------------------------------------ the vocabulary
+# Every string pdscaler writes to the cluster as a reason, phase or condition type is
+# one member of one of these enums (values unchanged from the first release). A
+# StrEnum member IS its string, so it serialises as written and compares equal to it.
+
+
+class Action(StrEnum):
+    """The policy's machine-readable action: ``Decision.action``, the reason of the
+    decision's Event and ``status.lastDecision.action``. Every action that changes no
+    replica count starts with ``Hold``."""
+
+    SCALED_PREFILL = "ScaledPrefill"
+    SCALED_DECODE = "ScaledDecode"
+    SCALED_BOTH = "ScaledBoth"
+    SCALED_DOWN = "ScaledDown"
+    CAPACITY_LIMITED = "CapacityLimited"
+    HOLD = "Hold"
+    HOLD_METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
+    HOLD_STABILIZING = "HoldStabilizing"
+    HOLD_ROLLOUT = "HoldRolloutInProgress"
+    HOLD_AT_LIMIT = "HoldAtLimit"
+
+    @property
+    def holds(self) -> bool:
+        """True for the actions that change no replica count."""
+        return self.value.startswith("Hold")
+
+
+class RolloutPhase(StrEnum):
+    """Where the same-version rollout is (``status.rollout.phase``)."""
+
+    STABLE = "Stable"  # no rollout
+    PROGRESSING = "Progressing"
+    ROLLING_BACK = "RollingBack"
+    COMPLETE = "Complete"  # the last rollout finished
+    ROLLED_BACK = "RolledBack"  # the last rollout was rolled back
+
+    @property
+    def moving(self) -> bool:
+        """True while cells are being shifted (Progressing or RollingBack)."""
+        return self in (RolloutPhase.PROGRESSING, RolloutPhase.ROLLING_BACK)
+
+
+class RolloutReason(StrEnum):
+    """Why the rollout is where it is: the reason of rollout Events and of
+    ``RolloutStep.reason``."""
+
+    STABLE = "Stable"
+    STARTED = "RolloutStarted"
+    DECODE_FIRST = "WaitingForNewDecode"
+    SHIFTING = "ShiftingCapacity"
+    SURGE_BELOW_STEP = "SurgeBelowOneStep"
+    STEP_DOES_NOT_FIT = "StepDoesNotFit"
+    DRAINING = "DrainingOldCells"
+    COMPLETE = "RolloutComplete"
+    DEADLINE = "ProgressDeadlineExceeded"
+    NO_ROLLBACK = "NoRollbackTarget"
+    ROLLING_BACK = "RollingBack"
+    ROLLED_BACK = "RolledBack"
+
+
+class ConditionType(StrEnum):
+    """The conditions of ``status.conditions``, in the order they are written."""
+
+    READY = "Ready"
+    METRICS_AVAILABLE = "MetricsAvailable"
+    PROGRESSING = "Progressing"
+    CAPACITY_LIMITED = "CapacityLimited"
+    DEADLINE_INFEASIBLE = "DeadlineInfeasible"
+
+
+class ConditionReason(StrEnum):
+    """The ``reason`` of a condition (the CRD documents exactly these)."""
+
+    SERVING = "Serving"
+    NOT_SERVING = "NotServing"
+    METRICS_OK = "MetricsOK"
+    PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
+    METRICS_INCOMPLETE = "MetricsIncomplete"
+    ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+    ROLLING_BACK = "RollingBack"
+    ROLLOUT_COMPLETE = "RolloutComplete"
+    ROLLED_BACK = "ProgressDeadlineExceeded"
+    STABLE = "Stable"
+    INSUFFICIENT_GPUS = "InsufficientGPUs"
+    CAPACITY_AVAILABLE = "CapacityAvailable"
+    DEADLINE_INFEASIBLE = "RecoveryDeadlineInfeasible"
+    DEADLINE_FEASIBLE = "DeadlineFeasible"
+
+
 @dataclass(frozen=True)
 class PoolMetrics:
     """One pool's signals from Prometheus, summed/aggregated over the pool's pods.
