@@ -1,33 +1,26 @@
 """One reconcile tick of one PDDeployment: ``reconcile_once`` (DESIGN.md §2), and the
 process-wide ``Runtime`` it runs in.
 
-Owns: the order of a tick, level-triggered and idempotent (sample-controller's
-``syncHandler``):
+Owns: the shell of a tick, level-triggered and idempotent (sample-controller's
+``syncHandler``), in three steps:
 
-1. read the PDDeployment (gone or being deleted: nothing to do; a spec the pure model
+1. read: the PDDeployment (gone or being deleted: nothing to do; a spec the pure model
    refuses: a Warning Event once per generation), its owned Deployments, Services and
-   pods (``kube.observe``) -> per-cell and per-pool observations (``observe``);
-2. read a Prometheus snapshot (``prometheus.read_snapshot``; unreachable -> ``None``,
-   the policy holds and never scales down);
-3. the rollout state (``rollout``), then the policy (``policy.decide``), then the cells
-   the rollout wants at the decided totals -> desired objects (``manifests``) -> the
-   minimal plan (``plan``);
-4. apply the plan unless ``scaling.mode`` is Recommend (then nothing but the status
-   and Events is written); objects not ours are refused with a Warning Event;
-5. the typed status (``status``), patched only when it changed; an Event per action;
+   pods (``kube.observe``), and a Prometheus snapshot (``prometheus.read_snapshot``;
+   unreachable -> ``None``: the policy holds and never scales down);
+2. compute: ``tick.compute(TickFacts) -> TickEffects``, pure (decision, rollout step,
+   desired objects, plan, status, Events, what to remember);
+3. apply: the writes (none in Recommend mode), the Events, the status when it changed,
    the operator's metrics (``telemetry``).
 
-A converged PDDeployment therefore costs reads only: ZERO writes (the lab test counts
-them through ``Kube.audit``). Must not: hold policy, rollout or planning logic (the pure
-modules do), or write anything except through ``kube.py``.
-
-The policy memory lives in the Runtime between ticks (the rate history for the
-forecast included) and, compacted, in ``status.memory`` for a restarted operator.
+A converged PDDeployment costs reads only: ZERO writes (the lab test counts them through
+``Kube.audit``). Must not: decide anything (``tick`` and the pure modules do), or write
+anything except through ``kube.py``. The policy memory and rollout state live in the
+Runtime between ticks and, compacted, in the status for a restarted operator.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
@@ -38,15 +31,14 @@ from typing import Any
 
 import pydantic
 
-from pdscaler import manifests, naming, observe, rollout, status
+from pdscaler import rollout, tick
 from pdscaler.kube import Kube, load_api_client
-from pdscaler.manifests import CellTarget, Meta
-from pdscaler.plan import Action, Observed, Plan, Verb, owned_by, plan
-from pdscaler.policy import decide
+from pdscaler.manifests import Meta
+from pdscaler.plan import Plan
 from pdscaler.prometheus import MetricsUnavailableError, PrometheusClient, read_snapshot
-from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
+from pdscaler.spec import PDDeploymentSpec
 from pdscaler.telemetry import Telemetry
-from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory, Role, TickInput
+from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory, Role
 
 log = logging.getLogger("pdscaler.reconcile")
 
@@ -149,7 +141,8 @@ class Runtime:
 
 
 def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
-    """One level-triggered tick for PDDeployment ``namespace/name`` (module docstring)."""
+    """One level-triggered tick for PDDeployment ``namespace/name``: read, compute
+    (``tick.compute``, pure), apply (module docstring)."""
     started = time.perf_counter()
     writes_before = rt.kube.audit.count
     rt.ticks += 1
@@ -165,6 +158,7 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
         rt.last[(namespace, name)] = done
         return done
 
+    # read
     pdd = rt.kube.get_pdd(namespace, name)
     if pdd is None:
         rt.forget(namespace, name)
@@ -176,102 +170,62 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
     if spec is None:
         return report(skipped="invalid spec")
     rt.intervals[(namespace, name)] = spec.scaling.interval_seconds
-
     now = rt.clock()
     uid = str(meta["uid"])
     rt.uids[(namespace, name)] = uid
     owner = Meta(name=name, namespace=namespace, uid=uid)
-    previous = status.parse_status(pdd.get("status"))
-    target = CellTarget(spec.engine.image, spec.engine.version, 0, 0)
-    wanted = [
-        (str(o["kind"]), str(o["metadata"]["name"]))
-        for o in manifests.desired_objects(owner, spec, [target])
-    ]
-    observed = rt.kube.observe(namespace, name, wanted)
-    cells = observe.cells(observed, uid)
-
+    observed = rt.kube.observe(namespace, name, tick.wanted_objects(owner, spec))
     metrics, metrics_error = _read_metrics(rt, spec, namespace, name, now)
-    memory = rt.memory.get(uid) or status.memory_from_status(
-        previous.memory if previous else None, now
-    )
-    roll = rt.rollouts.get(uid) or rollout.state_from_status(
-        previous.rollout if previous else None, spec, cells, now
-    )
-    prefill_obs, decode_obs = rollout.policy_pools(cells, roll)
-    decision = decide(
-        TickInput(
-            now=now,
-            spec=spec,
-            metrics=metrics,
-            prefill=prefill_obs,
-            decode=decode_obs,
-            memory=memory,
-            rollout_in_progress=rollout.in_progress(spec, cells, roll),
-        )
-    )
-    step = rollout.step(spec, cells, (decision.prefill, decision.decode), now, roll)
-    desired = _freeze_other_versions(
-        manifests.desired_objects(owner, spec, list(step.targets())), observed, spec, uid
-    )
-    running = metrics.decode.running_by_pod if metrics else {}
-    the_plan = plan(uid, desired, observed, running)
 
-    auto = spec.scaling.mode == "Auto"
-    events: list[str] = []
-    if auto:
-        for action in the_plan.writes:
-            rt.kube.execute(namespace, action, observed)
-            rt.telemetry.record_write(action.verb.value, action.kind)
-    events += _warn_foreign(rt, pdd, the_plan)
-
-    # Recommend mode scaled nothing: the policy must not believe capacity is coming.
-    kept_memory = (
-        decision.memory
-        if auto
-        else dataclasses.replace(decision.memory, last_scale_time=memory.last_scale_time)
-    )
-    decision = dataclasses.replace(decision, memory=kept_memory)
-    new_status = status.build_status(
-        status.StatusInput(
+    # compute
+    fx = tick.compute(
+        tick.TickFacts(
             now=now,
+            owner=owner,
             generation=int(meta.get("generation") or 0),
             spec=spec,
-            decision=decision,
+            observed=observed,
             metrics=metrics,
-            prefill=prefill_obs,
-            decode=decode_obs,
-            active_version=step.active_version,
-            target_version=spec.engine.version,
-            progress=step.progress,
-            previous=previous,
-            memory_window_seconds=spec.scaling.scale_down_stabilization_seconds,
             metrics_error=metrics_error,
+            raw_status=pdd.get("status"),
+            memory=rt.memory.get(uid),
+            rollout=rt.rollouts.get(uid),
         )
     )
-    if auto:
-        events += _action_events(rt, pdd, the_plan)
-    events += _decision_events(rt, pdd, new_status, previous, auto)
-    events += _rollout_events(rt, pdd, step.events)
-    written = status.status_changed(new_status, pdd.get("status"))
-    if written:
-        rt.kube.patch_status(namespace, name, new_status.to_k8s(), pdd.get("status"))
+
+    # apply
+    for action in fx.writes:
+        rt.kube.execute(namespace, action, observed)
+        rt.telemetry.record_write(action.verb.value, action.kind)
+    events = [_publish(rt, pdd, e) for e in fx.events if e.once is None or e.once not in rt.warned]
+    if fx.status_changed:
+        rt.kube.patch_status(namespace, name, fx.status.to_k8s(), pdd.get("status"))
         rt.telemetry.record_write("status", "PDDeployment")
-    rt.memory[uid] = kept_memory
-    if auto:
-        rt.rollouts[uid] = step.state
+    rt.memory[uid] = fx.memory
+    if fx.rollout is not None:
+        rt.rollouts[uid] = fx.rollout
     done = report(
-        decision=decision,
-        plan=the_plan,
+        decision=fx.decision,
+        plan=fx.plan,
         metrics=metrics,
         metrics_error=metrics_error,
-        applied=auto and bool(the_plan.writes),
-        status_written=written,
+        applied=fx.applied,
+        status_written=fx.status_changed,
         events=tuple(events),
     )
-    before = {Role.PREFILL: prefill_obs.replicas, Role.DECODE: decode_obs.replicas}
-    ready = {Role.PREFILL: prefill_obs, Role.DECODE: decode_obs}
-    rt.telemetry.record_tick(namespace, name, decision, before, ready, metrics, done.seconds)
+    before = {Role.PREFILL: fx.prefill.replicas, Role.DECODE: fx.decode.replicas}
+    ready = {Role.PREFILL: fx.prefill, Role.DECODE: fx.decode}
+    rt.telemetry.record_tick(namespace, name, fx.decision, before, ready, metrics, done.seconds)
     return done
+
+
+def _publish(rt: Runtime, pdd: Obj, event: tick.Event) -> str:
+    """Publish one Event (a keyed one at most once per process); its log line."""
+    if event.once is not None:
+        rt.warned.add(event.once)
+    rt.kube.event(pdd, event.reason, event.message, event.type)
+    rt.telemetry.record_write("event", "Event")
+    return event.line()
 
 
 def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
@@ -290,25 +244,6 @@ def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
         return None
 
 
-def _freeze_other_versions(
-    desired: list[Obj], observed: Observed, spec: PDDeploymentSpec, uid: str
-) -> list[Obj]:
-    """Pool Deployments of cells other than the spec's version keep the template they
-    were rendered with (``manifests.frozen_pool``); only their replicas follow the plan."""
-    spec_rev = naming.revision(spec.engine.image, spec.engine.version)
-    have = {str(d["metadata"]["name"]): d for d in observed.deployments if owned_by(d, uid)}
-    out: list[Obj] = []
-    for obj in desired:
-        labels = obj["metadata"].get("labels") or {}
-        name = str(obj["metadata"]["name"])
-        old = have.get(name)
-        if obj["kind"] == "Deployment" and labels.get(naming.LABEL_REVISION) != spec_rev and old:
-            out.append(manifests.frozen_pool(old, int(obj["spec"]["replicas"])))
-        else:
-            out.append(obj)
-    return out
-
-
 def _read_metrics(
     rt: Runtime, spec: PDDeploymentSpec, namespace: str, name: str, now: float
 ) -> tuple[MetricsSnapshot | None, str | None]:
@@ -319,77 +254,6 @@ def _read_metrics(
         return read_snapshot(client, spec, namespace, name, now), None
     except MetricsUnavailableError as err:
         return None, err.message
-
-
-# -------------------------------------------------------------------------- events
-
-
-def _event(rt: Runtime, pdd: Obj, reason: str, message: str, type_: str = "Normal") -> str:
-    rt.kube.event(pdd, reason, message, type_)
-    rt.telemetry.record_write("event", "Event")
-    return f"{type_} {reason}: {message}"
-
-
-_VERB_REASON = {
-    Verb.CREATE: "Created",
-    Verb.UPDATE: "Updated",
-    Verb.DELETE: "Deleted",
-}
-
-
-def _action_events(rt: Runtime, pdd: Obj, the_plan: Plan) -> list[str]:
-    """One Event per create/update/delete, one per batch of deletion-cost annotations.
-    Replica changes are told by the decision's Event (its sentence has the numbers)."""
-    out: list[str] = []
-    costs = [a for a in the_plan.writes if a.verb is Verb.ANNOTATE_POD]
-    for action in the_plan.writes:
-        reason = _VERB_REASON.get(action.verb)
-        if reason is not None:
-            out.append(_event(rt, pdd, f"{reason}{action.kind}", _describe(action)))
-    if costs:
-        pods = ", ".join(f"{a.name}={a.message.split('=')[-1]}" for a in costs)
-        out.append(_event(rt, pdd, "SetDeletionCost", f"decode pod-deletion-cost: {pods}"))
-    return out
-
-
-def _describe(action: Action) -> str:
-    """``Deployment chat-v1-abcde-decode (cell retired)``."""
-    return f"{action.kind} {action.name}" + (f" ({action.message})" if action.message else "")
-
-
-def _warn_foreign(rt: Runtime, pdd: Obj, the_plan: Plan) -> list[str]:
-    """A Warning Event per object we want but do not own, once per process."""
-    uid = str(pdd["metadata"]["uid"])
-    out: list[str] = []
-    for action in the_plan.actions:
-        key = ("foreign", uid, action.kind, action.name)
-        if action.verb is Verb.WARN and key not in rt.warned:
-            rt.warned.add(key)
-            out.append(_event(rt, pdd, "NotOwned", action.describe(), "Warning"))
-    return out
-
-
-def _decision_events(
-    rt: Runtime,
-    pdd: Obj,
-    new: PDDeploymentStatus,
-    previous: PDDeploymentStatus | None,
-    auto: bool,
-) -> list[str]:
-    """An Event when a new decision is published (not for a steady Hold)."""
-    ld = new.last_decision
-    old = previous.last_decision if previous else None
-    if ld is None or ld == old or (ld.action or "").startswith("Hold"):
-        return []
-    reason = ld.action or "Decision"
-    message = ld.message or reason
-    if not auto:
-        reason, message = f"Recommend{reason}", f"(Recommend mode, not applied) {message}"
-    return [_event(rt, pdd, reason, message)]
-
-
-def _rollout_events(rt: Runtime, pdd: Obj, events: tuple[tuple[str, str, str], ...]) -> list[str]:
-    return [_event(rt, pdd, reason, message, type_) for type_, reason, message in events]
 
 
 # ---------------------------------------------------------------- benchmark hook

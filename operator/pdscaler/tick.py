@@ -1,0 +1,255 @@
+"""The middle of one reconcile tick as ONE pure function: ``compute(TickFacts) -> TickEffects``.
+
+Owns: everything a tick decides once the edges have read the cluster and Prometheus —
+the policy memory and rollout state to resume from, the per-pool observations, the
+policy's decision, the rollout step, the desired objects, the minimal plan, the typed
+status, the Events to publish and what to remember for the next tick. The shape is
+NVIDIA Dynamo's planner core (facts in, effects out): ``reconcile.reconcile_once`` reads,
+calls ``compute``, and applies; the offline simulator and the unit tests call
+``compute`` directly with the same facts, so a rollout or a restart replays exactly as
+the operator would run it.
+
+Must not: read the clock (``facts.now``), talk to Kubernetes or Prometheus, or mutate
+its inputs. Recommend mode is decided here too: ``effects.writes`` is empty and the
+policy's memory keeps the last real scale time (nothing was scaled).
+
+Worked example (tests/unit/test_tick.py): a PDDeployment at R = 1 req/s, L_p = 2000,
+L_d = 500 with prefill 3000 tok/s, decode 800 tok/s, u = 0.7 and no objects yet: the
+ratio model wants N_P = 0.95 -> 1 and N_D = 0.89 -> 1, so the effects are four creates
+(prefill and decode Deployments, the cell's decode Service, the front Service), a status
+with ``prefill.desiredReplicas = 1`` and one ``Created...`` Event per create.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pdscaler import manifests, naming, observe, rollout, status
+from pdscaler.manifests import CellTarget, Meta
+from pdscaler.plan import Action, Observed, Plan, Verb, owned_by, plan
+from pdscaler.policy import decide
+from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
+from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory, PoolObservation, TickInput
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One Kubernetes Event to publish; ``once`` (when set) is a key the shell publishes
+    at most once per process (a Warning about an object we do not own)."""
+
+    type: str
+    reason: str
+    message: str
+    once: tuple[str, ...] | None = None
+
+    def line(self) -> str:
+        """``Normal CreatedDeployment: Deployment chat-abcde-decode``."""
+        return f"{self.type} {self.reason}: {self.message}"
+
+
+@dataclass(frozen=True)
+class TickFacts:
+    """Everything one tick's decisions depend on, as read by the edges.
+
+    ``raw_status`` is the PDDeployment's status as stored (to write only on change);
+    ``memory`` / ``rollout`` are what this process kept from its previous tick (None
+    after a restart: rebuilt from the status and the cluster)."""
+
+    now: float
+    owner: Meta
+    generation: int
+    spec: PDDeploymentSpec
+    observed: Observed
+    metrics: MetricsSnapshot | None
+    metrics_error: str | None = None
+    raw_status: Mapping[str, Any] | None = None
+    memory: PolicyMemory | None = None
+    rollout: rollout.RolloutState | None = None
+
+
+@dataclass(frozen=True)
+class TickEffects:
+    """What the shell must do, and what it keeps: ``writes`` (empty in Recommend mode)
+    in order, ``events`` in order, ``status`` to patch when ``status_changed``, and the
+    ``memory`` / ``rollout`` to hand to the next tick (``rollout`` None: keep none)."""
+
+    decision: Decision
+    plan: Plan
+    step: rollout.RolloutStep
+    writes: tuple[Action, ...]
+    status: PDDeploymentStatus
+    status_changed: bool
+    events: tuple[Event, ...]
+    memory: PolicyMemory
+    rollout: rollout.RolloutState | None
+    prefill: PoolObservation
+    decode: PoolObservation
+
+    @property
+    def applied(self) -> bool:
+        return bool(self.writes)
+
+
+def wanted_objects(owner: Meta, spec: PDDeploymentSpec) -> list[tuple[str, str]]:
+    """(kind, name) of the objects the spec's own cell would render: what the edge must
+    read beside everything the PDDeployment owns (a squatter holding one of these names
+    is refused with a Warning, never adopted)."""
+    target = CellTarget(spec.engine.image, spec.engine.version, 0, 0)
+    return [
+        (str(o["kind"]), str(o["metadata"]["name"]))
+        for o in manifests.desired_objects(owner, spec, [target])
+    ]
+
+
+def compute(facts: TickFacts) -> TickEffects:
+    """One tick's decisions from its facts (module docstring). Purely computational."""
+    spec, owner, now = facts.spec, facts.owner, facts.now
+    previous = status.parse_status(dict(facts.raw_status) if facts.raw_status else None)
+    cells = observe.cells(facts.observed, owner.uid)
+    memory = facts.memory or status.memory_from_status(previous.memory if previous else None, now)
+    roll = facts.rollout or rollout.state_from_status(
+        previous.rollout if previous else None, spec, cells, now
+    )
+    prefill_obs, decode_obs = rollout.policy_pools(cells, roll)
+    decision = decide(
+        TickInput(
+            now=now,
+            spec=spec,
+            metrics=facts.metrics,
+            prefill=prefill_obs,
+            decode=decode_obs,
+            memory=memory,
+            rollout_in_progress=rollout.in_progress(spec, cells, roll),
+        )
+    )
+    step = rollout.step(spec, cells, (decision.prefill, decision.decode), now, roll)
+    desired = _freeze_other_versions(
+        manifests.desired_objects(owner, spec, list(step.targets())),
+        facts.observed,
+        spec,
+        owner.uid,
+    )
+    running = facts.metrics.decode.running_by_pod if facts.metrics else {}
+    the_plan = plan(owner.uid, desired, facts.observed, running)
+
+    auto = spec.scaling.mode == "Auto"
+    # Recommend mode scaled nothing: the policy must not believe capacity is coming.
+    kept_memory = (
+        decision.memory
+        if auto
+        else dataclasses.replace(decision.memory, last_scale_time=memory.last_scale_time)
+    )
+    decision = dataclasses.replace(decision, memory=kept_memory)
+    new_status = status.build_status(
+        status.StatusInput(
+            now=now,
+            generation=facts.generation,
+            spec=spec,
+            decision=decision,
+            metrics=facts.metrics,
+            prefill=prefill_obs,
+            decode=decode_obs,
+            active_version=step.active_version,
+            target_version=spec.engine.version,
+            progress=step.progress,
+            previous=previous,
+            memory_window_seconds=spec.scaling.scale_down_stabilization_seconds,
+            metrics_error=facts.metrics_error,
+        )
+    )
+    events = [*_foreign_events(owner.uid, the_plan)]
+    if auto:
+        events += _action_events(the_plan)
+    events += _decision_events(new_status, previous, auto)
+    events += [Event(type_, reason, message) for type_, reason, message in step.events]
+    raw = dict(facts.raw_status) if facts.raw_status is not None else None
+    return TickEffects(
+        decision=decision,
+        plan=the_plan,
+        step=step,
+        writes=the_plan.writes if auto else (),
+        status=new_status,
+        status_changed=status.status_changed(new_status, raw),
+        events=tuple(events),
+        memory=kept_memory,
+        rollout=step.state if auto else None,
+        prefill=prefill_obs,
+        decode=decode_obs,
+    )
+
+
+def _freeze_other_versions(
+    desired: list[Obj], observed: Observed, spec: PDDeploymentSpec, uid: str
+) -> list[Obj]:
+    """Pool Deployments of cells other than the spec's version keep the template they
+    were rendered with (``manifests.frozen_pool``); only their replicas follow the plan."""
+    spec_rev = naming.revision(spec.engine.image, spec.engine.version)
+    have = {str(d["metadata"]["name"]): d for d in observed.deployments if owned_by(d, uid)}
+    out: list[Obj] = []
+    for obj in desired:
+        labels = obj["metadata"].get("labels") or {}
+        name = str(obj["metadata"]["name"])
+        old = have.get(name)
+        if obj["kind"] == "Deployment" and labels.get(naming.LABEL_REVISION) != spec_rev and old:
+            out.append(manifests.frozen_pool(old, int(obj["spec"]["replicas"])))
+        else:
+            out.append(obj)
+    return out
+
+
+# -------------------------------------------------------------------------- events
+
+_VERB_REASON = {
+    Verb.CREATE: "Created",
+    Verb.UPDATE: "Updated",
+    Verb.DELETE: "Deleted",
+}
+
+
+def _action_events(the_plan: Plan) -> list[Event]:
+    """One Event per create/update/delete, one per batch of deletion-cost annotations.
+    Replica changes are told by the decision's Event (its sentence has the numbers)."""
+    out: list[Event] = []
+    costs = [a for a in the_plan.writes if a.verb is Verb.ANNOTATE_POD]
+    for action in the_plan.writes:
+        reason = _VERB_REASON.get(action.verb)
+        if reason is not None:
+            out.append(Event("Normal", f"{reason}{action.kind}", _describe(action)))
+    if costs:
+        pods = ", ".join(f"{a.name}={a.message.split('=')[-1]}" for a in costs)
+        out.append(Event("Normal", "SetDeletionCost", f"decode pod-deletion-cost: {pods}"))
+    return out
+
+
+def _describe(action: Action) -> str:
+    """``Deployment chat-v1-abcde-decode (cell retired)``."""
+    return f"{action.kind} {action.name}" + (f" ({action.message})" if action.message else "")
+
+
+def _foreign_events(uid: str, the_plan: Plan) -> list[Event]:
+    """A Warning per object we want but do not own (the shell publishes each once)."""
+    return [
+        Event("Warning", "NotOwned", a.describe(), once=("foreign", uid, a.kind, a.name))
+        for a in the_plan.actions
+        if a.verb is Verb.WARN
+    ]
+
+
+def _decision_events(
+    new: PDDeploymentStatus, previous: PDDeploymentStatus | None, auto: bool
+) -> list[Event]:
+    """An Event when a new decision is published (not for a steady Hold)."""
+    ld = new.last_decision
+    old = previous.last_decision if previous else None
+    if ld is None or ld == old or (ld.action or "").startswith("Hold"):
+        return []
+    reason = ld.action or "Decision"
+    message = ld.message or reason
+    if not auto:
+        reason, message = f"Recommend{reason}", f"(Recommend mode, not applied) {message}"
+    return [Event("Normal", reason, message)]

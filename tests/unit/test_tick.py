@@ -1,0 +1,193 @@
+"""``tick.compute``: a whole reconcile tick as data in, data out, and a rollout replayed
+through it on the simulated cluster (``pdscaler.sim.cluster``), restarts included.
+
+Worked numbers: prefill 3000 tok/s, decode 800 tok/s, u = 0.7, min 1 / max 8 each. At
+R = 1 req/s, L_p = 2000, L_d = 500 the ratio model wants N_P = 2000/2100 = 0.95 -> 1 and
+N_D = 500/560 = 0.89 -> 1; at R = 3 it wants N_P = 2.86 -> 3 and N_D = 2.68 -> 3.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pdscaler import invariants, naming, tick
+from pdscaler.manifests import Meta
+from pdscaler.plan import Observed, Verb
+from pdscaler.rollout import RolloutState
+from pdscaler.sim.cluster import SimCluster
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import MetricsSnapshot, PolicyMemory, PoolMetrics, Role, RolloutPhase
+
+OWNER = Meta(name="chat", namespace="serving", uid="u-1")
+INTERVAL = 5.0
+
+
+def spec(version: str = "v1", mode: str = "Auto") -> PDDeploymentSpec:
+    return PDDeploymentSpec.model_validate(
+        {
+            "engine": {"image": "img", "version": version},
+            "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 1, "max": 8}},
+            "decode": {"tokensPerSecond": 800, "replicas": {"min": 1, "max": 8}},
+            "scaling": {"mode": mode, "interval": "5s", "maxGPUs": 16},
+            "rollout": {"maxSurgeGPUs": 2, "progressDeadline": "10m"},
+        }
+    )
+
+
+def snapshot(now: float, rate: float = 1.0) -> MetricsSnapshot:
+    return MetricsSnapshot(
+        time=now,
+        request_rate=rate,
+        prompt_tokens=2000.0,
+        output_tokens=500.0,
+        prefill=PoolMetrics(queue_depth=0.0, latency_seconds=0.3, running=0.0),
+        decode=PoolMetrics(queue_depth=0.0, latency_seconds=0.02, running=0.0),
+    )
+
+
+def facts(
+    now: float,
+    observed: Observed,
+    the_spec: PDDeploymentSpec | None = None,
+    raw_status: dict[str, Any] | None = None,
+    memory: PolicyMemory | None = None,
+    rollout: RolloutState | None = None,
+    rate: float = 1.0,
+) -> tick.TickFacts:
+    return tick.TickFacts(
+        now=now,
+        owner=OWNER,
+        generation=1,
+        spec=the_spec or spec(),
+        observed=observed,
+        metrics=snapshot(now, rate),
+        raw_status=raw_status,
+        memory=memory,
+        rollout=rollout,
+    )
+
+
+def test_a_new_pddeployment_gets_its_first_cell_created_and_a_status() -> None:
+    """No objects yet: both pools at the ratio model's 1 replica, four creates (decode
+    Service, decode and prefill Deployments, front Service), one Event per create."""
+    fx = tick.compute(facts(1000.0, Observed()))
+    assert [(a.verb, a.kind) for a in fx.writes] == [
+        (Verb.CREATE, "Service"),
+        (Verb.CREATE, "Deployment"),
+        (Verb.CREATE, "Deployment"),
+        (Verb.CREATE, "Service"),
+    ]
+    rev = naming.revision("img", "v1")
+    assert fx.writes[1].name == naming.pool_name("chat", rev, Role.DECODE)
+    assert (fx.decision.prefill, fx.decision.decode) == (1, 1)
+    assert fx.status.prefill is not None
+    assert fx.status.prefill.desired_replicas == 1
+    assert fx.status_changed
+    created = [e for e in fx.events if e.reason.startswith("Created")]
+    assert len(created) == 4
+    assert fx.rollout is not None
+
+
+def test_recommend_mode_writes_nothing_and_keeps_no_scale_time() -> None:
+    """Recommend: the same decision and status, no writes, no Created Events, and the
+    policy's memory does not believe anything was scaled."""
+    fx = tick.compute(facts(1000.0, Observed(), spec(mode="Recommend")))
+    assert fx.writes == ()
+    assert fx.plan.writes  # the plan is still computed (and published)
+    assert not any(e.reason.startswith("Created") for e in fx.events)
+    assert fx.memory.last_scale_time is None
+    assert fx.rollout is None
+
+
+def run(
+    cluster: SimCluster,
+    the_spec: PDDeploymentSpec,
+    start: float,
+    ticks: int,
+    state: dict[str, Any],
+    rate: float = 1.0,
+    restart_every: int = 0,
+) -> list[tick.TickEffects]:
+    """Replay ``ticks`` ticks: compute, apply the writes to the simulated cluster, let
+    pods start; ``restart_every`` > 0 drops the process memory every that many ticks
+    (a restarted operator: only the status and the cluster survive)."""
+    out = []
+    for i in range(ticks):
+        now = start + i * INTERVAL
+        cluster.advance(now)
+        if restart_every and i % restart_every == 0:
+            state["memory"], state["rollout"] = None, None
+        fx = tick.compute(
+            facts(
+                now,
+                cluster.observed(),
+                the_spec,
+                raw_status=state.get("status"),
+                memory=state.get("memory"),
+                rollout=state.get("rollout"),
+                rate=rate,
+            )
+        )
+        cluster.apply(fx.writes, now)
+        state["memory"] = fx.memory
+        if fx.rollout is not None:
+            state["rollout"] = fx.rollout
+        if fx.status_changed:
+            state["status"] = fx.status.to_k8s()
+        out.append(fx)
+    return out
+
+
+def test_a_converged_pddeployment_costs_no_writes() -> None:
+    """Once the pods are Ready at the wanted size, a tick plans zero writes."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    effects = run(cluster, spec(), 1000.0, 8, state)
+    assert effects[0].writes
+    assert [len(fx.writes) for fx in effects[-3:]] == [0, 0, 0]
+    assert effects[-1].status_changed is False
+
+
+def _replay_rollout(restart_every: int) -> tuple[list[tick.TickEffects], list[str], SimCluster]:
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
+    v1 = naming.revision("img", "v1")
+    assert {
+        d["metadata"]["labels"][naming.LABEL_REVISION] for d in cluster.deployments.values()
+    } == {v1}
+    problems: list[str] = []
+    effects: list[tick.TickEffects] = []
+    for i in range(60):
+        now = 1040.0 + i * INTERVAL
+        effects += run(cluster, spec("v2"), now, 1, state, rate=3.0, restart_every=restart_every)
+        problems += invariants.violations(
+            cluster.ready_pods(), spec("v2"), "chat", check_capacity=True
+        )
+    return effects, problems, cluster
+
+
+def test_the_simulator_replays_a_rollout_through_the_pure_tick() -> None:
+    """v1 at 3/3 replicas, then the spec names v2: the rollout creates cell v2, shifts
+    capacity and retires v1, and at every tick of the replay the invariants hold (no
+    ready prefill without a ready decode of its version, capacity >= min, GPUs within
+    maxGPUs + surge)."""
+    effects, problems, cluster = _replay_rollout(restart_every=0)
+    v2 = naming.revision("img", "v2")
+    assert problems == []
+    revs = {d["metadata"]["labels"][naming.LABEL_REVISION] for d in cluster.deployments.values()}
+    assert revs == {v2}
+    phases = [fx.step.phase for fx in effects]
+    assert RolloutPhase.PROGRESSING in phases
+    assert phases[-1] == RolloutPhase.COMPLETE
+    ready = [
+        p for p in cluster.ready_pods() if p["metadata"]["labels"][naming.LABEL_ROLE] == "prefill"
+    ]
+    assert len(ready) == 3
+
+
+def test_a_rollout_replayed_with_an_operator_restart_every_third_tick_completes() -> None:
+    """The same rollout with the process memory dropped every 3 ticks (only status and
+    cluster survive, with metrics available): it still completes, invariants intact."""
+    effects, problems, _cluster = _replay_rollout(restart_every=3)
+    assert problems == []
+    assert effects[-1].step.phase == RolloutPhase.COMPLETE
+    assert (effects[-1].decision.prefill, effects[-1].decision.decode) == (3, 3)
