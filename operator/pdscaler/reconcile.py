@@ -146,29 +146,54 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
     started = time.perf_counter()
     writes_before = rt.kube.audit.count
     rt.ticks += 1
-
-    def report(**kw: Any) -> TickReport:
-        done = TickReport(
-            namespace,
-            name,
-            seconds=time.perf_counter() - started,
-            writes=rt.kube.audit.count - writes_before,
-            **kw,
+    read = _read(rt, namespace, name)
+    fx: tick.TickEffects | None = None
+    facts: tick.TickFacts | None = None
+    events: tuple[str, ...] = ()
+    if isinstance(read, str):
+        if read == "not found":
+            return TickReport(namespace, name, 0.0, 0, skipped=read)
+    else:
+        pdd, facts = read
+        fx = tick.compute(facts)
+        events = _apply(rt, pdd, facts, fx)
+    done = TickReport(
+        namespace,
+        name,
+        seconds=time.perf_counter() - started,
+        writes=rt.kube.audit.count - writes_before,
+        decision=fx.decision if fx else None,
+        plan=fx.plan if fx else None,
+        metrics=facts.metrics if facts else None,
+        metrics_error=facts.metrics_error if facts else None,
+        applied=fx.applied if fx else False,
+        status_written=fx.status_changed if fx else False,
+        events=events,
+        skipped=read if isinstance(read, str) else None,
+    )
+    rt.last[(namespace, name)] = done
+    if fx is not None and facts is not None:
+        before = {Role.PREFILL: fx.prefill.replicas, Role.DECODE: fx.decode.replicas}
+        ready = {Role.PREFILL: fx.prefill, Role.DECODE: fx.decode}
+        rt.telemetry.record_tick(
+            namespace, name, fx.decision, before, ready, facts.metrics, done.seconds
         )
-        rt.last[(namespace, name)] = done
-        return done
+    return done
 
-    # read
+
+def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] | str:
+    """The tick's facts from the API server, Prometheus and the Runtime's memory, or
+    why there is nothing to do (``not found``, ``being deleted``, ``invalid spec``)."""
     pdd = rt.kube.get_pdd(namespace, name)
     if pdd is None:
         rt.forget(namespace, name)
-        return TickReport(namespace, name, 0.0, 0, skipped="not found")
+        return "not found"
     meta = pdd["metadata"]
     if meta.get("deletionTimestamp"):
-        return report(skipped="being deleted")
+        return "being deleted"
     spec = _parse_spec(rt, pdd)
     if spec is None:
-        return report(skipped="invalid spec")
+        return "invalid spec"
     rt.intervals[(namespace, name)] = spec.scaling.interval_seconds
     now = rt.clock()
     uid = str(meta["uid"])
@@ -176,26 +201,27 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
     owner = Meta(name=name, namespace=namespace, uid=uid)
     observed = rt.kube.observe(namespace, name, tick.wanted_objects(owner, spec))
     metrics, metrics_error = _read_metrics(rt, spec, namespace, name, now)
-
-    # compute
-    fx = tick.compute(
-        tick.TickFacts(
-            now=now,
-            owner=owner,
-            generation=int(meta.get("generation") or 0),
-            spec=spec,
-            observed=observed,
-            metrics=metrics,
-            metrics_error=metrics_error,
-            raw_status=pdd.get("status"),
-            memory=rt.memory.get(uid),
-            rollout=rt.rollouts.get(uid),
-        )
+    return pdd, tick.TickFacts(
+        now=now,
+        owner=owner,
+        generation=int(meta.get("generation") or 0),
+        spec=spec,
+        observed=observed,
+        metrics=metrics,
+        metrics_error=metrics_error,
+        raw_status=pdd.get("status"),
+        memory=rt.memory.get(uid),
+        rollout=rt.rollouts.get(uid),
     )
 
-    # apply
+
+def _apply(rt: Runtime, pdd: Obj, facts: tick.TickFacts, fx: tick.TickEffects) -> tuple[str, ...]:
+    """The writes, the Events (keyed ones once per process), the status when it
+    changed, and what the Runtime keeps for the next tick; the Events' log lines."""
+    meta = pdd["metadata"]
+    namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
     for action in fx.writes:
-        rt.kube.execute(namespace, action, observed)
+        rt.kube.execute(namespace, action, facts.observed)
         rt.telemetry.record_write(action.verb.value, action.kind)
     events = [_publish(rt, pdd, e) for e in fx.events if e.once is None or e.once not in rt.warned]
     if fx.status_changed:
@@ -204,19 +230,7 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
     rt.memory[uid] = fx.memory
     if fx.rollout is not None:
         rt.rollouts[uid] = fx.rollout
-    done = report(
-        decision=fx.decision,
-        plan=fx.plan,
-        metrics=metrics,
-        metrics_error=metrics_error,
-        applied=fx.applied,
-        status_written=fx.status_changed,
-        events=tuple(events),
-    )
-    before = {Role.PREFILL: fx.prefill.replicas, Role.DECODE: fx.decode.replicas}
-    ready = {Role.PREFILL: fx.prefill, Role.DECODE: fx.decode}
-    rt.telemetry.record_tick(namespace, name, fx.decision, before, ready, metrics, done.seconds)
-    return done
+    return tuple(events)
 
 
 def _publish(rt: Runtime, pdd: Obj, event: tick.Event) -> str:
