@@ -1,5 +1,6 @@
 """The status builder: one tick's facts -> the typed ``PDDeploymentStatus`` (KEDA-style
-conditions with reason constants), and the policy memory as persisted in status.
+conditions, typed by ``ConditionType`` with a ``ConditionReason``), and the policy
+memory as persisted in status.
 
 Owns: the conditions Ready, MetricsAvailable, Progressing, CapacityLimited and
 DeadlineInfeasible (``lastTransitionTime`` kept while a condition's status does not
@@ -34,31 +35,18 @@ from pdscaler.spec import (
     PoolStatus,
     RolloutStatus,
 )
-from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory, PoolObservation
+from pdscaler.types import (
+    ConditionReason,
+    ConditionType,
+    Decision,
+    MetricsSnapshot,
+    PolicyMemory,
+    PoolObservation,
+    RolloutPhase,
+)
 
-# condition types
-READY = "Ready"
-METRICS_AVAILABLE = "MetricsAvailable"
-PROGRESSING = "Progressing"
-CAPACITY_LIMITED = "CapacityLimited"
-DEADLINE_INFEASIBLE = "DeadlineInfeasible"
-CONDITION_TYPES = (READY, METRICS_AVAILABLE, PROGRESSING, CAPACITY_LIMITED, DEADLINE_INFEASIBLE)
-
-# reasons
-REASON_SERVING = "Serving"
-REASON_NOT_SERVING = "NotServing"
-REASON_METRICS_OK = "MetricsOK"
-REASON_PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
-REASON_METRICS_INCOMPLETE = "MetricsIncomplete"
-REASON_ROLLOUT_IN_PROGRESS = "RolloutInProgress"
-REASON_ROLLING_BACK = "RollingBack"
-REASON_ROLLOUT_COMPLETE = "RolloutComplete"
-REASON_ROLLED_BACK = "ProgressDeadlineExceeded"
-REASON_STABLE = "Stable"
-REASON_INSUFFICIENT_GPUS = "InsufficientGPUs"
-REASON_CAPACITY_AVAILABLE = "CapacityAvailable"
-REASON_DEADLINE_INFEASIBLE = "RecoveryDeadlineInfeasible"
-REASON_DEADLINE_FEASIBLE = "DeadlineFeasible"
+#: The condition types, in the order they are written.
+CONDITION_TYPES = tuple(ConditionType)
 
 
 def rfc3339(t: float) -> datetime:
@@ -66,18 +54,29 @@ def rfc3339(t: float) -> datetime:
     return datetime.fromtimestamp(math.floor(t), tz=UTC)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ProgressFacts:
     """The rollout's state as the Progressing condition shows it.
 
     ``phase``: ``Stable`` (no rollout), ``Progressing``, ``RollingBack``, ``Complete``
     (the last rollout finished) or ``RolledBack`` (the deadline passed, the old version
-    serves again).
+    serves again). Given as a ``RolloutPhase`` or its value (``"RollingBack"`` ->
+    ``RolloutPhase.ROLLING_BACK``; an unknown phase raises ValueError).
     """
 
-    phase: str = "Stable"
-    message: str = ""
-    rollout: RolloutStatus | None = None
+    phase: RolloutPhase
+    message: str
+    rollout: RolloutStatus | None
+
+    def __init__(
+        self,
+        phase: RolloutPhase | str = RolloutPhase.STABLE,
+        message: str = "",
+        rollout: RolloutStatus | None = None,
+    ) -> None:
+        object.__setattr__(self, "phase", RolloutPhase(phase))
+        object.__setattr__(self, "message", message)
+        object.__setattr__(self, "rollout", rollout)
 
 
 @dataclass(frozen=True)
@@ -100,9 +99,9 @@ class StatusInput:
 
 
 def condition(
-    type_: str,
+    type_: ConditionType,
     status: ConditionStatus,
-    reason: str,
+    reason: ConditionReason,
     message: str,
     now: float,
     generation: int,
@@ -127,110 +126,136 @@ def condition(
     )
 
 
-def _conditions(inp: StatusInput, published: str) -> list[Condition]:
-    """``published``: the message of the published lastDecision (stable while the
-    decision is), used where a condition quotes the decision."""
-    prev = inp.previous.conditions if inp.previous else None
-    d = inp.decision
-    now, gen = inp.now, inp.generation
-    out: list[Condition] = []
+def _condition(
+    inp: StatusInput,
+    type_: ConditionType,
+    true: bool,
+    reason: ConditionReason,
+    message: str,
+) -> Condition:
+    """``condition`` at the tick's time and generation, against the previous status."""
+    previous = inp.previous.conditions if inp.previous else None
+    status: ConditionStatus = "True" if true else "False"
+    return condition(type_, status, reason, message, inp.now, inp.generation, previous)
 
+
+def _conditions(inp: StatusInput, published: str) -> list[Condition]:
+    """Every condition, in ``CONDITION_TYPES`` order. ``published``: the message of the
+    published lastDecision (stable while the decision is), which DeadlineInfeasible
+    quotes."""
+    return [
+        ready(inp),
+        metrics_available(inp),
+        progressing(inp),
+        capacity_limited(inp),
+        deadline_infeasible(inp, published),
+    ]
+
+
+def ready(inp: StatusInput) -> Condition:
+    """Ready: both pools have at least their minimum ready (at least one each):
+    prefill 4 ready (min 2), decode 5 ready (min 1) -> True, ``Serving``; prefill 1
+    ready (min 2) -> False, ``NotServing``."""
     floor_p = max(1, inp.spec.prefill.replicas.min)
     floor_d = max(1, inp.spec.decode.replicas.min)
     serving = inp.prefill.ready >= floor_p and inp.decode.ready >= floor_d
-    out.append(
-        condition(
-            READY,
-            "True" if serving else "False",
-            REASON_SERVING if serving else REASON_NOT_SERVING,
-            f"prefill {inp.prefill.ready} ready (min {floor_p}), "
-            f"decode {inp.decode.ready} ready (min {floor_d})",
-            now,
-            gen,
-            prev,
-        )
+    return _condition(
+        inp,
+        ConditionType.READY,
+        serving,
+        ConditionReason.SERVING if serving else ConditionReason.NOT_SERVING,
+        f"prefill {inp.prefill.ready} ready (min {floor_p}), "
+        f"decode {inp.decode.ready} ready (min {floor_d})",
     )
 
-    if inp.metrics is None:
-        out.append(
-            condition(
-                METRICS_AVAILABLE,
-                "False",
-                REASON_PROMETHEUS_UNREACHABLE,
-                f"{inp.metrics_error or 'Prometheus did not answer'}; "
-                "holding replicas, no scale-down",
-                now,
-                gen,
-                prev,
-            )
-        )
-    elif not inp.metrics.complete or not d.metrics_available:
-        problems = "; ".join(inp.metrics.problems) or "request rate or token lengths unknown"
-        out.append(
-            condition(
-                METRICS_AVAILABLE,
-                "False",
-                REASON_METRICS_INCOMPLETE,
-                f"{problems}; holding replicas, no scale-down"[:32768],
-                now,
-                gen,
-                prev,
-            )
-        )
-    else:
-        out.append(
-            condition(
-                METRICS_AVAILABLE, "True", REASON_METRICS_OK, "load shape known", now, gen, prev
-            )
-        )
 
-    phase = inp.progress.phase
-    prog: tuple[ConditionStatus, str]
-    if phase == "Progressing":
-        prog = ("True", REASON_ROLLOUT_IN_PROGRESS)
-    elif phase == "RollingBack":
-        prog = ("True", REASON_ROLLING_BACK)
-    elif phase == "RolledBack":
-        prog = ("False", REASON_ROLLED_BACK)
-    elif phase == "Complete":
-        prog = ("False", REASON_ROLLOUT_COMPLETE)
-    else:
-        prog = ("False", REASON_STABLE)
+def metrics_available(inp: StatusInput) -> Condition:
+    """MetricsAvailable: the load shape (R, L_p, L_d) is known. No snapshot ->
+    False, ``PrometheusUnreachable`` with why; a snapshot without R (or a decision that
+    held for missing metrics) -> False, ``MetricsIncomplete`` naming the problems
+    (``request rate: empty answer; holding replicas, no scale-down``); else True,
+    ``MetricsOK``."""
+    metrics = inp.metrics
+    if metrics is None:
+        return _condition(
+            inp,
+            ConditionType.METRICS_AVAILABLE,
+            False,
+            ConditionReason.PROMETHEUS_UNREACHABLE,
+            f"{inp.metrics_error or 'Prometheus did not answer'}; holding replicas, no scale-down",
+        )
+    if not metrics.complete or not inp.decision.metrics_available:
+        problems = "; ".join(metrics.problems) or "request rate or token lengths unknown"
+        return _condition(
+            inp,
+            ConditionType.METRICS_AVAILABLE,
+            False,
+            ConditionReason.METRICS_INCOMPLETE,
+            f"{problems}; holding replicas, no scale-down"[:32768],
+        )
+    return _condition(
+        inp,
+        ConditionType.METRICS_AVAILABLE,
+        True,
+        ConditionReason.METRICS_OK,
+        "load shape known",
+    )
+
+
+#: The Progressing condition of each rollout phase: (status, reason).
+_PROGRESS: dict[RolloutPhase, tuple[bool, ConditionReason]] = {
+    RolloutPhase.PROGRESSING: (True, ConditionReason.ROLLOUT_IN_PROGRESS),
+    RolloutPhase.ROLLING_BACK: (True, ConditionReason.ROLLING_BACK),
+    RolloutPhase.ROLLED_BACK: (False, ConditionReason.ROLLED_BACK),
+    RolloutPhase.COMPLETE: (False, ConditionReason.ROLLOUT_COMPLETE),
+    RolloutPhase.STABLE: (False, ConditionReason.STABLE),
+}
+
+
+def progressing(inp: StatusInput) -> Condition:
+    """Progressing: True while cells are being shifted. Phase Progressing -> True,
+    ``RolloutInProgress``; RollingBack -> True, ``RollingBack``; RolledBack -> False,
+    ``ProgressDeadlineExceeded``; Complete -> False, ``RolloutComplete``; Stable ->
+    False, ``Stable``. The message is the rollout's, or ``serving v1``."""
+    true, reason = _PROGRESS[inp.progress.phase]
     message = inp.progress.message or f"serving {inp.active_version}"
-    out.append(condition(PROGRESSING, prog[0], prog[1], message, now, gen, prev))
+    return _condition(inp, ConditionType.PROGRESSING, true, reason, message)
 
-    limited = d.capacity_limited or inp.prefill.unschedulable + inp.decode.unschedulable > 0
+
+def capacity_limited(inp: StatusInput) -> Condition:
+    """CapacityLimited: pods are Pending for lack of GPUs, or the decision was cut to
+    the schedulable capacity. Decode 6 asked, 2 unschedulable -> True,
+    ``InsufficientGPUs``, ``2 pod(s) unschedulable for lack of GPUs; ...``; else False,
+    ``CapacityAvailable``."""
     pending = inp.prefill.unschedulable + inp.decode.unschedulable
-    out.append(
-        condition(
-            CAPACITY_LIMITED,
-            "True" if limited else "False",
-            REASON_INSUFFICIENT_GPUS if limited else REASON_CAPACITY_AVAILABLE,
-            (
-                f"{pending} pod(s) unschedulable for lack of GPUs; "
-                "schedulable GPUs go to the bottleneck pool"
-                if limited
-                else "all pods schedulable"
-            ),
-            now,
-            gen,
-            prev,
-        )
+    limited = inp.decision.capacity_limited or pending > 0
+    return _condition(
+        inp,
+        ConditionType.CAPACITY_LIMITED,
+        limited,
+        ConditionReason.INSUFFICIENT_GPUS if limited else ConditionReason.CAPACITY_AVAILABLE,
+        (
+            f"{pending} pod(s) unschedulable for lack of GPUs; "
+            "schedulable GPUs go to the bottleneck pool"
+            if limited
+            else "all pods schedulable"
+        ),
     )
 
-    infeasible = d.deadline_infeasible
-    out.append(
-        condition(
-            DEADLINE_INFEASIBLE,
-            "True" if infeasible else "False",
-            REASON_DEADLINE_INFEASIBLE if infeasible else REASON_DEADLINE_FEASIBLE,
-            published if infeasible else "scale-ups can drain within slo.recoverySeconds",
-            now,
-            gen,
-            prev,
-        )
+
+def deadline_infeasible(inp: StatusInput, published: str) -> Condition:
+    """DeadlineInfeasible: a scale-up cannot drain its backlog by slo.recoverySeconds.
+    True, ``RecoveryDeadlineInfeasible``, quoting the published decision
+    (``... deadline infeasible: decode drain 95s > 60s at 32 replicas (needs 41)``);
+    else False, ``DeadlineFeasible``."""
+    infeasible = inp.decision.deadline_infeasible
+    return _condition(
+        inp,
+        ConditionType.DEADLINE_INFEASIBLE,
+        infeasible,
+        (ConditionReason.DEADLINE_INFEASIBLE if infeasible else ConditionReason.DEADLINE_FEASIBLE),
+        published if infeasible else "scale-ups can drain within slo.recoverySeconds",
     )
-    return out
 
 
 def _inputs(m: MetricsSnapshot | None) -> DecisionInputs | None:

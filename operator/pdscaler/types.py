@@ -235,7 +235,7 @@ class Decision:
 
     prefill: int
     decode: int
-    action: str
+    action: Action
     message: str
     pool: Role | None = None
     model: ModelOutputs = field(default_factory=ModelOutputs)

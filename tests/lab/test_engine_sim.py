@@ -30,7 +30,7 @@ from pdlab import scenarios
 from pdlab.engine_pods import PodInfo
 from pdlab.engine_sim import TARGET_PREFIX, DeploymentSim, EngineSim, Workload, workload
 from pdlab.lab import Lab
-from pdscaler import metricsql
+from pdscaler import presets
 from pdscaler.prometheus import PrometheusClient, read_snapshot
 from pdscaler.sim.engine import EngineParams
 from pdscaler.spec import PDDeployment
@@ -84,7 +84,7 @@ def test_pages_parse_and_carry_every_series_the_vllm_preset_queries() -> None:
     sim.sync(pods(2, 2), 0.0)
     pages = run(sim, 0.0, 20.0)
     assert set(pages) == {f"/pods/ns/{p}/metrics" for p in ("p0", "p1", "d0", "d1")}
-    templates = [v for v in vars(metricsql.VLLM).values() if isinstance(v, str) and "vllm:" in v]
+    templates = [v for v in vars(presets.VLLM).values() if isinstance(v, str) and "vllm:" in v]
     assert len(templates) >= 10
     for path in ("/pods/ns/p0/metrics", "/pods/ns/d0/metrics"):
         names = sample_names(pages[path].text)

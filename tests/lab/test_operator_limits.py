@@ -23,8 +23,7 @@ from lab.opkit import (
 )
 from labkit import Kube, private_gpu_nodes, wait_for
 from pdlab.lab import Lab
-from pdscaler import status
-from pdscaler.types import Role
+from pdscaler.types import ConditionReason, ConditionType, Role
 
 
 def serve(exp: EngineExporter, namespace: str, name: str, output: float, tpot: float) -> None:
@@ -53,8 +52,8 @@ def test_prometheus_stopped_holds_and_recovers(
             _, high = wait_stable(kube, namespace, name)
             proxy.down()
             serve(exporter, namespace, name, output=200, tpot=0.02)
-            c = wait_condition(kube, namespace, name, status.METRICS_AVAILABLE, "False", 30)
-            assert c["reason"] == status.REASON_PROMETHEUS_UNREACHABLE
+            c = wait_condition(kube, namespace, name, ConditionType.METRICS_AVAILABLE, "False", 30)
+            assert c["reason"] == ConditionReason.PROMETHEUS_UNREACHABLE
             t_down = time.time()
             while time.time() - t_down < 20.0:  # twice the stabilization window
                 assert total(kube, namespace, name, Role.DECODE) == high, "scaled down blind"
@@ -63,7 +62,7 @@ def test_prometheus_stopped_holds_and_recovers(
             assert last["action"] == "HoldMetricsUnavailable"
 
             proxy.up()
-            wait_condition(kube, namespace, name, status.METRICS_AVAILABLE, "True", 30)
+            wait_condition(kube, namespace, name, ConditionType.METRICS_AVAILABLE, "True", 30)
     finally:
         proxy.down()
 
@@ -87,8 +86,8 @@ def test_more_gpus_than_nodes_is_capacity_limited_and_favours_the_bottleneck(
             "the first decode pod Ready",
         )
         serve(exporter, namespace, name, output=1500, tpot=0.03)
-        c = wait_condition(kube, namespace, name, status.CAPACITY_LIMITED, "True", 90)
-        assert c["reason"] == status.REASON_INSUFFICIENT_GPUS
+        c = wait_condition(kube, namespace, name, ConditionType.CAPACITY_LIMITED, "True", 90)
+        assert c["reason"] == ConditionReason.INSUFFICIENT_GPUS
         wait_for(
             lambda: (
                 total(kube, namespace, name, Role.DECODE) == 3

@@ -32,9 +32,9 @@ from lab.opkit import (
 )
 from labkit import Kube, wait_for
 from pdlab.lab import Lab
-from pdscaler import naming, status
+from pdscaler import naming
 from pdscaler.observe import is_ready, labels
-from pdscaler.types import Role
+from pdscaler.types import ConditionReason, ConditionType, Role
 
 
 def serve(exp: EngineExporter, namespace: str, name: str) -> None:
@@ -101,9 +101,9 @@ def test_version_change_rolls_both_pools_without_breaking_invariants(
     assert checker.violations == [], checker.violations[:5]
     assert checker.samples >= took / 0.5  # sampled all along (~every 200 ms)
     assert {"v1", "v2"} <= checker.versions_seen
-    prog = condition(get_pdd(kube, namespace, name), status.PROGRESSING)
+    prog = condition(get_pdd(kube, namespace, name), ConditionType.PROGRESSING)
     assert prog is not None
-    assert (prog["status"], prog["reason"]) == ("False", status.REASON_ROLLOUT_COMPLETE)
+    assert (prog["status"], prog["reason"]) == ("False", ConditionReason.ROLLOUT_COMPLETE)
 
 
 def test_never_ready_version_rolls_back_by_itself(
@@ -150,6 +150,6 @@ def test_never_ready_version_rolls_back_by_itself(
     assert ready.get(("decode", "v1"), 0) >= 1
     assert ("prefill", "v9") not in ready
     assert checker.violations == [], checker.violations[:5]
-    prog = condition(get_pdd(kube, namespace, name), status.PROGRESSING)
+    prog = condition(get_pdd(kube, namespace, name), ConditionType.PROGRESSING)
     assert prog is not None
-    assert (prog["status"], prog["reason"]) == ("False", status.REASON_ROLLED_BACK)
+    assert (prog["status"], prog["reason"]) == ("False", ConditionReason.ROLLED_BACK)

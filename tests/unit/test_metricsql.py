@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pdscaler import metricsql as mq
+from pdscaler import presets
 from pdscaler.spec import CustomQueries, PDDeploymentSpec
 from pdscaler.types import Role
 
@@ -197,8 +198,8 @@ def test_dynamo_reads_load_on_the_frontend_and_queues_per_pool() -> None:
 def test_every_preset_query_is_scoped_and_well_formed(preset: str) -> None:
     """Each template passes the same checks as a user's custom template, and every
     rendered query names this deployment's namespace and name."""
-    p = mq.PRESETS[preset]
-    templates = [getattr(p, f) for f in mq.Preset.__dataclass_fields__ if f != "load_scope"]
+    p = presets.PRESETS[preset]
+    templates = [getattr(p, f) for f in presets.Preset.__dataclass_fields__ if f != "load_scope"]
     for template in templates:
         if template is not None:
             assert mq.check_template(template) == [], template

@@ -12,7 +12,7 @@ from test_policy_support import chat_spec, run, snapshot, tick
 from pdscaler.models import backlog, drain_time, ratio_model, replicas_for_deadline
 from pdscaler.policy import decide, reasons
 from pdscaler.policy.sizing import PoolFacts, growth_pressure
-from pdscaler.types import PolicyMemory, PoolObservation, Role, TickInput
+from pdscaler.types import Action, PolicyMemory, PoolObservation, Role, TickInput
 
 # ---------------------------------------------------------------- golden sizing
 
@@ -27,7 +27,7 @@ def test_golden_chat_example_sizes_20_and_18() -> None:
     targets, decode first (1.37x vs 1.36x)."""
     d = run(chat_spec(), snapshot(), 14, 13)
     assert (d.prefill, d.decode) == (20, 18)
-    assert d.action == reasons.SCALED_BOTH
+    assert d.action == Action.SCALED_BOTH
     assert d.pool is Role.DECODE
     assert d.model.n_prefill == pytest.approx(19.0476, abs=1e-4)
     assert d.model.n_decode == pytest.approx(17.8571, abs=1e-4)
@@ -43,7 +43,7 @@ def test_golden_chat_example_sizes_20_and_18() -> None:
 def test_golden_sizes_hold_when_met() -> None:
     """At 20 / 18 the chat pools are within target (95.2% and 99.2% of u): Hold."""
     d = run(chat_spec(), snapshot(), 20, 18)
-    assert (d.prefill, d.decode, d.action) == (20, 18, reasons.HOLD)
+    assert (d.prefill, d.decode, d.action) == (20, 18, Action.HOLD)
     assert (
         d.message == "Hold prefill 20, decode 18: within targets (N_P 19.05, N_D 17.86 at 20 req/s)"
     )
@@ -74,7 +74,7 @@ def test_drain_sized_scale_up_matches_the_models_inverse() -> None:
     assert expected == 9
     assert d.prefill == expected
     assert d.decode == 6  # not short (36% of capacity): untouched
-    assert d.action == reasons.SCALED_PREFILL
+    assert d.action == Action.SCALED_PREFILL
     assert d.pool is Role.PREFILL
     assert d.model.drain_seconds == pytest.approx(53.617, abs=1e-3)
     assert d.model.drain_seconds == drain_time(3.5, 9 * 0.65, 10.0, b).drain_seconds
@@ -129,7 +129,7 @@ def test_replicas_already_starting_are_not_added_twice() -> None:
     memory = PolicyMemory(last_scale_time=10_000.0 - 5)
     d = decide(drain_tick(100.0, PoolObservation(replicas=9, ready=5), memory=memory))
     assert d.prefill == 9
-    assert d.action == reasons.HOLD
+    assert d.action == Action.HOLD
     assert "waiting for 4 prefill replicas starting" in d.message
 
 
@@ -139,7 +139,7 @@ def test_message_reads_like_the_design() -> None:
     drained at 10 + 21 / (9.6 - 6.5) = 16.8 s."""
     spec = chat_spec(startupSeconds=10)
     d = run(spec, snapshot(6.5, tpot=0.062, decode_queue=20.0), 8, 4)
-    assert (d.prefill, d.decode, d.action) == (8, 6, reasons.SCALED_DECODE)
+    assert (d.prefill, d.decode, d.action) == (8, 6, Action.SCALED_DECODE)
     assert d.message == (
         "Scaled decode 4->6: TPOT p95 62ms > 50ms SLO; queue 20; "
         "utilization 102% > 70% target; ratio model N_D 5.80 at 6.5 req/s; drain 17s <= 60s"
@@ -155,7 +155,7 @@ def test_longer_prompts_scale_prefill_not_decode() -> None:
     decode stays 18 even with TPOT a little high (its load is fine)."""
     d = run(chat_spec(), snapshot(prompt=3000.0, ttft=3.1), 20, 18)
     assert (d.prefill, d.decode) == (29, 18)
-    assert d.action == reasons.SCALED_PREFILL
+    assert d.action == Action.SCALED_PREFILL
     assert d.pool is Role.PREFILL
 
 
@@ -166,7 +166,7 @@ def test_longer_outputs_scale_decode_not_prefill_even_when_ttft_is_inherited() -
     Decode -> ceil(16000/560 = 28.57) = 29; prefill stays 20."""
     d = run(chat_spec(), snapshot(output=800.0, ttft=4.0), 20, 18)
     assert (d.prefill, d.decode) == (20, 29)
-    assert d.action == reasons.SCALED_DECODE
+    assert d.action == Action.SCALED_DECODE
     assert d.pool is Role.DECODE
 
 
@@ -176,7 +176,7 @@ def test_rate_up_20_percent_scales_only_the_bottleneck() -> None:
     untouched although its ratio target (ceil(22.86) = 23) is below 24 anyway."""
     d = run(chat_spec(), snapshot(24.0), 24, 18)
     assert (d.prefill, d.decode) == (24, 22)
-    assert d.action == reasons.SCALED_DECODE
+    assert d.action == Action.SCALED_DECODE
 
 
 def test_rate_up_20_percent_scales_both_when_both_are_short() -> None:
@@ -184,7 +184,7 @@ def test_rate_up_20_percent_scales_both_when_both_are_short() -> None:
     both are bottlenecks, decode the primary. 20 -> 23, 18 -> 22."""
     d = run(chat_spec(), snapshot(24.0), 20, 18)
     assert (d.prefill, d.decode) == (23, 22)
-    assert d.action == reasons.SCALED_BOTH
+    assert d.action == Action.SCALED_BOTH
     assert d.pool is Role.DECODE
 
 
@@ -261,11 +261,11 @@ def test_ttft_breach_after_a_drained_backlog_grows_nothing(
     assert d.decode == 18
     if grows:
         assert d.prefill >= 24
-        assert d.action == reasons.SCALED_PREFILL
+        assert d.action == Action.SCALED_PREFILL
         assert f"TTFT p95 4s > 2s SLO; queue {queue:g}" in d.message
     else:
         assert d.prefill == 20
-        assert d.action == reasons.HOLD
+        assert d.action == Action.HOLD
         assert d.message == (
             "Hold prefill 20, decode 18: within targets (N_P 23.81, N_D 22.32 at 25 req/s); "
             "TTFT p95 4s > 2s SLO set aside: replicas added inside the metrics window "
@@ -287,7 +287,7 @@ def test_prometheus_unreachable_holds() -> None:
     """metrics None: hold 7 / 5 as they are, MetricsAvailable False, no scale-down."""
     d = run(chat_spec(), None, 7, 5)
     assert (d.prefill, d.decode) == (7, 5)
-    assert d.action == reasons.HOLD_METRICS_UNAVAILABLE
+    assert d.action == Action.HOLD_METRICS_UNAVAILABLE
     assert not d.metrics_available
     assert "Prometheus unreachable" in d.message
 
@@ -309,7 +309,7 @@ def test_missing_or_garbage_load_holds_and_never_scales_down(
     (the chat load would have asked for 20 / 18)."""
     d = run(chat_spec(), snapshot(rate, prompt, output), 30, 30)
     assert (d.prefill, d.decode) == (30, 30)
-    assert d.action == reasons.HOLD_METRICS_UNAVAILABLE
+    assert d.action == Action.HOLD_METRICS_UNAVAILABLE
     assert problem in d.message
 
 
@@ -326,7 +326,7 @@ def test_idle_service_is_known_load() -> None:
     recommendation is the minimum; the scale-down still waits for the window."""
     d = run(chat_spec(), snapshot(0.0, None, None), 20, 18)
     assert d.metrics_available
-    assert d.action == reasons.HOLD_STABILIZING
+    assert d.action == Action.HOLD_STABILIZING
     assert (d.prefill, d.decode) == (20, 18)
     assert d.memory.recommendations[-1] == (10_000.0, 1, 1)
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from test_policy_support import chat_spec, run, snapshot
 
 from pdscaler.models import split_budget
-from pdscaler.policy import reasons
 from pdscaler.policy.limits import capacity, clamp, scheduled_gpus
-from pdscaler.types import PoolObservation, Role
+from pdscaler.types import Action, PoolObservation, Role
 
 LONG_OUTPUTS = snapshot(20.0, output=650.0)
 """Chat with L_d 650: N_P 19.05 -> 20, N_D 13000/560 = 23.21 -> 24 (44 GPUs)."""
@@ -47,7 +46,7 @@ def test_unschedulable_pods_resplit_what_the_cluster_gives_to_the_bottleneck() -
     expected = split_budget(38, 20, 24, 1, 1, 1, 32, 1, 32, 40000 / 2100, 24.0, Role.DECODE)
     assert (d.prefill, d.decode) == (expected.prefill, expected.decode) == (17, 21)
     assert d.capacity_limited
-    assert d.action == reasons.CAPACITY_LIMITED
+    assert d.action == Action.CAPACITY_LIMITED
     assert "the cluster schedules 38 GPUs (6 pods pending), decode first" in d.message
     assert (d.memory.capacity_gpus, d.memory.capacity_time) == (38, 10_000.0)
 
@@ -60,7 +59,7 @@ def test_learnt_capacity_prevents_flapping_then_expires() -> None:
     second = run(chat_spec(), LONG_OUTPUTS, 17, 21, now=10_015.0, memory=first.memory)
     assert (second.prefill, second.decode) == (17, 21)
     assert second.capacity_limited
-    assert second.action == reasons.HOLD_AT_LIMIT
+    assert second.action == Action.HOLD_AT_LIMIT
     later = run(chat_spec(), LONG_OUTPUTS, 17, 21, now=10_400.0, memory=second.memory)
     assert (later.prefill, later.decode) == (20, 24)
     assert not later.capacity_limited
@@ -87,7 +86,7 @@ def test_at_max_and_still_short_holds_at_limit() -> None:
     """Already at max 25 and still short: HoldAtLimit on the prefill pool."""
     spec = chat_spec(prefill={"replicas": {"min": 1, "max": 25}})
     d = run(spec, snapshot(prompt=3000.0), 25, 18)
-    assert (d.prefill, d.action, d.pool) == (25, reasons.HOLD_AT_LIMIT, Role.PREFILL)
+    assert (d.prefill, d.action, d.pool) == (25, Action.HOLD_AT_LIMIT, Role.PREFILL)
 
 
 def test_min_raises_an_idle_pool() -> None:

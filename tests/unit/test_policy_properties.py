@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pdscaler.policy import decide, reasons
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import (
+    Action,
     MetricsSnapshot,
     PolicyMemory,
     PoolMetrics,
@@ -159,7 +160,7 @@ def test_missing_metrics_never_lower_replicas(inp: TickInput) -> None:
     exactly what they run."""
     d = decide(inp)
     if not d.metrics_available:
-        assert d.action == reasons.HOLD_METRICS_UNAVAILABLE
+        assert d.action == Action.HOLD_METRICS_UNAVAILABLE
         if within_spec(inp):
             assert (d.prefill, d.decode) == (inp.prefill.replicas, inp.decode.replicas)
     if inp.metrics is None:
@@ -174,10 +175,10 @@ def test_only_a_bottleneck_gains_gpus(inp: TickInput) -> None:
     d = decide(inp)
     floor_p = max(inp.prefill.replicas, inp.spec.prefill.replicas.min)
     floor_d = max(inp.decode.replicas, inp.spec.decode.replicas.min)
-    if d.action == reasons.SCALED_PREFILL:
+    if d.action == Action.SCALED_PREFILL:
         assert d.decode <= floor_d
         assert d.pool is not None
-    if d.action == reasons.SCALED_DECODE:
+    if d.action == Action.SCALED_DECODE:
         assert d.prefill <= floor_p
 
 

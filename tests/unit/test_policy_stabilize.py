@@ -7,10 +7,9 @@ from typing import Any
 
 from test_policy_support import chat_spec, replay, run, snapshot
 
-from pdscaler.policy import reasons
 from pdscaler.policy.stabilize import Stabilized, down_step, prune, stabilize, window_record
 from pdscaler.status import memory_from_status, memory_to_status
-from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory
+from pdscaler.types import Action, Decision, MetricsSnapshot, PolicyMemory
 
 DROP = 600.0  # the load falls from 20 to 10 req/s here
 STEP = 15.0
@@ -36,13 +35,13 @@ def test_scale_down_applies_exactly_one_window_after_the_drop() -> None:
     in the window (at 900 s, the anchor of the window until 1215 s), so the rest
     (14 -> 10, 12 -> 9) applies at 1215 s."""
     out = replay(chat_spec(), drop_at, 20, 18, ticks(1305))
-    assert first(out, reasons.SCALED_DOWN) == DROP + 300
+    assert first(out, Action.SCALED_DOWN) == DROP + 300
     sizes = {t: (d.prefill, d.decode) for t, d in out}
     for t, d in out:
         if t < DROP + 300:
             assert sizes[t] == (20, 18), t
         if DROP <= t < DROP + 300:
-            assert d.action == reasons.HOLD_STABILIZING, t
+            assert d.action == Action.HOLD_STABILIZING, t
         if DROP + 300 <= t < DROP + 615:
             assert sizes[t] == (14, 12), t
     assert sizes[DROP + 615] == (10, 9)
@@ -80,8 +79,8 @@ def test_scale_up_is_immediate_after_a_scale_down() -> None:
 
     out = replay(chat_spec(), back, 20, 18, ticks(DROP + 315))
     d = out[-1][1]
-    assert out[-2][1].action == reasons.SCALED_DOWN
-    assert d.action == reasons.SCALED_BOTH
+    assert out[-2][1].action == Action.SCALED_DOWN
+    assert d.action == Action.SCALED_BOTH
     assert d.prefill >= 20
     assert d.decode >= 18
 
@@ -91,7 +90,7 @@ def test_tolerance_band_ignores_small_scale_downs() -> None:
     ceil(17.77) = 18: a plain Hold forever, never a 20 -> 19 -> 20 flap."""
     out = replay(chat_spec(), lambda t: snapshot(19.9), 20, 18, ticks(900))
     assert all((d.prefill, d.decode) == (20, 18) for _, d in out)
-    assert out[-1][1].action == reasons.HOLD
+    assert out[-1][1].action == Action.HOLD
     assert "within the 10% tolerance" in out[-1][1].message
 
 
@@ -102,10 +101,10 @@ def test_no_scale_down_during_a_rollout() -> None:
     out = replay(chat_spec(), lambda t: snapshot(10.0), 20, 18, ticks(285))
     memory = out[-1][1].memory
     free = run(chat_spec(), snapshot(10.0), 20, 18, now=300.0, memory=memory)
-    assert (free.prefill, free.decode, free.action) == (14, 12, reasons.SCALED_DOWN)
+    assert (free.prefill, free.decode, free.action) == (14, 12, Action.SCALED_DOWN)
     frozen = run(chat_spec(), snapshot(10.0), 20, 18, now=300.0, memory=memory, rollout=True)
     assert (frozen.prefill, frozen.decode) == (20, 18)
-    assert frozen.action == reasons.HOLD_ROLLOUT
+    assert frozen.action == Action.HOLD_ROLLOUT
 
 
 def test_missing_metrics_count_as_holding_in_the_window() -> None:
@@ -117,9 +116,9 @@ def test_missing_metrics_count_as_holding_in_the_window() -> None:
         return None if DROP <= t < DROP + 300 else drop_at(t)
 
     out = replay(chat_spec(), outage, 20, 18, ticks(1305))
-    assert first(out, reasons.SCALED_DOWN) == DROP + 600
+    assert first(out, Action.SCALED_DOWN) == DROP + 600
     assert all(
-        d.action == reasons.HOLD_METRICS_UNAVAILABLE for t, d in out if DROP <= t < DROP + 300
+        d.action == Action.HOLD_METRICS_UNAVAILABLE for t, d in out if DROP <= t < DROP + 300
     )
 
 
@@ -131,14 +130,14 @@ def test_window_survives_an_operator_restart() -> None:
         return memory_from_status(memory_to_status(memory, t, 300.0), t)
 
     out = replay(chat_spec(), drop_at, 20, 18, ticks(1000), persist=through_status)
-    assert first(out, reasons.SCALED_DOWN) == DROP + 300
+    assert first(out, Action.SCALED_DOWN) == DROP + 300
 
 
 def test_zero_window_scales_down_at_once() -> None:
     """scaleDownStabilization 0s: the first tick at 10 req/s shrinks."""
     spec = chat_spec(scaling={"scaleDownStabilization": "0s"})
     out = replay(spec, drop_at, 20, 18, ticks(DROP))
-    assert out[-1][1].action == reasons.SCALED_DOWN
+    assert out[-1][1].action == Action.SCALED_DOWN
 
 
 def test_prune_keeps_the_anchor() -> None:

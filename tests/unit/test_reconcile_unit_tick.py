@@ -18,7 +18,7 @@ from pdscaler import manifests, naming, status
 from pdscaler.prometheus import MetricsUnavailableError
 from pdscaler.reconcile import Runtime, reconcile_once
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import MetricsSnapshot, PoolMetrics, Role
+from pdscaler.types import ConditionReason, ConditionType, MetricsSnapshot, PoolMetrics, Role
 
 NS, NAME = "serving", "chat"
 PDD_PATH = f"/apis/pdscaler.io/v1alpha1/namespaces/{NS}/pddeployments/{NAME}"
@@ -185,13 +185,13 @@ def test_prometheus_unreachable_holds_and_sets_condition() -> None:
     w.metrics = None
     rep = w.tick(advance=600.0)  # well past any stabilization window
     assert w.deployment(Role.DECODE)["spec"]["replicas"] == replicas
-    c = w.condition(status.METRICS_AVAILABLE)
-    assert (c["status"], c["reason"]) == ("False", status.REASON_PROMETHEUS_UNREACHABLE)
+    c = w.condition(ConditionType.METRICS_AVAILABLE)
+    assert (c["status"], c["reason"]) == ("False", ConditionReason.PROMETHEUS_UNREACHABLE)
     assert "connection refused" in c["message"]
     assert rep.metrics_error == "connection refused"
     w.metrics = snapshot(rate=8.0)
     w.tick()
-    assert w.condition(status.METRICS_AVAILABLE)["status"] == "True"
+    assert w.condition(ConditionType.METRICS_AVAILABLE)["status"] == "True"
 
 
 def test_foreign_object_is_left_alone_with_one_warning() -> None:

@@ -7,9 +7,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from pdscaler import status as st
 from pdscaler.spec import Condition, PDDeploymentSpec, PDDeploymentStatus
 from pdscaler.types import (
+    ConditionReason,
+    ConditionType,
     Decision,
     MetricsSnapshot,
     ModelOutputs,
@@ -17,6 +21,7 @@ from pdscaler.types import (
     PoolMetrics,
     PoolObservation,
     Role,
+    RolloutPhase,
 )
 
 SPEC = PDDeploymentSpec.model_validate(
@@ -85,57 +90,60 @@ def test_printer_columns_and_pools() -> None:
 def test_all_condition_types_present_once() -> None:
     s = st.build_status(inp())
     assert sorted(c.type for c in s.conditions or []) == sorted(st.CONDITION_TYPES)
-    assert cond(s, st.READY).status == "True"
-    assert cond(s, st.METRICS_AVAILABLE).status == "True"
-    assert cond(s, st.CAPACITY_LIMITED).status == "False"
+    assert cond(s, ConditionType.READY).status == "True"
+    assert cond(s, ConditionType.METRICS_AVAILABLE).status == "True"
+    assert cond(s, ConditionType.CAPACITY_LIMITED).status == "False"
 
 
 def test_prometheus_unreachable_condition() -> None:
     s = st.build_status(inp(metrics=None, decision=replace(HOLD, metrics_available=False)))
-    c = cond(s, st.METRICS_AVAILABLE)
-    assert (c.status, c.reason) == ("False", st.REASON_PROMETHEUS_UNREACHABLE)
+    c = cond(s, ConditionType.METRICS_AVAILABLE)
+    assert (c.status, c.reason) == ("False", ConditionReason.PROMETHEUS_UNREACHABLE)
 
 
 def test_incomplete_metrics_condition_names_the_problem() -> None:
     m = replace(METRICS, request_rate=None, problems=("request rate: empty answer",))
-    c = cond(st.build_status(inp(metrics=m)), st.METRICS_AVAILABLE)
-    assert (c.status, c.reason) == ("False", st.REASON_METRICS_INCOMPLETE)
+    c = cond(st.build_status(inp(metrics=m)), ConditionType.METRICS_AVAILABLE)
+    assert (c.status, c.reason) == ("False", ConditionReason.METRICS_INCOMPLETE)
     assert "request rate: empty answer" in c.message
 
 
 def test_capacity_limited_from_unschedulable_pods() -> None:
     s = st.build_status(inp(decode=PoolObservation(replicas=6, ready=4, unschedulable=2)))
-    c = cond(s, st.CAPACITY_LIMITED)
-    assert (c.status, c.reason) == ("True", st.REASON_INSUFFICIENT_GPUS)
+    c = cond(s, ConditionType.CAPACITY_LIMITED)
+    assert (c.status, c.reason) == ("True", ConditionReason.INSUFFICIENT_GPUS)
     assert c.message.startswith("2 pod(s) unschedulable")
 
 
 def test_ready_false_below_minimum() -> None:
     s = st.build_status(inp(prefill=PoolObservation(replicas=2, ready=1)))
-    assert cond(s, st.READY).status == "False"
+    assert cond(s, ConditionType.READY).status == "False"
 
 
 def test_transition_time_kept_while_status_unchanged() -> None:
     first = st.build_status(inp(now=1000.0))
     later = st.build_status(inp(now=1300.0, previous=first))
-    assert cond(later, st.READY).last_transition_time == cond(first, st.READY).last_transition_time
+    assert (
+        cond(later, ConditionType.READY).last_transition_time
+        == cond(first, ConditionType.READY).last_transition_time
+    )
     flipped = st.build_status(
         inp(now=1300.0, previous=first, prefill=PoolObservation(replicas=2, ready=0))
     )
-    assert cond(flipped, st.READY).last_transition_time == st.rfc3339(1300.0)
+    assert cond(flipped, ConditionType.READY).last_transition_time == st.rfc3339(1300.0)
 
 
 def test_progressing_phases() -> None:
     cases = {
-        "Progressing": ("True", st.REASON_ROLLOUT_IN_PROGRESS),
-        "RollingBack": ("True", st.REASON_ROLLING_BACK),
-        "RolledBack": ("False", st.REASON_ROLLED_BACK),
-        "Complete": ("False", st.REASON_ROLLOUT_COMPLETE),
-        "Stable": ("False", st.REASON_STABLE),
+        RolloutPhase.PROGRESSING: ("True", ConditionReason.ROLLOUT_IN_PROGRESS),
+        RolloutPhase.ROLLING_BACK: ("True", ConditionReason.ROLLING_BACK),
+        RolloutPhase.ROLLED_BACK: ("False", ConditionReason.ROLLED_BACK),
+        RolloutPhase.COMPLETE: ("False", ConditionReason.ROLLOUT_COMPLETE),
+        RolloutPhase.STABLE: ("False", ConditionReason.STABLE),
     }
     for phase, expected in cases.items():
         s = st.build_status(inp(progress=st.ProgressFacts(phase=phase)))
-        c = cond(s, st.PROGRESSING)
+        c = cond(s, ConditionType.PROGRESSING)
         assert (c.status, c.reason) == expected, phase
 
 
@@ -229,7 +237,17 @@ def test_unreachable_message_carries_the_error() -> None:
             metrics_error="cannot connect to http://127.0.0.1:1: connection refused",
         )
     )
-    assert cond(s, st.METRICS_AVAILABLE).message.startswith("cannot connect to http://127.0.0.1:1")
+    assert cond(s, ConditionType.METRICS_AVAILABLE).message.startswith(
+        "cannot connect to http://127.0.0.1:1"
+    )
+
+
+def test_progress_phase_is_a_rollout_phase() -> None:
+    """A phase given as its value is the enum member; an unknown phase is refused."""
+    assert st.ProgressFacts().phase is RolloutPhase.STABLE
+    assert st.ProgressFacts(phase="RollingBack").phase is RolloutPhase.ROLLING_BACK
+    with pytest.raises(ValueError, match="Paused"):
+        st.ProgressFacts(phase="Paused")
 
 
 def test_memory_keeps_learnt_capacity() -> None:

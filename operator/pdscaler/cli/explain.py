@@ -26,6 +26,7 @@ import typer
 from pdscaler import status
 from pdscaler.cli.common import OneLineCommand, fail, num
 from pdscaler.spec import PDDeploymentStatus
+from pdscaler.types import ConditionType
 
 LABEL_WIDTH = 16
 
@@ -93,9 +94,12 @@ def render(pdd: dict[str, Any]) -> str:
     conds = [f"{c.type}={c.status} ({c.reason})" for c in st.conditions or []]
     lines.append(_line("conditions", ", ".join(conds) or "none yet"))
     for c in st.conditions or []:
-        if c.status == "True" and c.type in (status.CAPACITY_LIMITED, status.DEADLINE_INFEASIBLE):
+        if c.status == "True" and c.type in (
+            ConditionType.CAPACITY_LIMITED,
+            ConditionType.DEADLINE_INFEASIBLE,
+        ):
             lines.append(_line("", f"{c.type}: {c.message}"))
-        if c.type == status.METRICS_AVAILABLE and c.status == "False":
+        if c.type == ConditionType.METRICS_AVAILABLE and c.status == "False":
             lines.append(_line("", f"{c.type}: {c.message}"))
     return "\n".join(lines)
 

@@ -4,7 +4,8 @@ Owns: turning one tick's observations and metrics into the desired replicas of b
 pools with a machine reason and a sentence. Modules: ``sanitize`` (garbage is unknown),
 ``refine`` (capacities and T_s learnt online), ``forecast`` (rate over T_s + interval),
 ``sizing`` (ratio, drain, bottleneck rule), ``stabilize`` (fast up, slow down),
-``limits`` (min/max, maxGPUs, schedulable capacity), ``reasons`` (actions, sentences),
+``limits`` (min/max, maxGPUs, schedulable capacity), ``explain`` (the action and the
+sentence), ``reasons`` (the sentence's phrases), ``tick`` (what one tick computed),
 ``decide`` (the order of the steps). Must not: do I/O, read clocks, or import kopf,
 kubernetes, prometheus_client or HTTP clients (import-linter enforces it).
 """

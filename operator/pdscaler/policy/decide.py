@@ -28,22 +28,24 @@ The steps, each in its own module:
    tolerance, never during a rollout, at most a third of the pool per window.
 6. ``limits``: [min, max] per pool, maxGPUs and the schedulable capacity re-split in
    favour of the bottleneck pool.
-7. ``reasons``: one machine action and one sentence.
+7. ``explain``: one machine action (``types.Action``) and one sentence, from
+   ``reasons``' phrases.
+
+Steps 2-6 are ``size``: one function per step, each named for it, filling the ``Tick``
+record (module ``tick``) that the sentence and the memory are made from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pdscaler.models import RatioResult, ratio_model
 from pdscaler.policy import history, reasons
+from pdscaler.policy.explain import explain, infeasible
 from pdscaler.policy.forecast import forecast_rate
 from pdscaler.policy.limits import Capacity, Split, capacity, clamp, fit
 from pdscaler.policy.refine import refine_startup, refine_tps
 from pdscaler.policy.sanitize import CleanMetrics, sanitize
 from pdscaler.policy.sizing import (
     Attribution,
-    DrainPlan,
     PoolFacts,
     Want,
     attribute,
@@ -54,41 +56,21 @@ from pdscaler.policy.sizing import (
     plan_drain,
     ratio_targets,
 )
-from pdscaler.policy.stabilize import (
-    HELD_ROLLOUT,
-    HELD_WINDOW,
-    Stabilized,
-    prune,
-    stabilize,
-    window_record,
-)
-from pdscaler.spec import PDDeploymentSpec, PoolSpec
+from pdscaler.policy.stabilize import Record, Stabilized, prune, stabilize, window_record
+from pdscaler.policy.tick import ROLES, Tick, observation, pool_metrics, pool_spec
+from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import (
+    Action,
     Decision,
     MetricsSnapshot,
     ModelOutputs,
     PolicyMemory,
-    PoolMetrics,
-    PoolObservation,
     Role,
     TickInput,
 )
 
-ROLES = (Role.PREFILL, Role.DECODE)
 #: Most points kept in the rate history (the forecast only needs the last few minutes).
 MAX_RATE_POINTS = 32
-
-
-def pool_spec(spec: PDDeploymentSpec, role: Role) -> PoolSpec:
-    return spec.prefill if role is Role.PREFILL else spec.decode
-
-
-def observation(inp: TickInput, role: Role) -> PoolObservation:
-    return inp.prefill if role is Role.PREFILL else inp.decode
-
-
-def pool_metrics(snap: MetricsSnapshot, role: Role) -> PoolMetrics:
-    return snap.prefill if role is Role.PREFILL else snap.decode
 
 
 def startup_seconds(inp: TickInput) -> float:
@@ -118,42 +100,6 @@ def forecast_lookback(spec: PDDeploymentSpec) -> float:
     return max(spec.metrics.window_seconds, 3 * spec.scaling.interval_seconds)
 
 
-# ------------------------------------------------------------------- the tick
-
-
-@dataclass(frozen=True)
-class Tick:
-    """Everything computed in one tick that the sentence and the memory need."""
-
-    inp: TickInput
-    rate: float
-    forecast: float
-    ratio: RatioResult
-    facts: dict[Role, PoolFacts]
-    attribution: Attribution
-    wants: dict[Role, Want]
-    window: tuple[tuple[float, int, int], ...]
-    stabilized: dict[Role, Stabilized]
-    split: Split
-    capacity: Capacity
-    final: dict[Role, int]
-    pools: tuple[history.Point, ...] = ()
-
-    def current(self, role: Role) -> int:
-        return self.facts[role].current
-
-    @property
-    def grown(self) -> tuple[Role, ...]:
-        return tuple(r for r in ROLES if self.final[r] > self.current(r))
-
-    @property
-    def shrunk(self) -> tuple[Role, ...]:
-        return tuple(r for r in ROLES if self.final[r] < self.current(r))
-
-    def drain(self, role: Role) -> DrainPlan | None:
-        return self.wants[role].drain
-
-
 def decide(inp: TickInput) -> Decision:
     """The desired replicas of both pools for this tick, with the reason.
 
@@ -166,8 +112,8 @@ def decide(inp: TickInput) -> Decision:
     clean = sanitize(inp.metrics)
     if not clean.usable or clean.snapshot is None:
         return _hold_unavailable(inp, clean, startup)
-    tick = _size(inp, clean.snapshot, startup)
-    action, pool, message = _explain(tick)
+    tick = size(inp, clean.snapshot, startup)
+    action, pool, message = explain(tick)
     return Decision(
         prefill=tick.final[Role.PREFILL],
         decode=tick.final[Role.DECODE],
@@ -177,8 +123,59 @@ def decide(inp: TickInput) -> Decision:
         model=_model_outputs(tick, startup),
         metrics_available=True,
         capacity_limited=tick.split.capacity_limited,
-        deadline_infeasible=bool(_infeasible(tick)),
+        deadline_infeasible=bool(infeasible(tick)),
         memory=_memory(tick, startup),
+    )
+
+
+# ------------------------------------------------------------------- the steps
+
+
+def size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
+    """Steps 2-6 on usable metrics, in order, each one function below. The golden chat
+    tick (R 20 req/s, pools at 14 / 13 ready, no tokens/s observed, no trend) keeps the
+    priors, forecasts 20 req/s, sizes N_P 19.05 / N_D 17.86, lets both pools grow (both
+    over their target utilisation) and nothing stabilizes or limits them: 20 / 18."""
+    pools = remember_pools(inp, snap)
+    recent = history.in_window(pools, inp.now, inp.spec.metrics.window_seconds)
+    rate = arrival_rate(snap.request_rate or 0.0, recent)
+    tokens = {Role.PREFILL: snap.prompt_tokens or 0.0, Role.DECODE: snap.output_tokens or 0.0}
+    tps = refine_capacities(inp, snap, recent)
+    forecast = forecast_arrivals(inp, rate, startup)
+    ratio = ratio_sizes(inp.spec, forecast, tokens, tps)
+    facts = {r: pool_facts(inp, snap, r, tps[r], tokens[r]) for r in ROLES}
+    attribution = attribute(
+        facts[Role.PREFILL],
+        facts[Role.DECODE],
+        rate,
+        prefill_drained=history.drained_since_rise(recent, Role.PREFILL),
+    )
+    wants = size_pools(inp, facts, attribution, ratio, recent, rate, forecast, startup)
+    window, stabilized = stabilize_pools(inp, facts, wants)
+    cap, split = apply_limits(inp, ratio, attribution, wants, stabilized)
+    return Tick(
+        inp=inp,
+        rate=rate,
+        forecast=forecast,
+        ratio=ratio,
+        facts=facts,
+        attribution=attribution,
+        wants=wants,
+        window=window,
+        stabilized=stabilized,
+        split=split,
+        capacity=cap,
+        final={Role.PREFILL: split.prefill, Role.DECODE: split.decode},
+        pools=pools,
+    )
+
+
+def remember_pools(inp: TickInput, snap: MetricsSnapshot) -> tuple[history.Point, ...]:
+    """The pool history with this tick's queues and ready counts appended
+    (``pool_point``), kept for the metrics window plus one interval (``history_lookback``:
+    2m window, 15s interval -> 135 s)."""
+    return history.record(
+        inp.memory.pool_history, pool_point(inp, snap), history_lookback(inp.spec)
     )
 
 
@@ -201,18 +198,20 @@ def arrival_rate(completions: float, points: tuple[history.Point, ...]) -> float
     return max(completions + history.queue_slope(points, Role.PREFILL), 0.0)
 
 
-def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
-    spec, mem, now = inp.spec, inp.memory, inp.now
+def refine_capacities(
+    inp: TickInput, snap: MetricsSnapshot, recent: tuple[history.Point, ...]
+) -> dict[Role, float]:
+    """Step 2, ``refine``: each pool's per-replica tokens/s, from what its ready
+    replicas (averaged over the window) served, learnt only over the saturated share of
+    the window. Prior 3000, nothing learnt, 4 ready: 14,400 tok/s while saturated ->
+    0.3 x 3600 + 0.7 x 3000 = 3180; 8,000 tok/s saturated the whole window -> 2700;
+    never saturated -> 3000 (a pool at 67% says nothing about its limit)."""
+    spec = inp.spec
     window_s, interval = spec.metrics.window_seconds, spec.scaling.interval_seconds
-    pools = history.record(mem.pool_history, pool_point(inp, snap), history_lookback(spec))
-    recent = history.in_window(pools, now, window_s)
-    rate = arrival_rate(snap.request_rate or 0.0, recent)
-    tokens = {Role.PREFILL: snap.prompt_tokens or 0.0, Role.DECODE: snap.output_tokens or 0.0}
-    priors = {r: pool_spec(spec, r).tokens_per_second for r in ROLES}
-    previous = {Role.PREFILL: mem.prefill_tps, Role.DECODE: mem.decode_tps}
-    tps = {
+    previous = {Role.PREFILL: inp.memory.prefill_tps, Role.DECODE: inp.memory.decode_tps}
+    return {
         r: refine_tps(
-            priors[r],
+            pool_spec(spec, r).tokens_per_second,
             previous[r],
             pool_metrics(snap, r).tokens_per_second,
             history.mean_ready(recent, r, observation(inp, r).ready),
@@ -220,9 +219,26 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
         )
         for r in ROLES
     }
-    rates = record_rate(mem.rate_history, now, rate, forecast_lookback(spec))
-    forecast = forecast_rate(rate, rates, startup + interval, window_s)
-    ratio = ratio_model(
+
+
+def forecast_arrivals(inp: TickInput, rate: float, startup: float) -> float:
+    """Step 3, ``forecast``: the arrival rate when capacity started now is up, T_s plus
+    one interval ahead, a rising trend extrapolated over at most the metrics window.
+    12 req/s rising 1/15 req/s per s, T_s 60 + interval 15 = 75 s -> 12 + 5 = 17 req/s;
+    a falling trend -> 12."""
+    spec = inp.spec
+    rates = record_rate(inp.memory.rate_history, inp.now, rate, forecast_lookback(spec))
+    horizon = startup + spec.scaling.interval_seconds
+    return forecast_rate(rate, rates, horizon, spec.metrics.window_seconds)
+
+
+def ratio_sizes(
+    spec: PDDeploymentSpec, forecast: float, tokens: dict[Role, float], tps: dict[Role, float]
+) -> RatioResult:
+    """Step 4a, ``sizing``: the steady-state replicas of the ratio model at the forecast
+    rate. Golden chat: R 20, L_p 2000, L_d 500, P 3000 / 800 tok/s, u 0.7 ->
+    N_P = 40000/2100 = 19.05, N_D = 10000/560 = 17.86."""
+    return ratio_model(
         forecast,
         tokens[Role.PREFILL],
         tokens[Role.DECODE],
@@ -231,90 +247,14 @@ def _size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
         spec.prefill.target_utilization,
         spec.decode.target_utilization,
     )
-    facts = {r: _facts(inp, snap, r, tps[r], tokens[r]) for r in ROLES}
-    attribution = attribute(
-        facts[Role.PREFILL],
-        facts[Role.DECODE],
-        rate,
-        prefill_drained=history.drained_since_rise(recent, Role.PREFILL),
-    )
-    targets = ratio_targets(ratio.n_prefill, ratio.n_decode)
-    since = now - mem.last_scale_time if mem.last_scale_time is not None else None
-    wants: dict[Role, Want] = {}
-    for r in ROLES:
-        drain = plan_drain(facts[r], forecast, startup, spec.slo.recovery_seconds, since)
-        if r in attribution.growing:
-            pressure = attribution.bottleneck.pressure(r)
-            if r is Role.PREFILL:
-                pressure = growth_pressure(facts[r], rate)
-            fallback = may_grow_proportionally(
-                facts[r],
-                history.queue_falling(recent, r),
-                just_came_up=history.ready_rose(recent[-3:], r),
-            )
-            primary = r == attribution.primary
-            wants[r] = grow(facts[r], targets[r], drain, pressure, primary, fallback)
-        else:
-            wants[r] = Want(min(targets[r], facts[r].current), targets[r], drain)
-    recommended = {r: _bounded(spec, r, wants[r].replicas) for r in ROLES}
-    record = (now, recommended[Role.PREFILL], recommended[Role.DECODE])
-    window = prune(
-        (*mem.recommendations, record), now, spec.scaling.scale_down_stabilization_seconds
-    )
-    stabilized = _stabilize(inp, recommended, window)
-    applied = window_record(
-        now,
-        (recommended[Role.PREFILL], recommended[Role.DECODE]),
-        (facts[Role.PREFILL].current, facts[Role.DECODE].current),
-        (stabilized[Role.PREFILL].replicas, stabilized[Role.DECODE].replicas),
-    )
-    window = (*window[:-1], applied)
-    bounded = {r: _bounded(spec, r, stabilized[r].replicas) for r in ROLES}
-    loads = {
-        Role.PREFILL: ratio.n_prefill,
-        Role.DECODE: ratio.n_decode,
-    }
-    for r in attribution.growing:
-        loads[r] = max(loads[r], float(wants[r].replicas))
-    cap = capacity(
-        spec,
-        inp.prefill,
-        inp.decode,
-        mem.capacity_gpus,
-        mem.capacity_time,
-        now,
-        spec.scaling.scale_down_stabilization_seconds,
-    )
-    split = fit(
-        spec,
-        bounded[Role.PREFILL],
-        bounded[Role.DECODE],
-        loads[Role.PREFILL],
-        loads[Role.DECODE],
-        cap,
-        attribution.primary,
-    )
-    final = {Role.PREFILL: split.prefill, Role.DECODE: split.decode}
-    return Tick(
-        inp=inp,
-        rate=rate,
-        forecast=forecast,
-        ratio=ratio,
-        facts=facts,
-        attribution=attribution,
-        wants=wants,
-        window=window,
-        stabilized=stabilized,
-        split=split,
-        capacity=cap,
-        final=final,
-        pools=pools,
-    )
 
 
-def _facts(
+def pool_facts(
     inp: TickInput, snap: MetricsSnapshot, role: Role, tps: float, tokens: float
 ) -> PoolFacts:
+    """Step 4b, ``sizing``: one pool as sizing sees it (replicas asked for, ready, still
+    starting, refined tokens/s, tokens per request, SLO and signals), e.g. decode
+    4 asked, 3 ready, 0 unschedulable -> 1 in flight."""
     obs = observation(inp, role)
     metrics = pool_metrics(snap, role)
     slo = inp.spec.slo
@@ -333,13 +273,72 @@ def _facts(
     )
 
 
-def _bounded(spec: PDDeploymentSpec, role: Role, replicas: int) -> int:
-    bounds = pool_spec(spec, role).replicas
-    return clamp(replicas, bounds.min, bounds.max)
+def size_pools(
+    inp: TickInput,
+    facts: dict[Role, PoolFacts],
+    attribution: Attribution,
+    ratio: RatioResult,
+    recent: tuple[history.Point, ...],
+    rate: float,
+    forecast: float,
+    startup: float,
+) -> dict[Role, Want]:
+    """Step 4c, ``sizing``: what each pool asks for, unbounded, at the arrival ``rate``
+    (the proportional step's pressure) and the ``forecast`` (the drain). A pool the
+    bottleneck rule lets grow (``attribution``) asks ``max(ratio target, drain target)``,
+    or the proportional step when the models see no shortfall (``sizing.grow``); any
+    other pool its ratio target, never more than it runs. Prefill at r = 0.65 req/s per
+    replica, R 3.5, T_s 10 s, deadline 60 s, 100 queued on 5 ready: backlog 102.5 ->
+    9 replicas (ratio target at u 0.7: 8)."""
+    spec, mem = inp.spec, inp.memory
+    targets = ratio_targets(ratio.n_prefill, ratio.n_decode)
+    since = inp.now - mem.last_scale_time if mem.last_scale_time is not None else None
+    wants: dict[Role, Want] = {}
+    for r in ROLES:
+        drain = plan_drain(facts[r], forecast, startup, spec.slo.recovery_seconds, since)
+        if r not in attribution.growing:
+            wants[r] = Want(min(targets[r], facts[r].current), targets[r], drain)
+            continue
+        pressure = attribution.bottleneck.pressure(r)
+        if r is Role.PREFILL:
+            pressure = growth_pressure(facts[r], rate)
+        fallback = may_grow_proportionally(
+            facts[r],
+            history.queue_falling(recent, r),
+            just_came_up=history.ready_rose(recent[-3:], r),
+        )
+        primary = r == attribution.primary
+        wants[r] = grow(facts[r], targets[r], drain, pressure, primary, fallback)
+    return wants
+
+
+def stabilize_pools(
+    inp: TickInput, facts: dict[Role, PoolFacts], wants: dict[Role, Want]
+) -> tuple[tuple[Record, ...], dict[Role, Stabilized]]:
+    """Step 5, ``stabilize``: the wants within [min, max] are this tick's
+    recommendation; up applies at once, down only to the highest recommendation of the
+    window once it is covered, a third of the pool at a time, and a pool left above its
+    recommendation records that size (``window_record``). Returns the window to keep and
+    each pool's stabilized size. 4 -> 6: 6; 6 -> 4 with [6, 5, 4] in the window: 6;
+    22 -> 8 with [8, 9] covered: 15, recorded as 15."""
+    spec, now = inp.spec, inp.now
+    recommended = {r: _bounded(spec, r, wants[r].replicas) for r in ROLES}
+    record = (now, recommended[Role.PREFILL], recommended[Role.DECODE])
+    window = prune(
+        (*inp.memory.recommendations, record), now, spec.scaling.scale_down_stabilization_seconds
+    )
+    stabilized = _stabilize(inp, recommended, window)
+    applied = window_record(
+        now,
+        (recommended[Role.PREFILL], recommended[Role.DECODE]),
+        (facts[Role.PREFILL].current, facts[Role.DECODE].current),
+        (stabilized[Role.PREFILL].replicas, stabilized[Role.DECODE].replicas),
+    )
+    return (*window[:-1], applied), stabilized
 
 
 def _stabilize(
-    inp: TickInput, recommended: dict[Role, int], records: tuple[tuple[float, int, int], ...]
+    inp: TickInput, recommended: dict[Role, int], records: tuple[Record, ...]
 ) -> dict[Role, Stabilized]:
     """Stabilize each pool against ``records``: the window's recommendations (this tick's
     included, and the anchor at or before the window start that proves it covered)."""
@@ -358,25 +357,50 @@ def _stabilize(
     return out
 
 
-def _infeasible(tick: Tick) -> list[str]:
-    """One clause per growing pool whose backlog cannot drain by the deadline."""
-    out: list[str] = []
-    for role in tick.attribution.growing:
-        drain = tick.drain(role)
-        if drain is None or drain.backlog <= 0:
-            continue
-        final = tick.final[role]
-        if not drain.feasible:
-            out.append(
-                reasons.startup_exceeds_deadline(role, drain.startup_seconds, drain.deadline)
-            )
-        elif drain.replicas is not None and final < drain.replicas:
-            out.append(
-                reasons.drain_short(
-                    role, drain.drain_seconds(final), drain.deadline, final, drain.replicas
-                )
-            )
-    return out
+def apply_limits(
+    inp: TickInput,
+    ratio: RatioResult,
+    attribution: Attribution,
+    wants: dict[Role, Want],
+    stabilized: dict[Role, Stabilized],
+) -> tuple[Capacity, Split]:
+    """Step 6, ``limits``: the stabilized sizes within [min, max], then within maxGPUs and
+    the schedulable capacity, split by load (the ratio model's, raised to a growing
+    pool's want) in favour of the bottleneck. Chat wants 20 / 18 at loads 19.05 / 17.86:
+    maxGPUs 64 -> 20 / 18; maxGPUs 32 -> 17 / 15, or 16 / 16 with decode the
+    bottleneck."""
+    spec, mem = inp.spec, inp.memory
+    bounded = {r: _bounded(spec, r, stabilized[r].replicas) for r in ROLES}
+    loads = {Role.PREFILL: ratio.n_prefill, Role.DECODE: ratio.n_decode}
+    for r in attribution.growing:
+        loads[r] = max(loads[r], float(wants[r].replicas))
+    cap = capacity(
+        spec,
+        inp.prefill,
+        inp.decode,
+        mem.capacity_gpus,
+        mem.capacity_time,
+        inp.now,
+        spec.scaling.scale_down_stabilization_seconds,
+    )
+    split = fit(
+        spec,
+        bounded[Role.PREFILL],
+        bounded[Role.DECODE],
+        loads[Role.PREFILL],
+        loads[Role.DECODE],
+        cap,
+        attribution.primary,
+    )
+    return cap, split
+
+
+def _bounded(spec: PDDeploymentSpec, role: Role, replicas: int) -> int:
+    bounds = pool_spec(spec, role).replicas
+    return clamp(replicas, bounds.min, bounds.max)
+
+
+# ------------------------------------------------------------------ the outputs
 
 
 def _memory(tick: Tick, startup: float) -> PolicyMemory:
@@ -412,132 +436,6 @@ def _model_outputs(tick: Tick, startup: float) -> ModelOutputs:
         startup_seconds=startup,
         forecast_rate=tick.forecast,
     )
-
-
-# ---------------------------------------------------------------- the sentence
-
-
-def _explain(tick: Tick) -> tuple[str, Role | None, str]:
-    """(action, pool, sentence) of the tick."""
-    notes = _limit_notes(tick) + _infeasible(tick) + _set_aside(tick)
-    if tick.grown:
-        return _explain_up(tick, notes)
-    if tick.shrunk:
-        return _explain_down(tick, notes)
-    return _explain_hold(tick, notes)
-
-
-def _set_aside(tick: Tick) -> list[str]:
-    """The note for a TTFT breach counted as past (``sizing.ttft_is_past``), unless
-    prefill grew anyway on its other signals."""
-    f = tick.facts[Role.PREFILL]
-    if not tick.attribution.ttft_set_aside or Role.PREFILL in tick.grown:
-        return []
-    latency, queue = f.latency or 0.0, f.queue or 0.0
-    percentile = tick.inp.spec.slo.percentile
-    return [reasons.ttft_set_aside(percentile, latency, f.slo_seconds, queue, f.ready)]
-
-
-def _changes(tick: Tick, roles: tuple[Role, ...]) -> str:
-    return ", ".join(reasons.change(r, tick.current(r), tick.final[r]) for r in roles)
-
-
-def _why(tick: Tick, role: Role, named: bool) -> str:
-    """The signals that make ``role`` short, and what sized it."""
-    f = tick.facts[role]
-    want = tick.wants[role]
-    signals = reasons.pool_signals(
-        role,
-        tick.inp.spec.slo.percentile,
-        f.latency,
-        f.slo_seconds,
-        f.queue,
-        f.utilization(tick.rate),
-        f.target_utilization,
-        f.kv_usage if role is Role.DECODE else None,
-    )
-    parts = [signals] if signals else []
-    drain = want.drain
-    if want.proportional:
-        parts.append(reasons.proportional(tick.attribution.bottleneck.pressure(role)))
-    elif drain is not None and drain.replicas is not None and drain.replicas > want.ratio_target:
-        parts.append(reasons.drain_sized(drain.replicas, drain.backlog))
-    else:
-        n = tick.ratio.n_prefill if role is Role.PREFILL else tick.ratio.n_decode
-        parts.append(reasons.ratio_sized(role, n, tick.forecast))
-    if drain is not None and drain.backlog > 0:
-        parts.append(reasons.drain_clause(drain.drain_seconds(tick.final[role]), drain.deadline))
-    text = "; ".join(parts)
-    return f"{role.value}: {text}" if named else text
-
-
-def _explain_up(tick: Tick, notes: list[str]) -> tuple[str, Role | None, str]:
-    grown = tick.grown
-    moved = grown + tick.shrunk
-    primary = tick.attribution.primary
-    pool = primary if primary in grown else grown[0]
-    action = reasons.SCALED_BOTH if len(grown) == 2 else reasons.scaled_action(grown[0])
-    why = "; ".join(_why(tick, r, named=len(grown) == 2) for r in grown)
-    return action, pool, reasons.sentence("Scaled", _changes(tick, moved), [why, *notes])
-
-
-def _explain_down(tick: Tick, notes: list[str]) -> tuple[str, Role | None, str]:
-    shrunk = tick.shrunk
-    pool = shrunk[0] if len(shrunk) == 1 else None
-    limited = any(tick.final[r] < tick.stabilized[r].replicas for r in shrunk)
-    window = tick.inp.spec.scaling.scale_down_stabilization_seconds
-    if limited:
-        action, head, why = reasons.CAPACITY_LIMITED, "Limited", ""
-    else:
-        action, head = reasons.SCALED_DOWN, "Scaled down"
-        why = reasons.scaled_down(window, tick.ratio.n_prefill, tick.ratio.n_decode, tick.forecast)
-        steps = [(r, tick.stabilized[r].towards) for r in shrunk]
-        why = "; ".join([why, *(reasons.step_down(r, n) for r, n in steps if n is not None)])
-    parts = [why, *notes] if why else notes
-    return action, pool, reasons.sentence(head, _changes(tick, shrunk), parts)
-
-
-def _explain_hold(tick: Tick, notes: list[str]) -> tuple[str, Role | None, str]:
-    sizes = reasons.sizes(tick.final[Role.PREFILL], tick.final[Role.DECODE])
-    short = tick.attribution.primary
-    if short is not None:
-        why = _why(tick, short, named=True)
-        if tick.wants[short].replicas > tick.final[short]:
-            return reasons.HOLD_AT_LIMIT, short, reasons.sentence("Hold", sizes, [why, *notes])
-        in_flight = tick.facts[short].in_flight
-        wait = reasons.waiting(short, in_flight) if in_flight else ""
-        return reasons.HOLD, short, reasons.sentence("Hold", sizes, [why, wait, *notes])
-    held = [s for s in tick.stabilized.values() if s.deferred]
-    deferred = [s.deferred for s in held if s.deferred]
-    action = reasons.HOLD
-    if any(s.held_by == HELD_ROLLOUT for s in held):
-        action = reasons.HOLD_ROLLOUT
-    elif any(s.held_by == HELD_WINDOW for s in held):
-        action = reasons.HOLD_STABILIZING
-    n_p, n_d = tick.ratio.n_prefill, tick.ratio.n_decode
-    if deferred:
-        return action, None, reasons.sentence("Hold", sizes, [*deferred, *notes])
-    within = reasons.within_targets(n_p, n_d, tick.forecast)
-    return action, None, reasons.sentence("Hold", sizes, [within, *notes])
-
-
-def _limit_notes(tick: Tick) -> list[str]:
-    split = tick.split
-    notes: list[str] = []
-    if split.capacity_limited:
-        notes.append(
-            reasons.capacity_note(
-                split.budget_gpus, tick.capacity.pending, tick.attribution.primary
-            )
-        )
-    elif split.budget_limited:
-        notes.append(reasons.budget_note(split.budget_gpus, tick.attribution.primary))
-    for role in ROLES:
-        want = tick.stabilized[role].replicas
-        bound = pool_spec(tick.inp.spec, role).replicas.max
-        if role in tick.attribution.growing and want >= bound and tick.wants[role].replicas > bound:
-            notes.append(reasons.at_max(role, bound, tick.wants[role].replicas))
-    return notes
 
 
 # --------------------------------------------------------------- metrics missing
@@ -579,7 +477,7 @@ def _hold_unavailable(inp: TickInput, clean: CleanMetrics, startup: float) -> De
     return Decision(
         prefill=final[Role.PREFILL],
         decode=final[Role.DECODE],
-        action=reasons.HOLD_METRICS_UNAVAILABLE,
+        action=Action.HOLD_METRICS_UNAVAILABLE,
         message=message,
         pool=None,
         model=ModelOutputs(

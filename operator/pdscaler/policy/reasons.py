@@ -1,7 +1,7 @@
-"""Reason constants and the human sentences of the policy's decisions.
+"""The actions and the human sentences of the policy's decisions.
 
-Owns: the machine-readable ``action`` values a Decision carries (they become the
-``reason`` of Kubernetes Events and of ``status.lastDecision``) and small pure
+Owns: which ``types.Action`` a scale-up carries (``scaled_action``; the actions become
+the ``reason`` of Kubernetes Events and of ``status.lastDecision``) and small pure
 functions that format numbers into the sentence a person reads, e.g.
 ``Scaled decode 4->6: TPOT p95 62ms > 50ms SLO; drain 38s <= 60s``.
 Must not: decide anything (no replica arithmetic, no model calls) or do I/O.
@@ -11,42 +11,15 @@ from __future__ import annotations
 
 import math
 
-from pdscaler.types import Role
+from pdscaler.types import Action, Role
 
-SCALED_PREFILL = "ScaledPrefill"
-SCALED_DECODE = "ScaledDecode"
-SCALED_BOTH = "ScaledBoth"
-SCALED_DOWN = "ScaledDown"
-HOLD = "Hold"
-HOLD_METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
-HOLD_STABILIZING = "HoldStabilizing"
-HOLD_ROLLOUT = "HoldRolloutInProgress"
-HOLD_AT_LIMIT = "HoldAtLimit"
-CAPACITY_LIMITED = "CapacityLimited"
-
-#: Actions that change no replica count. Every one of them starts with "Hold", so a
-#: consumer may also test ``action.startswith("Hold")``.
-HOLD_ACTIONS = frozenset(
-    {HOLD, HOLD_METRICS_UNAVAILABLE, HOLD_STABILIZING, HOLD_ROLLOUT, HOLD_AT_LIMIT}
-)
-
-ACTIONS = (
-    SCALED_PREFILL,
-    SCALED_DECODE,
-    SCALED_BOTH,
-    SCALED_DOWN,
-    CAPACITY_LIMITED,
-    HOLD,
-    HOLD_METRICS_UNAVAILABLE,
-    HOLD_STABILIZING,
-    HOLD_ROLLOUT,
-    HOLD_AT_LIMIT,
-)
+#: Every action a Decision can carry, in the order ``types.Action`` declares them.
+ACTIONS = tuple(Action)
 
 
-def scaled_action(role: Role) -> str:
+def scaled_action(role: Role) -> Action:
     """``ScaledPrefill`` / ``ScaledDecode``: the action of a scale-up of ``role``."""
-    return SCALED_PREFILL if role is Role.PREFILL else SCALED_DECODE
+    return Action.SCALED_PREFILL if role is Role.PREFILL else Action.SCALED_DECODE
 
 
 def percentile_label(percentile: float) -> str:

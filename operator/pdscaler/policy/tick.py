@@ -1,0 +1,68 @@
+"""What one tick of the policy computed, and the per-pool views of its inputs.
+
+Owns: the ``Tick`` record (the rate, forecast, ratio model, pool facts, wants,
+stabilized and limited sizes of one tick), which ``decide`` fills step by step and
+``explain`` turns into an action and a sentence; and the selectors that pick one pool
+out of the spec, the observations and the metrics (``pool_spec(spec, Role.DECODE)`` is
+``spec.decode``). Must not: compute anything (the steps live in ``decide`` and the
+modules it names), read clocks or do I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdscaler.models import RatioResult
+from pdscaler.policy import history
+from pdscaler.policy.limits import Capacity, Split
+from pdscaler.policy.sizing import Attribution, DrainPlan, PoolFacts, Want
+from pdscaler.policy.stabilize import Record, Stabilized
+from pdscaler.spec import PDDeploymentSpec, PoolSpec
+from pdscaler.types import MetricsSnapshot, PoolMetrics, PoolObservation, Role, TickInput
+
+ROLES = (Role.PREFILL, Role.DECODE)
+
+
+def pool_spec(spec: PDDeploymentSpec, role: Role) -> PoolSpec:
+    return spec.prefill if role is Role.PREFILL else spec.decode
+
+
+def observation(inp: TickInput, role: Role) -> PoolObservation:
+    return inp.prefill if role is Role.PREFILL else inp.decode
+
+
+def pool_metrics(snap: MetricsSnapshot, role: Role) -> PoolMetrics:
+    return snap.prefill if role is Role.PREFILL else snap.decode
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Everything computed in one tick that the sentence and the memory need."""
+
+    inp: TickInput
+    rate: float
+    forecast: float
+    ratio: RatioResult
+    facts: dict[Role, PoolFacts]
+    attribution: Attribution
+    wants: dict[Role, Want]
+    window: tuple[Record, ...]
+    stabilized: dict[Role, Stabilized]
+    split: Split
+    capacity: Capacity
+    final: dict[Role, int]
+    pools: tuple[history.Point, ...] = ()
+
+    def current(self, role: Role) -> int:
+        return self.facts[role].current
+
+    @property
+    def grown(self) -> tuple[Role, ...]:
+        return tuple(r for r in ROLES if self.final[r] > self.current(r))
+
+    @property
+    def shrunk(self) -> tuple[Role, ...]:
+        return tuple(r for r in ROLES if self.final[r] < self.current(r))
+
+    def drain(self, role: Role) -> DrainPlan | None:
+        return self.wants[role].drain
