@@ -1,6 +1,6 @@
 """Fixtures for tests against the lab (real control plane, fake GPU nodes, Prometheus).
 
-Owns the fixtures every lab test uses; the helpers behind them are in tests/labkit.py
+Owns the fixtures every lab test uses; the helpers behind them are in tests/support/labkit.py
 and pdlab.kubeclient.
 
 * `lab` (session): the shared lab, a `pdlab.lab.Lab`. Reused if it already runs (started
@@ -12,7 +12,7 @@ and pdlab.kubeclient.
 * `kube` (session): `pdlab.kubeclient.Kube`, typed clients as the lab admin.
 * `namespace` (per test): a fresh namespace `t-<test name>-<random>`, deleted afterwards.
 * `crd` (session): the PDDeployment CRD from crds/ applied and Established; its name.
-* `exporter` (per test): a started `lab.exporter.EngineExporter` (fake engine pods'
+* `exporter` (per test): a started `support.exporter.EngineExporter` (fake engine pods'
   metrics scraped by the lab's Prometheus); its targets are removed afterwards.
 
 Must not stop a lab other sessions use, and must not skip: if the lab cannot start, the
@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from lab.exporter import EngineExporter
 from pdlab.kubeclient import Kube, apply_crd
 from pdlab.lab import Lab
+from support.exporter import EngineExporter
 
 LAB_START_TIMEOUT_S = 300.0
 TEST_NAMESPACE_LABEL = "pdlab.pdscaler.io/test"

@@ -12,7 +12,10 @@ from typing import Any
 
 from kubernetes import client
 
-from labkit import (
+from pdlab.kubeclient import pod_condition, pod_ready
+from pdlab.kwok import GPU_RESOURCE
+from pdlab.lab import Lab
+from support.labkit import (
     Kube,
     gpu_deployment,
     list_pods,
@@ -21,9 +24,6 @@ from labkit import (
     seconds_between,
     wait_for,
 )
-from pdlab.kubeclient import pod_condition, pod_ready
-from pdlab.kwok import GPU_RESOURCE
-from pdlab.lab import Lab
 
 
 def _create(kube: Kube, namespace: str, body: dict[str, Any]) -> None:

@@ -25,11 +25,11 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from httpkit import QuietHandler, serving
 from pdlab.kubeclient import Kube, if_found, pod_ready, wait_until
 from pdlab.kwok import GPU_RESOURCE, GPU_TAINT, STARTUP_DELAY_ANNOTATION, gpu_node
+from support.httpkit import QuietHandler, serving
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TEST_NODE_LABEL = "pdlab.pdscaler.io/test-node"
 
 T = TypeVar("T")

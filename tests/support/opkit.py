@@ -21,8 +21,6 @@ from typing import Any, cast
 
 from kubernetes.client.exceptions import ApiException
 
-from lab.exporter import EngineExporter
-from labkit import Kube, wait_for
 from pdlab.lab import Lab
 from pdscaler import invariants, naming
 from pdscaler.kube import Kube as OperatorKube
@@ -30,6 +28,8 @@ from pdscaler.kube import load_api_client
 from pdscaler.reconcile import Runtime
 from pdscaler.spec import GROUP, PLURAL, VERSION, PDDeploymentSpec
 from pdscaler.types import Role
+from support.exporter import EngineExporter
+from support.labkit import Kube, wait_for
 
 IMAGE = "pdlab.invalid/engine"
 STARTUP_DELAY = "1s"
