@@ -24,8 +24,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -34,17 +32,25 @@ from pathlib import Path
 from typing import Any, cast
 
 import yaml
-from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from pdlab import demo_report, demo_view, scenarios
 from pdlab.config import REPO_DIR
+from pdlab.kubeclient import (
+    Kube,
+    apply_crd,
+    delete_namespace,
+    ensure_namespace,
+    if_found,
+    pod_ready,
+    wait_until,
+)
 from pdlab.lab import Lab, LabError
+from pdlab.processes import Child
 from pdscaler.naming import LABEL_NAME, LABEL_ROLE
 from pdscaler.spec import GROUP, PLURAL, VERSION, PDDeployment, parse_duration
 
 DEFAULT_MANIFEST = REPO_DIR / "deploy" / "demo" / "demo.yaml"
-CRD_PATH = REPO_DIR / "crds" / "pdscaler.io_pddeployments.yaml"
 FULL_DEMO_S = scenarios.get("demo").duration_s
 POOLS_UP_TIMEOUT_S = 120.0
 CLEANUP_TIMEOUT_S = 60.0
@@ -54,63 +60,15 @@ class DemoError(RuntimeError):
     """The demo cannot go on; the message says why and where the log is."""
 
 
-# ------------------------------------------------------------------------ child processes
+# ------------------------------------------------------------------------ the children
 
 
-@dataclass
-class Child:
-    """A process the demo started (own session, so its group can be signalled)."""
-
-    name: str
-    argv: list[str]
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, env: dict[str, str]) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=REPO_DIR,
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM the child's process group, SIGKILL after ``grace_s``; reap it."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(5.0)
-
-    def tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-
-def operator_argv(namespace: str) -> list[str]:
-    """The operator, watching only the demo's namespace, standalone (no peering), with
-    its own metrics port off (the lab may run other operators)."""
+def operator_argv(namespace: str, metrics_port: int = 0) -> list[str]:
+    """The operator, watching only ``namespace``, standalone (no peering), its metrics
+    on ``metrics_port`` (0, the demo's: off, as the lab may run other operators)."""
     return [
         sys.executable, "-m", "pdscaler", "run", "--standalone", "--namespace", namespace,
-        "--metrics-port", "0", "--log-format", "plain",
+        "--metrics-port", str(metrics_port), "--log-format", "plain",
     ]  # fmt: skip
 
 
@@ -125,61 +83,8 @@ def engine_sim_argv(args: argparse.Namespace, name: str, duration_s: float) -> l
 # ------------------------------------------------------------------------ Kubernetes
 
 
-@dataclass
-class Kube:
-    core: client.CoreV1Api
-    custom: client.CustomObjectsApi
-    apiext: client.ApiextensionsV1Api
-
-    @staticmethod
-    def connect(kubeconfig: Path) -> Kube:
-        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-        return Kube(
-            client.CoreV1Api(api), client.CustomObjectsApi(api), client.ApiextensionsV1Api(api)
-        )
-
-
-def _until(check: Any, timeout: float, what: str, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise DemoError(f"demo: timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def install_crd(kube: Kube) -> None:
-    """Create or update the PDDeployment CRD; wait until it is Established."""
-    body: dict[str, Any] = yaml.safe_load(CRD_PATH.read_text())
-    name = body["metadata"]["name"]
-    try:
-        kube.apiext.create_custom_resource_definition(cast(Any, body))
-    except ApiException as err:
-        if err.status != 409:
-            raise
-        current: Any = kube.apiext.read_custom_resource_definition(name)
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
-        kube.apiext.replace_custom_resource_definition(name, cast(Any, body))
-
-    def established() -> bool:
-        crd: Any = kube.apiext.read_custom_resource_definition(name)
-        conds = (crd.status.conditions if crd.status else None) or []
-        return any(c.type == "Established" and c.status == "True" for c in conds)
-
-    _until(established, 30, f"CRD {name} Established")
-
-
-def ensure_namespace(kube: Kube, namespace: str) -> bool:
-    """Create the namespace; True if the demo created it (and so may delete it)."""
-    try:
-        kube.core.create_namespace(cast(Any, {"metadata": {"name": namespace}}))
-    except ApiException as err:
-        if err.status == 409:
-            return False
-        raise
-    return True
+def _demo_error(message: str) -> DemoError:
+    return DemoError(f"demo: {message}")
 
 
 def ready_pods(kube: Kube, namespace: str, name: str) -> dict[str, int]:
@@ -189,25 +94,18 @@ def ready_pods(kube: Kube, namespace: str, name: str) -> dict[str, int]:
     ).items
     out = {"prefill": 0, "decode": 0}
     for pod in pods:
-        conds = (pod.status.conditions if pod.status else None) or []
-        ready = any(c.type == "Ready" and c.status == "True" for c in conds)
         role = (pod.metadata.labels or {}).get(LABEL_ROLE)
-        if ready and pod.metadata.deletion_timestamp is None and role in out:
+        if pod_ready(pod) and pod.metadata.deletion_timestamp is None and role in out:
             out[role] += 1
     return out
 
 
 def read_pdd(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        obj = cast(
-            dict[str, Any],
-            kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
-        )
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return obj
+    """The PDDeployment as the API's JSON; None if there is none."""
+    obj = if_found(
+        lambda: kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    )
+    return cast(dict[str, Any] | None, obj)
 
 
 def apply_pdd(kube: Kube, manifest: dict[str, Any]) -> None:
@@ -338,8 +236,8 @@ class Demo:
             self.started_lab = not self.lab.running_components()
             took = self.lab.ensure_up(timeout=600)
             self._say(f"lab up in {took:.0f}s")
-        self.kube = Kube.connect(self.lab.kubeconfig)
-        install_crd(self.kube)
+        self.kube = Kube.from_kubeconfig(self.lab.kubeconfig)
+        apply_crd(self.kube)
         ns = self.args.namespace
         self.created_ns = ensure_namespace(self.kube, ns)
         manifest = load_manifest(
@@ -367,7 +265,7 @@ class Demo:
         apply_pdd(self.kube, manifest)  # its pods take seconds: overlaps the children's start
         self._say(f"applied PDDeployment {ns}/{self.name}; the scenario starts when both pools "
                   "have a Ready pod")  # fmt: skip
-        _until(self._engine_sim_up, 60, "the engine simulator")
+        wait_until(self._engine_sim_up, 60, "the engine simulator", error=_demo_error)
 
     # ------------------------------------------------------------- the loop
     def observe(self) -> demo_view.Snapshot:
@@ -533,10 +431,11 @@ class Demo:
                         GROUP, VERSION, ns, PLURAL, self.name
                     )
                 kube = self.kube
-                _until(
+                wait_until(
                     lambda: read_pdd(kube, ns, self.name) is None,
                     CLEANUP_TIMEOUT_S,
                     f"PDDeployment {ns}/{self.name} to be deleted",
+                    error=_demo_error,
                 )
             except (DemoError, ApiException, OSError) as err:
                 problems.append(str(err))
@@ -544,10 +443,9 @@ class Demo:
             child.stop()
         if self.kube is not None and self.created_ns:
             try:
-                self.kube.core.delete_namespace(ns)
+                delete_namespace(self.kube, ns)
             except ApiException as err:
-                if err.status != 404:
-                    problems.append(f"deleting namespace {ns}: {err.reason}")
+                problems.append(f"deleting namespace {ns}: {err.reason}")
         self.lab.unregister_user()
         if self.started_lab and not self.lab.other_users():
             self._say("stopping the lab the demo started")

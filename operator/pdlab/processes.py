@@ -1,11 +1,18 @@
-"""Start, identify and stop the lab's processes, by recorded PID only.
+"""Start, identify and stop child processes, by PID only: the lab's recorded components
+and the short-lived children of the demo and the benchmarks.
 
-Owns: the state file (`<lab>/state.json`: the config and, per component, pid, start
-time, command line and log file), detached starts (own session, so own process group;
-stdout+stderr to `<lab>/logs/<name>.log`), and stops that signal exactly the recorded
-process group. A record counts as alive only if the PID exists, is not a zombie, and has
-the recorded start time (so a reused PID is never mistaken for, or killed as, ours).
-Must never find or kill processes by name.
+Owns: detached starts (``spawn``: own session, so own process group; stdout+stderr to a
+log file), the state file (`<lab>/state.json`: the config and, per component, pid, start
+time, command line and log file), stops that signal exactly the recorded process group
+(a record counts as alive only if the PID exists, is not a zombie, and has the recorded
+start time, so a reused PID is never mistaken for, or killed as, ours), and ``Child``: a
+process this Python process started and still holds, stopped through its group. Must
+never find or kill processes by name.
+
+    op = Child("operator", [sys.executable, "-m", "pdscaler", "run"], out / "operator.log")
+    op.start({**os.environ, "KUBECONFIG": str(kubeconfig)})
+    ...
+    op.stop()                      # SIGTERM its group, SIGKILL after 10 s, reaped
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from pdlab.config import REPO_DIR
 
 # Popen objects of children started by this Python process, kept so they are reaped.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -86,21 +95,30 @@ class State:
         return rec is not None and is_alive(rec)
 
 
+def spawn(
+    argv: list[str], log_path: Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `argv` detached (new session: its PID is its process group), stdin from
+    /dev/null, stdout and stderr appended to `log_path`."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def start(state: State, name: str, argv: list[str], log_dir: Path, cwd: Path) -> ProcRecord:
     """Start `argv` detached (new session), log to `<log_dir>/<name>.log`, record it."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     with log_path.open("ab") as log:
         log.write(f"\n=== pdlab start {time.strftime('%F %T')}: {' '.join(argv)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = spawn(argv, log_path, cwd)
     _CHILDREN[proc.pid] = proc
     ticks = None
     for _ in range(50):
@@ -176,3 +194,46 @@ def group_members(pgid: int) -> list[int]:
         if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
             out.append(int(entry.name))
     return out
+
+
+@dataclass
+class Child:
+    """A process started (detached) and held by this Python process: not recorded in a
+    state file, so it lives no longer than its starter (the demo's operator and engine
+    simulator, the overhead benchmark's operator)."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: dict[str, str], cwd: Path = REPO_DIR) -> None:
+        """Start it, its output appended to ``log``."""
+        self.proc = spawn(self.argv, self.log, cwd, env)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the child's process group, SIGKILL after ``grace_s``; reap it."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5.0)
+
+    def tail(self, lines: int = 15) -> str:
+        """The last ``lines`` lines of its log ("(no log)" if unreadable)."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"

@@ -1,6 +1,7 @@
 """Fixtures for tests against the lab (real control plane, fake GPU nodes, Prometheus).
 
-Owns the fixtures every lab test uses; the helpers behind them are in tests/labkit.py.
+Owns the fixtures every lab test uses; the helpers behind them are in tests/support/labkit.py
+and pdlab.kubeclient.
 
 * `lab` (session): the shared lab, a `pdlab.lab.Lab`. Reused if it already runs (started
   by `python -m pdlab up` or another test session); otherwise started once for this
@@ -8,10 +9,10 @@ Owns the fixtures every lab test uses; the helpers behind them are in tests/labk
   a user, someone ran `python -m pdlab up` meanwhile (the lab is pinned), or PDLAB_KEEP=1
   is set. Never stops a lab it did not start. Sets KUBECONFIG and
   PDLAB_PROMETHEUS_URL in os.environ for subprocesses (operators under test).
-* `kube` (session): `labkit.Kube`, typed clients as the lab admin.
+* `kube` (session): `pdlab.kubeclient.Kube`, typed clients as the lab admin.
 * `namespace` (per test): a fresh namespace `t-<test name>-<random>`, deleted afterwards.
 * `crd` (session): the PDDeployment CRD from crds/ applied and Established; its name.
-* `exporter` (per test): a started `lab.exporter.EngineExporter` (fake engine pods'
+* `exporter` (per test): a started `support.exporter.EngineExporter` (fake engine pods'
   metrics scraped by the lab's Prometheus); its targets are removed afterwards.
 
 Must not stop a lab other sessions use, and must not skip: if the lab cannot start, the
@@ -29,9 +30,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from lab.exporter import EngineExporter
-from labkit import Kube, apply_crd
+from pdlab.kubeclient import Kube, apply_crd
 from pdlab.lab import Lab
+from support.exporter import EngineExporter
 
 LAB_START_TIMEOUT_S = 300.0
 TEST_NAMESPACE_LABEL = "pdlab.pdscaler.io/test"

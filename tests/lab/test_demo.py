@@ -24,10 +24,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from labkit import Kube, free_port, not_found, wait_for
 from pdlab.engine_sim import TARGET_PREFIX
 from pdlab.lab import Lab
 from pdscaler.spec import GROUP, PLURAL, VERSION
+from support.labkit import Kube, free_port, not_found, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO_S = 135

@@ -25,7 +25,6 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from labkit import Kube, free_port, gpu_deployment, wait_for
 from pdlab import scenarios
 from pdlab.engine_pods import PodInfo
 from pdlab.engine_sim import TARGET_PREFIX, DeploymentSim, EngineSim, Workload, workload
@@ -35,6 +34,7 @@ from pdscaler.prometheus import PrometheusClient, read_snapshot
 from pdscaler.sim.engine import EngineParams
 from pdscaler.spec import PDDeployment
 from pdscaler.types import MetricsSnapshot, Role
+from support.labkit import Kube, free_port, gpu_deployment, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 

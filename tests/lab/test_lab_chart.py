@@ -21,10 +21,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from lab.opkit import create_pdd, delete_pdd_and_wait, get_pdd, pdd_manifest
-from labkit import Kube, wait_for
 from pdlab.config import REPO_DIR, helm_path, read_versions
 from pdlab.lab import Lab
+from support.labkit import Kube, wait_for
+from support.opkit import create_pdd, delete_pdd_and_wait, get_pdd, pdd_manifest
 
 CHART = REPO_DIR / "charts" / "pdscaler"
 NAME = "charted"

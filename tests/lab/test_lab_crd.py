@@ -1,6 +1,6 @@
 """The PDDeployment CRD from crds/ installs on the lab's API server; every example under
 deploy/examples/ is accepted by a server-side dry run; and the API server itself rejects
-each manifest of the shared invalid table (tests/invalid_manifests.py) with 422 and a
+each manifest of the shared invalid table (tests/support/invalid_manifests.py) with 422 and a
 message naming the field."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from invalid_manifests import CASES, InvalidCase
-from labkit import REPO, Kube
+from support.invalid_manifests import CASES, InvalidCase
+from support.labkit import REPO, Kube
 
 GROUP, VERSION, PLURAL = "pdscaler.io", "v1alpha1", "pddeployments"
 EXAMPLES = sorted((REPO / "deploy" / "examples").glob("*.yaml"))

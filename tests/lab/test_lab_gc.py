@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit import Kube, gpu_deployment, list_pods, not_found, ready_pods, wait_for
+from support.labkit import Kube, gpu_deployment, list_pods, not_found, ready_pods, wait_for
 
 
 def test_deleting_the_owner_deletes_owned_deployment_and_pods(kube: Kube, namespace: str) -> None:

@@ -12,19 +12,18 @@ from typing import Any
 
 from kubernetes import client
 
-from labkit import (
+from pdlab.kubeclient import pod_condition, pod_ready
+from pdlab.kwok import GPU_RESOURCE
+from pdlab.lab import Lab
+from support.labkit import (
     Kube,
-    condition,
     gpu_deployment,
-    is_ready,
     list_pods,
     private_gpu_nodes,
     ready_pods,
     seconds_between,
     wait_for,
 )
-from pdlab.kwok import GPU_RESOURCE
-from pdlab.lab import Lab
 
 
 def _create(kube: Kube, namespace: str, body: dict[str, Any]) -> None:
@@ -33,7 +32,7 @@ def _create(kube: Kube, namespace: str, body: dict[str, Any]) -> None:
 
 def _startup_seconds(pod: client.V1Pod) -> float:
     """Ready.lastTransitionTime - status.startTime for a Ready pod."""
-    ready = condition(pod, "Ready")
+    ready = pod_condition(pod, "Ready")
     assert ready is not None
     assert ready.last_transition_time is not None
     assert pod.status is not None
@@ -56,7 +55,7 @@ def test_gpu_pods_land_on_fake_nodes_running_then_ready_after_annotated_delay(
         30,
         "a Running pod of slow",
     )
-    assert not is_ready(running[0]), "Ready before the start-up delay elapsed"
+    assert not pod_ready(running[0]), "Ready before the start-up delay elapsed"
 
     pods = wait_for(lambda: ready_pods(kube, namespace, "app=slow", 2), 30, "2 Ready pods of slow")
     lab_nodes = {f"gpu-node-{i}" for i in range(lab.config.nodes)}
@@ -81,7 +80,7 @@ def _pending_reasons(kube: Kube, namespace: str, selector: str) -> list[str]:
     """Messages of PodScheduled=False conditions of the matching pods."""
     out = []
     for pod in list_pods(kube, namespace, selector):
-        cond = condition(pod, "PodScheduled")
+        cond = pod_condition(pod, "PodScheduled")
         if cond is not None and cond.status == "False":
             out.append(cond.message or "")
     return out

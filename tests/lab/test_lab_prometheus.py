@@ -6,9 +6,9 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from labkit import metrics_exporter, wait_for
 from pdlab import prometheus
 from pdlab.lab import Lab
+from support.labkit import metrics_exporter, wait_for
 
 
 def test_prometheus_scrapes_a_registered_target_and_answers_promql(lab: Lab) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from labkit import Kube, gpu_deployment, service_account_kube, wait_for
+from support.labkit import Kube, gpu_deployment, service_account_kube, wait_for
 
 
 def _role_for_deployments(namespace: str) -> tuple[Any, Any]:

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit import free_port
 from pdlab import processes
 from pdlab.config import DEFAULT_PORTS
 from pdlab.lab import Lab
+from support.labkit import free_port
 
 WARM_UP_LIMIT_S = 60.0
 

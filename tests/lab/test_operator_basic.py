@@ -12,8 +12,12 @@ from __future__ import annotations
 import os
 import subprocess
 
-from lab.exporter import EngineExporter
-from lab.opkit import (
+from pdlab.lab import Lab
+from pdscaler import naming
+from pdscaler.types import Role
+from support.exporter import EngineExporter
+from support.labkit import Kube, wait_for
+from support.opkit import (
     as_dict,
     create_pdd,
     delete_pdd_and_wait,
@@ -27,10 +31,6 @@ from lab.opkit import (
     serve_light,
     strip_finalizers,
 )
-from labkit import Kube, wait_for
-from pdlab.lab import Lab
-from pdscaler import naming
-from pdscaler.types import Role
 
 NAME = "chat"
 REV = naming.revision("pdlab.invalid/engine", "v1")

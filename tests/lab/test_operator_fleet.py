@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import time
 
-from lab.opkit import (
+from pdlab.lab import Lab
+from support.labkit import Kube, wait_for
+from support.opkit import (
     create_pdd,
     delete_pdd_and_wait,
     get_pdd,
@@ -20,8 +22,6 @@ from lab.opkit import (
     operator_runtime,
     pdd_manifest,
 )
-from labkit import Kube, wait_for
-from pdlab.lab import Lab
 
 FLEET = 12
 INTERVAL_S = 2.0

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import time
 
-from lab.exporter import EngineExporter
-from lab.opkit import (
+from pdlab.lab import Lab
+from pdscaler.types import ConditionReason, ConditionType, Role
+from support.exporter import EngineExporter
+from support.labkit import Kube, private_gpu_nodes, wait_for
+from support.opkit import (
     TcpProxy,
     create_pdd,
     get_pdd,
@@ -21,9 +24,6 @@ from lab.opkit import (
     wait_condition,
     wait_stable,
 )
-from labkit import Kube, private_gpu_nodes, wait_for
-from pdlab.lab import Lab
-from pdscaler.types import ConditionReason, ConditionType, Role
 
 
 def serve(exp: EngineExporter, namespace: str, name: str, output: float, tpot: float) -> None:

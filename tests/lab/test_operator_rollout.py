@@ -13,8 +13,13 @@ from __future__ import annotations
 
 import time
 
-from lab.exporter import EngineExporter
-from lab.opkit import (
+from pdlab.lab import Lab
+from pdscaler import naming
+from pdscaler.observe import is_ready, labels
+from pdscaler.types import ConditionReason, ConditionType, Role
+from support.exporter import EngineExporter
+from support.labkit import Kube, wait_for
+from support.opkit import (
     IMAGE,
     InvariantChecker,
     condition,
@@ -30,11 +35,6 @@ from lab.opkit import (
     wait_cell_gone,
     wait_stable,
 )
-from labkit import Kube, wait_for
-from pdlab.lab import Lab
-from pdscaler import naming
-from pdscaler.observe import is_ready, labels
-from pdscaler.types import ConditionReason, ConditionType, Role
 
 
 def serve(exp: EngineExporter, namespace: str, name: str) -> None:

@@ -10,8 +10,10 @@ import subprocess
 import sys
 import urllib.request
 
-from lab.exporter import EngineExporter
-from lab.opkit import (
+from pdlab.lab import Lab
+from support.exporter import EngineExporter
+from support.labkit import Kube, free_port, wait_for
+from support.opkit import (
     create_pdd,
     delete_pdd_and_wait,
     get_pdd,
@@ -19,8 +21,6 @@ from lab.opkit import (
     serve_light,
     strip_finalizers,
 )
-from labkit import Kube, free_port, wait_for
-from pdlab.lab import Lab
 
 NAME = "proc"
 

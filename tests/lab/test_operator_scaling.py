@@ -13,8 +13,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lab.exporter import EngineExporter
-from lab.opkit import (
+from pdlab.lab import Lab
+from pdscaler import models
+from pdscaler.prometheus import PrometheusClient, read_snapshot
+from pdscaler.reconcile import Runtime
+from pdscaler.types import Role
+from support.exporter import EngineExporter
+from support.labkit import Kube, wait_for
+from support.opkit import (
     create_pdd,
     deployments,
     get_pdd,
@@ -27,12 +33,6 @@ from lab.opkit import (
     total,
     wait_stable,
 )
-from labkit import Kube, wait_for
-from pdlab.lab import Lab
-from pdscaler import models
-from pdscaler.prometheus import PrometheusClient, read_snapshot
-from pdscaler.reconcile import Runtime
-from pdscaler.types import Role
 
 PREFILL_PODS = ["p0"]
 DECODE_PODS = ["d0"]

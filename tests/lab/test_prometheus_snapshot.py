@@ -14,8 +14,6 @@ import time
 
 import pytest
 
-from lab.exporter import DECODE, PREFILL, EngineExporter, PodLoad
-from labkit import wait_for
 from pdlab.lab import Lab
 from pdscaler.prometheus import (
     REASON_UNREACHABLE,
@@ -25,6 +23,8 @@ from pdscaler.prometheus import (
 )
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot
+from support.exporter import DECODE, PREFILL, EngineExporter, PodLoad
+from support.labkit import wait_for
 
 WINDOW_SECONDS = 10
 FILL_WINDOW = WINDOW_SECONDS // 2 + 1  # scrapes for the window to hold only current load

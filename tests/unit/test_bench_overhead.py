@@ -1,4 +1,4 @@
-"""The operator-overhead benchmark's plumbing (bench/overhead*.py), without a cluster:
+"""The operator-overhead benchmark's plumbing (bench/overhead/), without a cluster:
 percentiles, histogram quantiles, exposition deltas, /proc parsing and sampling, the
 report's rendering, the policy timing on a small recorded trace, the figures of the
 200-PDDeployment run from synthetic scrapes, and the command line."""
@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from bench import overhead, overhead_policy
-from bench.overhead_cluster import BenchError, pdd_manifest, reconciled
-from bench.overhead_figures import (
+from bench.overhead import cli as overhead
+from bench.overhead import policy as overhead_policy
+from bench.overhead.cluster import BenchError, pdd_manifest, reconciled
+from bench.overhead.figures import (
     Scrapes,
     Window,
     api_requests,
@@ -26,8 +27,9 @@ from bench.overhead_figures import (
     per_tick_breakdown,
     request_rates,
 )
-from bench.overhead_lab import PORT_OFFSET, exclusive, nodes_for, private_config
-from bench.overhead_proc import (
+from bench.overhead.fleet import Plan, handlers_after_stop, measure
+from bench.overhead.private_lab import PORT_OFFSET, exclusive, nodes_for, private_config
+from bench.overhead.process import (
     ProcSample,
     ProcSampler,
     cpu_seconds,
@@ -35,9 +37,8 @@ from bench.overhead_proc import (
     parse_status_int,
     status_numbers,
 )
-from bench.overhead_process import Plan, handlers_after_stop, measure
-from bench.overhead_report import Section, markdown_table, render
-from bench.overhead_stats import Exposition, histogram_quantile, percentile, summarize
+from bench.overhead.report import Section, markdown_table, render
+from bench.overhead.stats import Exposition, histogram_quantile, percentile, summarize
 from pdlab.config import DEFAULT_PORTS
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.telemetry import Telemetry

@@ -128,12 +128,12 @@ def test_a_failing_overhead_part_is_reported_not_faked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import bench.__main__ as entry
-    import bench.overhead
+    import bench.overhead.cli
 
     def boom(argv: list[str]) -> int:
         raise RuntimeError("namespace bench-overhead already exists")
 
-    monkeypatch.setattr(bench.overhead, "main", boom)
+    monkeypatch.setattr(bench.overhead.cli, "main", boom)
     line = entry.overhead(tmp_path, quick=True)
     assert line.startswith("not measured: the overhead benchmark failed")
     assert "already exists" in line

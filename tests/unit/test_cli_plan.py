@@ -15,9 +15,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from crd_schema import EXAMPLES_DIR, ROOT
-from invalid_manifests import CASES
 from pdscaler.cli import build_app
+from support.crd_schema import EXAMPLES_DIR, ROOT
+from support.invalid_manifests import CASES
 
 APP = build_app()
 CHAT_RATIO = (

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from crd_schema import apply_defaults, cel_rules, is_opaque, load_crd, openapi_schema, walk
 from pdscaler import spec as pdspec
+from support.crd_schema import apply_defaults, cel_rules, is_opaque, load_crd, openapi_schema, walk
 
 Schema = dict[str, Any]
 

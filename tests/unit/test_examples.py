@@ -13,14 +13,14 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from crd_schema import (
+from pdscaler.spec import KIND, PDDeployment
+from support.crd_schema import (
     EXAMPLES_DIR,
     apply_defaults,
     failing_cel_rules,
     openapi_schema,
     to_json_schema,
 )
-from pdscaler.spec import KIND, PDDeployment
 
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 VALIDATOR = Draft202012Validator(to_json_schema(openapi_schema()))

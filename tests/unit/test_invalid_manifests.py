@@ -1,4 +1,4 @@
-"""Every manifest of the shared invalid table (tests/invalid_manifests.py) is rejected by
+"""Every manifest of the shared invalid table (tests/support/invalid_manifests.py) is rejected by
 the pydantic model with the expected location and message, and by the CRD itself: an
 OpenAPI constraint (checked with jsonschema on the translated schema) at the field the
 API server will name, or a CEL rule (evaluated through its Python twin) whose message and
@@ -12,7 +12,8 @@ import pytest
 from jsonschema import Draft202012Validator, ValidationError
 from pydantic import ValidationError as PydanticError
 
-from crd_schema import (
+from pdscaler.spec import CEL_MESSAGES, PDDeployment
+from support.crd_schema import (
     CEL_TWINS,
     cel_rules,
     failing_cel_rules,
@@ -22,8 +23,7 @@ from crd_schema import (
     to_json_schema,
     walk,
 )
-from invalid_manifests import CASES, CEL, InvalidCase, base_manifest
-from pdscaler.spec import CEL_MESSAGES, PDDeployment
+from support.invalid_manifests import CASES, CEL, InvalidCase, base_manifest
 
 VALIDATOR = Draft202012Validator(to_json_schema(openapi_schema()))
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from httpkit import QuietHandler, serving
 from pdscaler import metricsql as mq
 from pdscaler.prometheus import (
     REASON_BAD_ANSWER,
@@ -26,6 +25,7 @@ from pdscaler.prometheus import (
     read_snapshot,
 )
 from pdscaler.spec import PDDeploymentSpec
+from support.httpkit import QuietHandler, serving
 
 Responder = Callable[[dict[str, str]], tuple[int, bytes]]
 NOW = 1_700_000_000.0

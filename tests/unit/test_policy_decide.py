@@ -7,12 +7,12 @@ import math
 from typing import Any
 
 import pytest
-from test_policy_support import chat_spec, run, snapshot, tick
 
 from pdscaler.models import backlog, drain_time, ratio_model, replicas_for_deadline
 from pdscaler.policy import decide, reasons
 from pdscaler.policy.sizing import PoolFacts, growth_pressure
 from pdscaler.types import Action, PolicyMemory, PoolObservation, Role, TickInput
+from support.builders import chat_spec, run, snapshot, tick
 
 # ---------------------------------------------------------------- golden sizing
 

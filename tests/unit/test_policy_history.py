@@ -6,12 +6,12 @@ docstring."""
 from __future__ import annotations
 
 import pytest
-from test_policy_support import chat_spec, run, snapshot
 
 from pdscaler.policy import history
 from pdscaler.policy.decide import arrival_rate
 from pdscaler.policy.forecast import forecast_rate
 from pdscaler.types import PolicyMemory, Role
+from support.builders import chat_spec, run, snapshot
 
 
 def points(queues: list[float | None], ready: int = 10) -> tuple[history.Point, ...]:

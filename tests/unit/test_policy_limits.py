@@ -3,11 +3,10 @@ schedulable capacity re-split in favour of the bottleneck pool (DESIGN.md §3.5)
 
 from __future__ import annotations
 
-from test_policy_support import chat_spec, run, snapshot
-
 from pdscaler.models import split_budget
 from pdscaler.policy.limits import capacity, clamp, scheduled_gpus
 from pdscaler.types import Action, PoolObservation, Role
+from support.builders import chat_spec, run, snapshot
 
 LONG_OUTPUTS = snapshot(20.0, output=650.0)
 """Chat with L_d 650: N_P 19.05 -> 20, N_D 13000/560 = 23.21 -> 24 (44 GPUs)."""

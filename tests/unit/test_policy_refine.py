@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_policy_support import chat_spec, run, snapshot
 
 from pdscaler.policy import history
 from pdscaler.policy.decide import record_rate
@@ -14,6 +13,7 @@ from pdscaler.policy.forecast import forecast_rate, trend
 from pdscaler.policy.refine import quantile, refine_startup, refine_tps
 from pdscaler.policy.sanitize import clean, sanitize
 from pdscaler.types import MetricsSnapshot, PolicyMemory, PoolMetrics, PoolObservation, Role
+from support.builders import chat_spec, run, snapshot
 
 # ------------------------------------------------------------------ throughput
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_policy_support import chat_spec, replay, run, snapshot
-
 from pdscaler.policy.stabilize import Stabilized, down_step, prune, stabilize, window_record
 from pdscaler.status import memory_from_status, memory_to_status
 from pdscaler.types import Action, Decision, MetricsSnapshot, PolicyMemory
+from support.builders import chat_spec, replay, run, snapshot
 
 DROP = 600.0  # the load falls from 20 to 10 req/s here
 STEP = 15.0

@@ -16,21 +16,13 @@ from pdscaler.spec import PDDeploymentSpec
 from pdscaler.telemetry import MetricsServer, Telemetry, direction
 from pdscaler.types import (
     Decision,
-    MetricsSnapshot,
     ModelOutputs,
-    PoolMetrics,
     PoolObservation,
     Role,
 )
+from support.builders import snapshot
 
-SNAP = MetricsSnapshot(
-    time=0.0,
-    request_rate=20.0,
-    prompt_tokens=2000.0,
-    output_tokens=500.0,
-    prefill=PoolMetrics(queue_depth=0.0, latency_seconds=0.85),
-    decode=PoolMetrics(queue_depth=12.0, latency_seconds=0.062),
-)
+SNAP = snapshot(ttft=0.85, tpot=0.062, decode_queue=12.0)
 DECISION = Decision(
     prefill=20,
     decode=6,

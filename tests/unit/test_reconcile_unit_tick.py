@@ -12,13 +12,14 @@ import copy
 from typing import Any
 
 import pytest
-from fakekube import FakeKube
 
 from pdscaler import manifests, naming, status
 from pdscaler.prometheus import MetricsUnavailableError
 from pdscaler.reconcile import Runtime, reconcile_once
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import ConditionReason, ConditionType, MetricsSnapshot, PoolMetrics, Role
+from pdscaler.types import ConditionReason, ConditionType, MetricsSnapshot, Role
+from support import builders
+from support.fakekube import FakeKube
 
 NS, NAME = "serving", "chat"
 PDD_PATH = f"/apis/pdscaler.io/v1alpha1/namespaces/{NS}/pddeployments/{NAME}"
@@ -39,15 +40,9 @@ def manifest(mode: str = "Auto") -> dict[str, Any]:
     }
 
 
-def snapshot(rate: float = 1.0, prompt: float = 2000.0, output: float = 500.0) -> MetricsSnapshot:
-    return MetricsSnapshot(
-        time=0.0,
-        request_rate=rate,
-        prompt_tokens=prompt,
-        output_tokens=output,
-        prefill=PoolMetrics(queue_depth=0.0, latency_seconds=0.3, running=0.0),
-        decode=PoolMetrics(queue_depth=0.0, latency_seconds=0.02, running=0.0),
-    )
+def snapshot(rate: float = 1.0) -> MetricsSnapshot:
+    """``rate`` req/s of the chat mix, TTFT 0.3 s, TPOT 20 ms, nothing queued or running."""
+    return builders.snapshot(rate, ttft=0.3, tpot=0.02, running=0.0)
 
 
 class World:

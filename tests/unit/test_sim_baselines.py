@@ -19,7 +19,8 @@ from pdscaler.sim.baselines import (
 from pdscaler.sim.controllers import View
 from pdscaler.sim.setup import sim_spec
 from pdscaler.sim.traces import Trace
-from pdscaler.types import MetricsSnapshot, PoolMetrics, PoolObservation
+from pdscaler.types import PoolObservation
+from support.builders import snapshot
 
 SPEC = sim_spec(startup_s=60.0)  # priors 10,000 / 1,400 tok/s, u = 0.7, min 1, max 64
 
@@ -32,13 +33,8 @@ def view(
     queues: tuple[float | None, float | None] = (0.0, 0.0),
     replicas: tuple[int, int] = (4, 4),
 ) -> View:
-    metrics = MetricsSnapshot(
-        time=now,
-        request_rate=rate,
-        prompt_tokens=prompt,
-        output_tokens=output,
-        prefill=PoolMetrics(queue_depth=queues[0]),
-        decode=PoolMetrics(queue_depth=queues[1]),
+    metrics = snapshot(
+        rate, prompt, output, prefill_queue=queues[0], decode_queue=queues[1], time=now
     )
     return View(
         now,

@@ -8,24 +8,22 @@ module and registers itself through ``register(app)``:
 * ``simulate``  (``cli/simulate.py``): replay a trace against the policy and baselines;
 * ``run``       (``cli/run.py``): start the operator;
 * ``explain``   (``cli/explain.py``): the last decision of a PDDeployment, readable.
-
-A module that is missing (not built yet) is simply not registered.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import typer
 
+from pdscaler.cli import explain, plan, run, simulate
 from pdscaler.cli.common import USAGE_EXIT, usage_line
 
-SUBCOMMAND_MODULES = ("plan", "simulate", "run", "explain")
+SUBCOMMAND_MODULES = (plan, simulate, run, explain)
 
 
 def build_app() -> typer.Typer:
-    """The full app with every subcommand module that is present."""
+    """The full app: every subcommand module registered, in ``SUBCOMMAND_MODULES``' order."""
     app = typer.Typer(
         name="pdscaler",
         help="Prefill/decode autoscaling operator for disaggregated LLM serving.",
@@ -33,13 +31,7 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    for name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"pdscaler.cli.{name}")
-        except ModuleNotFoundError as err:
-            if err.name == f"pdscaler.cli.{name}":
-                continue
-            raise
+    for module in SUBCOMMAND_MODULES:
         module.register(app)
     return app
 

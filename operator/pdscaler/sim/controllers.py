@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from pdscaler.policy import decide as policy_decide
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory, PoolObservation, TickInput
 
@@ -53,18 +54,6 @@ class Controller(Protocol):
     def tick(self, view: View) -> Target | None: ...
 
 
-def load_decide() -> Decide:
-    """``pdscaler.policy.decide``, or ValueError naming what is missing."""
-    import importlib
-
-    module = importlib.import_module("pdscaler.policy")
-    decide = getattr(module, "decide", None)
-    if decide is None:
-        raise ValueError("pdscaler.policy.decide is not available in this build")
-    result: Decide = decide
-    return result
-
-
 class PdscalerController:
     """The operator's policy in the loop: ``decide(TickInput) -> Decision``, memory
     carried over, ``spec.scaling.mode`` ignored (the simulator always applies)."""
@@ -73,7 +62,7 @@ class PdscalerController:
 
     def __init__(self, spec: PDDeploymentSpec, decide: Decide | None = None) -> None:
         self.spec = spec
-        self._decide = decide if decide is not None else load_decide()
+        self._decide = decide if decide is not None else policy_decide
         self.memory = PolicyMemory()
         self.decisions: list[Decision] = []
 

@@ -45,8 +45,8 @@ from typing import Any
 
 import yaml
 
-from crd_schema import EXAMPLES_DIR
 from pdscaler import spec as pdspec
+from support.crd_schema import EXAMPLES_DIR
 
 Manifest = dict[str, Any]
 Mutation = Callable[[Manifest], None]

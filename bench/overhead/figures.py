@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench.overhead_proc import ProcSampler
-from bench.overhead_stats import Exposition, fmt_seconds, histogram_quantile, percentile, rate
+from bench.overhead.process import ProcSampler
+from bench.overhead.stats import Exposition, fmt_seconds, histogram_quantile, percentile, rate
 
 NOT_COUNTED_VERBS = frozenset({"WATCH", "CONNECT"})
 #: What the operator reads and writes (in steady state nothing else asks for these

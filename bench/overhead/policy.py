@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.overhead_report import Section
-from bench.overhead_stats import Summary, fmt_seconds, summarize
+from bench.overhead.report import Section
+from bench.overhead.stats import Summary, fmt_seconds, summarize
+from bench.quality import TRACE_DIR
 from pdscaler.policy import decide
 from pdscaler.sim.controllers import PdscalerController
 from pdscaler.sim.loop import LoopConfig, run
@@ -29,14 +30,8 @@ from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Decision, TickInput
 
 TITLE = "1. Policy decision time (pure `pdscaler.policy.decide`)"
-REPO = Path(__file__).resolve().parent.parent
-#: Where the traces may live: the project's copy first, then the shared workspace's.
-TRACE_DIRS = (
-    REPO / "bench" / "traces",
-    REPO / "traces",
-    REPO / "shared" / "traces",
-    REPO.parent / "shared" / "traces",
-)
+#: Where the traces live: the project's copy (the decision-quality benchmark's too).
+TRACE_DIRS = (TRACE_DIR,)
 TRACE_GLOB = "AzureLLMInferenceTrace_*.csv"
 WARMUP_CALLS = 200
 

@@ -21,8 +21,6 @@ from typing import Any, cast
 
 from kubernetes.client.exceptions import ApiException
 
-from lab.exporter import EngineExporter
-from labkit import Kube, wait_for
 from pdlab.lab import Lab
 from pdscaler import invariants, naming
 from pdscaler.kube import Kube as OperatorKube
@@ -30,6 +28,8 @@ from pdscaler.kube import load_api_client
 from pdscaler.reconcile import Runtime
 from pdscaler.spec import GROUP, PLURAL, VERSION, PDDeploymentSpec
 from pdscaler.types import Role
+from support.exporter import EngineExporter
+from support.labkit import Kube, not_found, wait_for
 
 IMAGE = "pdlab.invalid/engine"
 STARTUP_DELAY = "1s"
@@ -282,16 +282,12 @@ def delete_pdd_and_wait(kube: Kube, namespace: str, name: str, timeout: float = 
     """Delete the PDDeployment (while its operator runs, so kopf releases its finalizer)."""
     with contextlib.suppress(ApiException):
         kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            get_pdd(kube, namespace, name)
-        except ApiException as err:
-            if err.status == 404:
-                return
-            raise
-        time.sleep(0.3)
-    raise AssertionError(f"PDDeployment {namespace}/{name} still exists after {timeout}s")
+    wait_for(
+        lambda: not_found(lambda: get_pdd(kube, namespace, name)),
+        timeout,
+        f"PDDeployment {namespace}/{name} to be deleted",
+        interval=0.3,
+    )
 
 
 def strip_finalizers(kube: Kube, namespace: str, name: str) -> None:

@@ -3,10 +3,10 @@
 Owns: the command line and the order of the three measurements, printing the report
 and writing it to ``bench/results/overhead.md``:
 
-1. the policy's decision time (``overhead_policy``: pure ``decide``, thousands of calls);
-2. one reconcile tick against the shared lab, converged and scaling (``overhead_tick``);
+1. the policy's decision time (``policy``: pure ``decide``, thousands of calls);
+2. one reconcile tick against the shared lab, converged and scaling (``tick``);
 3. one operator process with 200 PDDeployments at 15 s in a private lab, its CPU,
-   memory, API and Prometheus traffic (``overhead_process``; 4-7 minutes, with the
+   memory, API and Prometheus traffic (``fleet``; 4-7 minutes, with the
    machine's load).
 
     python -m bench.overhead                      # all three (5 min on 2 cores)
@@ -25,16 +25,16 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import overhead_policy, overhead_process, overhead_tick
-from bench.overhead_proc import machine_facts
-from bench.overhead_report import Section, render
+from bench.overhead import fleet, policy, tick
+from bench.overhead.process import machine_facts
+from bench.overhead.report import Section, render
 
-RESULTS = Path(__file__).resolve().parent / "results" / "overhead.md"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "overhead.md"
 SECTIONS = ("policy", "tick", "process")
 TITLES = {
-    "policy": overhead_policy.TITLE,
-    "tick": overhead_tick.TITLE,
-    "process": overhead_process.TITLE,
+    "policy": policy.TITLE,
+    "tick": tick.TITLE,
+    "process": fleet.TITLE,
 }
 
 
@@ -62,11 +62,11 @@ def parse_only(text: str) -> list[str]:
 
 
 def runners(args: argparse.Namespace) -> dict[str, Callable[[], Section]]:
-    plan = overhead_process.Plan(pdds=args.pdds, interval=args.interval, sample_seconds=args.window)
+    plan = fleet.Plan(pdds=args.pdds, interval=args.interval, sample_seconds=args.window)
     return {
-        "policy": lambda: overhead_policy.measure(calls_per_trace=args.calls),
-        "tick": lambda: overhead_tick.measure(ticks=args.ticks),
-        "process": lambda: overhead_process.measure(plan),
+        "policy": lambda: policy.measure(calls_per_trace=args.calls),
+        "tick": lambda: tick.measure(ticks=args.ticks),
+        "process": lambda: fleet.measure(plan),
     }
 
 

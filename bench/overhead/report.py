@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bench.markdown import numeric_columns, table
+
 TITLE = "# Operator overhead"
 
 
@@ -39,20 +41,8 @@ class Section:
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A GitHub table; numbers right-aligned by their first character being a digit."""
-    if any(len(r) != len(headers) for r in rows):
-        raise ValueError("every row needs one cell per header")
-
-    def align(i: int) -> str:
-        numeric = rows and all(r[i][:1].isdigit() or r[i][:1] in "<~" for r in rows)
-        return "---:" if numeric else "---"
-
-    lines = [
-        "| " + " | ".join(headers) + " |",
-        "|" + "|".join(align(i) for i in range(len(headers))) + "|",
-    ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    """``bench.markdown.table`` with the measured (numeric) columns right-aligned."""
+    return table(headers, rows, right=numeric_columns(rows, len(headers)))
 
 
 def render_section(s: Section) -> str:

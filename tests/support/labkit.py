@@ -1,14 +1,14 @@
 """Helpers for tests against the lab (used through tests/lab/conftest.py's fixtures).
 
-Owns: the `Kube` bundle of typed API clients, `wait_for` (poll with a timeout that says
-what it waited for and the last value seen), CRD install + wait for Established, GPU
+Owns: `wait_for` (`pdlab.kubeclient.wait_until` failing the test on a timeout), GPU
 Deployment manifests for the fake nodes, private fake GPU nodes a test can own, pod
 readiness reads, ServiceAccount clients from a TokenRequest, and a throwaway HTTP
-exporter for Prometheus tests. Must not start or stop the lab (pdlab.lab does) and holds
-no test assertions of its own beyond the timeouts.
+exporter for Prometheus tests. The typed clients (`Kube`, imported from here by the
+tests), the CRD install and the pod predicates are `pdlab.kubeclient`'s. Must not start
+or stop the lab (pdlab.lab does) and holds no test assertions of its own beyond the
+timeouts.
 
     kube = Kube.from_kubeconfig(lab.kubeconfig)
-    apply_crd(kube)                                      # idempotent, waits Established
     kube.apps.create_namespaced_deployment(ns, gpu_deployment("web", replicas=2))
     pods = wait_for(lambda: ready_pods(kube, ns, "app=web", 2), 30, "2 ready pods of web")
 """
@@ -17,55 +17,22 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from httpkit import QuietHandler, serving
+from pdlab.kubeclient import Kube, if_found, pod_ready, wait_until
 from pdlab.kwok import GPU_RESOURCE, GPU_TAINT, STARTUP_DELAY_ANNOTATION, gpu_node
+from support.httpkit import QuietHandler, serving
 
-REPO = Path(__file__).resolve().parents[1]
-CRD_PATH = REPO / "crds" / "pdscaler.io_pddeployments.yaml"
+REPO = Path(__file__).resolve().parents[2]
 TEST_NODE_LABEL = "pdlab.pdscaler.io/test-node"
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Kube:
-    """Typed clients sharing one `ApiClient` (the lab admin, or a ServiceAccount)."""
-
-    api: client.ApiClient
-    core: client.CoreV1Api
-    apps: client.AppsV1Api
-    rbac: client.RbacAuthorizationV1Api
-    custom: client.CustomObjectsApi
-    apiext: client.ApiextensionsV1Api
-
-    @staticmethod
-    def from_api_client(api: client.ApiClient) -> Kube:
-        """Wrap an existing ApiClient."""
-        return Kube(
-            api=api,
-            core=client.CoreV1Api(api),
-            apps=client.AppsV1Api(api),
-            rbac=client.RbacAuthorizationV1Api(api),
-            custom=client.CustomObjectsApi(api),
-            apiext=client.ApiextensionsV1Api(api),
-        )
-
-    @staticmethod
-    def from_kubeconfig(path: Path) -> Kube:
-        """Clients for the kubeconfig at `path` (the lab's admin kubeconfig)."""
-        api = config.new_client_from_config(config_file=str(path))  # type: ignore[no-untyped-call]
-        return Kube.from_api_client(api)
 
 
 class WaitTimeoutError(AssertionError):
@@ -78,73 +45,19 @@ def wait_for(
     what: str,
     interval: float = 0.2,
 ) -> T:
-    """Call `probe` until it returns something truthy; return that value.
-
-    Raises `WaitTimeoutError` after `timeout` seconds naming `what` and the last value (an
-    exception raised by the probe counts as "not yet" and is reported if it was last):
+    """`pdlab.kubeclient.wait_until` for tests: a probe that raises counts as "not yet"
+    (its error is reported if it was last), and running out of time fails the test:
     wait_for(lambda: [], 1, "pods") fails after 1 s with "timed out after 1.0s waiting
     for pods; last value: []".
     """
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            value = probe()
-        except Exception as err:  # a probe failing is "not yet"; its error is reported
-            value, last = None, err
-        else:
-            last = value
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise WaitTimeoutError(
-                f"timed out after {timeout:.1f}s waiting for {what}; last value: {last!r}"
-            )
-        time.sleep(interval)
+    return wait_until(
+        probe, timeout, what, interval=interval, error=WaitTimeoutError, not_yet=(Exception,)
+    )
 
 
 def not_found(call: Callable[[], object]) -> bool:
     """True if `call()` raises a 404 ApiException (the object is gone)."""
-    try:
-        call()
-    except ApiException as err:
-        if err.status == 404:
-            return True
-        raise
-    return False
-
-
-# ----- CRDs ------------------------------------------------------------------------------
-def crd_established(kube: Kube, name: str) -> bool:
-    """True once the CRD `name` has condition Established=True."""
-    crd = kube.apiext.read_custom_resource_definition(name)
-    conds = crd.status.conditions if crd.status and crd.status.conditions else []
-    return any(c.type == "Established" and c.status == "True" for c in conds)
-
-
-def apply_crd(kube: Kube, path: Path = CRD_PATH, timeout: float = 30.0) -> str:
-    """Create or update the CRD in `path` and wait until Established; its name.
-
-    Idempotent and safe when several test sessions share the lab: an existing CRD is
-    replaced at its current resourceVersion (an unchanged one is a no-op for the API
-    server), retrying on a conflict with a concurrent writer.
-    """
-    body: dict[str, Any] = yaml.safe_load(path.read_text())
-    name: str = body["metadata"]["name"]
-    for attempt in range(5):
-        try:
-            if attempt == 0:
-                kube.apiext.create_custom_resource_definition(cast(Any, body))
-            else:
-                current = kube.apiext.read_custom_resource_definition(name)
-                body["metadata"]["resourceVersion"] = _meta(current).resource_version
-                kube.apiext.replace_custom_resource_definition(name, cast(Any, body))
-            break
-        except ApiException as err:
-            if err.status != 409:  # 409: exists (create) or conflict (replace): go again
-                raise
-    wait_for(lambda: crd_established(kube, name), timeout, f"CRD {name} Established")
-    return name
+    return if_found(call) is None
 
 
 # ----- workloads on the fake GPU nodes -----------------------------------------------------
@@ -192,20 +105,6 @@ def gpu_deployment(
     }
 
 
-def condition(pod: client.V1Pod, kind: str) -> client.V1PodCondition | None:
-    """The pod condition of type `kind` ("Ready", "PodScheduled", ...), if present."""
-    for cond in (pod.status.conditions if pod.status else None) or []:
-        if cond.type == kind:
-            return cond
-    return None
-
-
-def is_ready(pod: client.V1Pod) -> bool:
-    """Ready=True."""
-    cond = condition(pod, "Ready")
-    return cond is not None and cond.status == "True"
-
-
 def list_pods(kube: Kube, namespace: str, selector: str) -> list[client.V1Pod]:
     """Pods matching the label selector that are not being deleted."""
     items = kube.core.list_namespaced_pod(namespace, label_selector=selector).items
@@ -214,7 +113,7 @@ def list_pods(kube: Kube, namespace: str, selector: str) -> list[client.V1Pod]:
 
 def ready_pods(kube: Kube, namespace: str, selector: str, count: int) -> list[client.V1Pod]:
     """The matching pods if at least `count` are Ready, else [] (for `wait_for`)."""
-    pods = [p for p in list_pods(kube, namespace, selector) if is_ready(p)]
+    pods = [p for p in list_pods(kube, namespace, selector) if pod_ready(p)]
     return pods if len(pods) >= count else []
 
 

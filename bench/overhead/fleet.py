@@ -1,18 +1,20 @@
 """Measurement 3: one operator process (``python -m pdscaler run``, standalone, one
 namespace) handling N PDDeployments (200) at a 15 s interval, in a private lab.
 
-Owns: the scenario. Steps: the private lab up (``overhead_lab``); N copies of the chat
-example (Auto, 1 prefill + 1 decode replica, 1 GPU each) created; the operator started
-as a subprocess with its metrics port on; wait until every PDDeployment is reconciled
-(``status.observedGeneration`` = generation), or until no more get reconciled for
-``STALL_S`` (then the window measures the process as it is, and the report says how
-many of N it handles); wait until the operator has written nothing for one interval
-(pods Ready, status steady); then the sampling window: its CPU (``/proc/<pid>/stat``)
-and RSS (``/proc/<pid>/status``) every few seconds, and before/after scrapes of the
-operator's ``/metrics``, the API server's ``/metrics`` and Prometheus' own
-``/metrics``. Then the operator is stopped, the API server's request rate is measured
-once more without it (the other clients' share), and the private lab is stopped and
-purged (namespace, objects and all). The figures are ``overhead_figures``'.
+Owns: the scenario. Steps: the private lab up (``bench.overhead.private_lab``); N copies
+of the chat example (Auto, 1 prefill + 1 decode replica, 1 GPU each) created; the
+operator started as a subprocess with its metrics port on; wait until every PDDeployment
+is reconciled (``status.observedGeneration`` = generation), or until no more get
+reconciled for ``STALL_S`` (then the window measures the process as it is, and the
+report says how many of N it handles); wait until the operator has written nothing for
+one interval (pods Ready, status steady); then the sampling window: its CPU
+(``/proc/<pid>/stat``) and RSS (``/proc/<pid>/status``) every few seconds, and
+before/after scrapes of the operator's ``/metrics``, the API server's ``/metrics`` and
+Prometheus' own ``/metrics``. Then the operator is stopped, the API server's request
+rate is measured once more without it (the other clients' share), and the private lab is
+stopped and purged (namespace, objects and all). The figures are
+``bench.overhead.figures``'; the process's CPU and memory are read by
+``bench.overhead.process``.
 
 Must not: touch the shared lab, or leave the operator or the private lab running.
 """
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -29,15 +30,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.overhead_cluster import LAB_ERRORS, BenchError, Clients, pdd_manifest, reconciled
-from bench.overhead_figures import Window, breakdown, figures
-from bench.overhead_lab import private_lab
-from bench.overhead_proc import ProcSampler
-from bench.overhead_report import Section
-from bench.overhead_stats import Exposition
-from pdlab import demo
+from bench.overhead.cluster import (
+    LAB_ERRORS,
+    BenchError,
+    create_pdd,
+    list_pdds,
+    pdd_manifest,
+    ready_pods,
+    reconciled,
+)
+from bench.overhead.figures import Window, breakdown, figures
+from bench.overhead.private_lab import private_lab
+from bench.overhead.process import ProcSampler
+from bench.overhead.report import Section
+from bench.overhead.stats import Exposition
+from pdlab.demo import operator_argv
 from pdlab.kubeapi import KubeAPI
+from pdlab.kubeclient import Kube, apply_crd, ensure_namespace
 from pdlab.lab import Lab
+from pdlab.processes import Child
 from pdscaler.spec import parse_duration
 
 TITLE = "3. One operator process handling many PDDeployments"
@@ -74,23 +85,16 @@ def http_text(url: str, timeout: float = 10.0) -> str:
         return bytes(resp.read()).decode("utf-8", errors="replace")
 
 
-def operator_argv(namespace: str, metrics_port: int) -> list[str]:
-    return [
-        sys.executable, "-m", "pdscaler", "run", "--standalone", "--namespace", namespace,
-        "--metrics-port", str(metrics_port), "--log-format", "plain",
-    ]  # fmt: skip
-
-
 @dataclass
 class Run:
     """One measurement in a live private lab; ``window`` holds what it recorded."""
 
     plan: Plan
     lab: Lab
-    clients: Clients
+    kube: Kube
     api: KubeAPI
     log: Path
-    child: demo.Child
+    child: Child
     metrics_url: str
     facts: dict[str, str] = field(default_factory=dict)
     window: Window | None = None
@@ -105,13 +109,13 @@ class Run:
         return Exposition.parse(http_text(self.metrics_url))
 
     def create(self) -> None:
-        demo.install_crd(demo.Kube.connect(self.lab.kubeconfig))
-        self.clients.create_namespace(NAMESPACE)
+        apply_crd(self.kube)
+        ensure_namespace(self.kube, NAMESPACE)
         for k in range(self.plan.pdds):
             manifest = pdd_manifest(
                 f"chat-{k:03d}", NAMESPACE, self.lab.prometheus_url, interval=self.plan.interval
             )
-            self.clients.create_pdd(manifest)
+            create_pdd(self.kube, manifest)
 
     def _alive(self) -> None:
         if not self.child.alive():
@@ -123,7 +127,7 @@ class Run:
         best, since = -1, time.monotonic()
         while True:
             self._alive()
-            done = sum(1 for p in self.clients.list_pdds(NAMESPACE) if reconciled(p))
+            done = sum(1 for p in list_pdds(self.kube, NAMESPACE) if reconciled(p))
             now = time.monotonic()
             if done > best:
                 best, since = done, now
@@ -149,7 +153,7 @@ class Run:
         while True:
             self._alive()
             writes = self.operator().total("pdscaler_api_writes_total")
-            ready, pods = self.clients.ready_pods(NAMESPACE)
+            ready, pods = ready_pods(self.kube, NAMESPACE)
             now = time.monotonic()
             if writes != last or ready < pods or pods < 2 * reconciled_count:
                 last, quiet_since = writes, now
@@ -202,7 +206,7 @@ class Run:
         """``status.lastDecision.action`` over the PDDeployments: "HoldMetricsUnavailable 200"."""
         actions = Counter(
             ((p.get("status") or {}).get("lastDecision") or {}).get("action") or "none"
-            for p in self.clients.list_pdds(NAMESPACE)
+            for p in list_pdds(self.kube, NAMESPACE)
         )
         return ", ".join(f"{a} {n}" for a, n in actions.most_common())
 
@@ -250,10 +254,10 @@ def run_scenario(plan: Plan) -> Run:
         r = Run(
             plan,
             lab,
-            Clients.connect(lab.kubeconfig),
+            Kube.from_kubeconfig(lab.kubeconfig),
             KubeAPI(lab.apiserver_url, lab.pki_dir),
             log,
-            demo.Child("operator", operator_argv(NAMESPACE, port), log),
+            Child("operator", operator_argv(NAMESPACE, port), log),
             f"http://127.0.0.1:{port}/metrics",
         )
         r.facts["private lab"] = (

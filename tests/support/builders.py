@@ -1,5 +1,9 @@
-"""Builders shared by the policy tests (no tests here): the chat service of MODELS.md
-as a spec, metrics snapshots and tick inputs with readable defaults."""
+"""Builders shared by the unit tests (no tests here): the chat service of MODELS.md as a
+spec, metrics snapshots, pool observations and tick inputs with readable defaults, and
+``run``/``replay`` of the policy on them.
+
+    decision = run(chat_spec(), snapshot(rate=40.0, ttft=2.5), 20, 18)
+"""
 
 from __future__ import annotations
 
@@ -47,19 +51,25 @@ def snapshot(
     prefill_tps: float | None = None,
     decode_tps: float | None = None,
     kv: float | None = None,
+    running: float | None = None,
     time: float = 0.0,
 ) -> MetricsSnapshot:
-    """A snapshot of the chat load (R 20, L_p 2000, L_d 500) with empty queues."""
+    """A snapshot of the chat load (R 20, L_p 2000, L_d 500) with empty queues;
+    ``running`` is both pools' in-flight requests."""
     return MetricsSnapshot(
         time=time,
         request_rate=rate,
         prompt_tokens=prompt,
         output_tokens=output,
         prefill=PoolMetrics(
-            queue_depth=prefill_queue, latency_seconds=ttft, tokens_per_second=prefill_tps
+            queue_depth=prefill_queue,
+            running=running,
+            latency_seconds=ttft,
+            tokens_per_second=prefill_tps,
         ),
         decode=PoolMetrics(
             queue_depth=decode_queue,
+            running=running,
             latency_seconds=tpot,
             tokens_per_second=decode_tps,
             kv_usage=kv,

@@ -15,7 +15,7 @@ import yaml
 
 from pdscaler.spec import parse_duration
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "pdscaler.io_pddeployments.yaml"
 EXAMPLES_DIR = ROOT / "deploy" / "examples"
 

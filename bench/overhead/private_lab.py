@@ -22,7 +22,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.overhead_cluster import BenchError
+from bench.overhead.cluster import BenchError
 from pdlab.config import DEFAULT_PORTS, LabConfig
 from pdlab.lab import Lab, LabError
 

@@ -46,8 +46,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from httpkit import QuietHandler, start_server, stop_server
 from pdlab.lab import Lab
+from support.httpkit import QuietHandler, start_server, stop_server
 
 PREFILL, DECODE = "prefill", "decode"
 _BUCKET_LOWER = 0.99  # lower bound of a value's own bucket, as a fraction of the value

@@ -21,17 +21,18 @@ import contextlib
 import time
 from collections.abc import Sequence
 
-from bench.overhead_cluster import (
+from bench.overhead.cluster import (
     LAB_ERRORS,
     BenchError,
-    Clients,
+    create_pdd,
+    patch_pdd_spec,
     pdd_manifest,
     unique_namespace,
-    wait_until,
 )
-from bench.overhead_report import Section
-from bench.overhead_stats import fmt_seconds, summarize
-from pdlab import demo
+from bench.overhead.report import Section
+from bench.overhead.stats import fmt_seconds, summarize
+from pdlab.kubeclient import Kube as LabKube
+from pdlab.kubeclient import apply_crd, delete_namespace, ensure_namespace, wait_until
 from pdlab.lab import Lab, LabError
 from pdscaler.kube import Kube, load_api_client
 from pdscaler.metricsql import build_queries
@@ -42,7 +43,6 @@ TITLE = "2. One reconcile tick against the lab (`reconcile_once`, real clients)"
 NAME = "tick"
 CONVERGE_TIMEOUT_S = 90.0
 SCALE_GAP_S = 1.0
-SETUP_ERRORS: tuple[type[Exception], ...] = (demo.DemoError, *LAB_ERRORS)
 
 Sample = tuple[float, int]
 
@@ -61,14 +61,16 @@ def _converge(rt: Runtime, namespace: str, timeout: float = CONVERGE_TIMEOUT_S) 
         quiet = quiet + 1 if done else 0
         return rep if quiet >= 2 else None
 
-    return wait_until(step, timeout, f"{namespace}/{NAME} to converge", interval=1.0)
+    return wait_until(
+        step, timeout, f"{namespace}/{NAME} to converge", interval=1.0, error=BenchError
+    )
 
 
-def _scaling_ticks(rt: Runtime, clients: Clients, namespace: str, ticks: int) -> list[Sample]:
+def _scaling_ticks(rt: Runtime, lab_kube: LabKube, namespace: str, ticks: int) -> list[Sample]:
     out: list[Sample] = []
     for k in range(ticks):
         n = 2 if k % 2 == 0 else 1
-        clients.patch_pdd_spec(namespace, NAME, {"decode": {"replicas": {"min": n, "max": n}}})
+        patch_pdd_spec(lab_kube, namespace, NAME, {"decode": {"replicas": {"min": n, "max": n}}})
         out += overhead(rt, namespace, NAME, ticks=1)
         rep = rt.last[(namespace, NAME)]
         if rep.decision is None or rep.decision.decode != n or not rep.applied:
@@ -102,29 +104,29 @@ def measure(ticks: int = 20) -> Section:
         lab.ensure_up(timeout=300)
     except LabError as err:
         return Section.skipped(TITLE, f"the lab did not come up: {str(err).splitlines()[0]}")
-    clients = Clients.connect(lab.kubeconfig)
+    lab_kube = LabKube.from_kubeconfig(lab.kubeconfig)
     namespace = unique_namespace()
     try:
-        demo.install_crd(demo.Kube.connect(lab.kubeconfig))
-        clients.create_namespace(namespace)
-    except SETUP_ERRORS as err:
+        apply_crd(lab_kube)
+        ensure_namespace(lab_kube, namespace)
+    except LAB_ERRORS as err:
         return Section.skipped(TITLE, f"the lab did not answer: {err}")
     try:
         manifest = pdd_manifest(NAME, namespace, lab.prometheus_url)
-        clients.create_pdd(manifest)
+        create_pdd(lab_kube, manifest)
         kube = Kube(load_api_client(str(lab.kubeconfig)))
         rt = Runtime(kube=kube, prometheus_url=lab.prometheus_url)
         _converge(rt, namespace)
         converged = overhead(rt, namespace, NAME, ticks=ticks)
         held = rt.last[(namespace, NAME)].decision
-        scaling = _scaling_ticks(rt, clients, namespace, ticks)
+        scaling = _scaling_ticks(rt, lab_kube, namespace, ticks)
     except BenchError as err:
         return Section.skipped(TITLE, str(err))
     except LAB_ERRORS as err:
         return Section.skipped(TITLE, f"lost the lab: {err}")
     finally:
         with contextlib.suppress(Exception):
-            clients.delete_namespace(namespace)
+            delete_namespace(lab_kube, namespace)
     spec = PDDeploymentSpec.model_validate(manifest["spec"])
     queries = len(build_queries(spec, namespace, NAME))
     wrote = sum(1 for _, w in converged if w)
