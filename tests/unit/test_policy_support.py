@@ -1,4 +1,4 @@
-"""Builders shared by the policy tests (no tests here): the chat service of MODELS.md
+"""Builders shared by the policy tests (no tests here): the chat service of docs/models.md
 as a spec, metrics snapshots and tick inputs with readable defaults."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``pdscaler plan``: the capacity calculators of MODELS.md on the command line.
+"""``pdscaler plan``: the capacity calculators of docs/models.md on the command line.
 
 Owns: the ``plan`` group: its subcommands, the ``--from-file`` shortcut and the
 group's one-line errors. The calculators are in ``plan_calc``, the manifest planner in
@@ -8,7 +8,7 @@ one line on stderr (``Error: ...``) and exit code 2; click's usage errors are fo
 one line by ``PlanGroup`` / ``OneLineCommand``, a model's ``ValueError`` names the
 offending option.
 
-Worked examples (the golden numbers of MODELS.md)::
+Worked examples (the golden numbers of docs/models.md)::
 
     pdscaler plan ratio --rate 20 --prompt-tokens 2000 --output-tokens 500 \\
         --prefill-tps 3000 --decode-tps 800 --utilization 0.7
@@ -72,7 +72,7 @@ def plan_callback(
     prefer: PreferOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Capacity calculators of MODELS.md; --from-file plans a PDDeployment manifest.
+    """Capacity calculators of docs/models.md; --from-file plans a PDDeployment manifest.
 
     pdscaler plan --from-file MANIFEST --rate R --prompt-tokens Lp --output-tokens Ld
     """

@@ -346,7 +346,7 @@ def cmd_migrate(
         else "Then a final hand-over (state version + ownership) so the source's last "
         "updates are not lost."
     )
-    emit(as_json, data, table("Catch-up migration (MODELS.md §5)", ("", "value"), rows), note)
+    emit(as_json, data, table("Catch-up migration (docs/models.md §5)", ("", "value"), rows), note)
 
 
 # ------------------------------------------------------------------ reconfigure
@@ -405,7 +405,7 @@ def cmd_reconfigure(
         as_json,
         data,
         table(
-            "Reconfiguration (MODELS.md §5)",
+            "Reconfiguration (docs/models.md §5)",
             ("bandwidth (GB/s)", "transfer (s)", "prep (s)", "total (s)", "shorter by"),
             rows,
         ),

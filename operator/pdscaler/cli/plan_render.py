@@ -86,7 +86,7 @@ def ratio_tables(
             )
         )
     return table(
-        "Ratio model (MODELS.md §2)",
+        "Ratio model (docs/models.md §2)",
         ("pool", "load (tok/s)", "per replica (tok/s)", "replicas"),
         rows,
     )
@@ -118,7 +118,7 @@ def drain_table(scenarios: list[dict[str, Any]], deadline: float | None) -> Tabl
         if deadline is not None:
             row.append("yes" if s["meets_deadline"] else "no")
         rows.append(row)
-    return table("Drain-time model (MODELS.md §3)", columns, rows)
+    return table("Drain-time model (docs/models.md §3)", columns, rows)
 
 
 def drain_verdict(scenario: dict[str, Any], deadline: float | None) -> str:
