@@ -1,4 +1,4 @@
-"""The step-load scenario (MODELS.md §3): does the measured recovery match the
+"""The step-load scenario (docs/models.md §3): does the measured recovery match the
 drain-time model's prediction?
 
 Owns: two experiments on the same step (20 -> 40 req/s of ~1,500-token prompts at

@@ -9,7 +9,7 @@ scenario for a quick run (``scaled``), turning a scenario into a
 (``from_trace``). Must not: start processes, talk to Kubernetes or Prometheus, or read
 clocks (time is scenario seconds from the first arrival).
 
-Sizing (the ratio model of MODELS.md §2 with the demo manifest's priors: prefill
+Sizing (the ratio model of docs/models.md §2 with the demo manifest's priors: prefill
 7,500 prompt tokens/s, decode 1,600 output tokens/s, both planned at 70% utilisation;
 the simulated engine's TRUE capacities are ``EngineParams()``'s, ~8,500 and ~1,900 at
 the chat mix, so the priors are 12-20% pessimistic on purpose):

@@ -15,11 +15,11 @@ Owns: the kopf registrations for PDDeployments and the operator settings they ne
 
 The event handlers are sync (kopf runs them in its thread pool) because ``kube.py`` uses
 the blocking ``kubernetes`` client. The per-object daemon is ``async`` and hands each
-tick to a bounded pool of ``TICK_WORKERS`` threads: a sync daemon would hold one of
-kopf's worker threads for the object's whole life, so with 8 workers the 9th
-PDDeployment (and every create handler after it) would wait forever. With the pool,
-200 PDDeployments at a 15 s interval are 13 ticks/s of ~70 ms each, well inside 8
-threads. Must not: hold logic (that is ``reconcile``'s).
+tick to a bounded pool of ``TICK_WORKERS`` threads. Must not: hold logic (that is
+``reconcile``'s), or run a sync daemon: it would hold one of kopf's worker threads for
+the object's whole life, so the PDDeployment after the last worker would never tick.
+Example: 200 PDDeployments at a 15 s interval are 13 ticks/s of ~70 ms each, well
+inside 8 tick threads.
 
 The process-wide ``Runtime`` (API client, Prometheus clients, telemetry, the policy
 memory) is made on first use from the environment, or installed beforehand with

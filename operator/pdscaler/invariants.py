@@ -1,4 +1,4 @@
-"""The rollout invariants of DESIGN.md §4, checked on a snapshot of a PDDeployment's pods.
+"""The rollout invariants of docs/design.md §4, checked on a snapshot of a PDDeployment's pods.
 
 Owns: saying, for one instant, whether the pods of a PDDeployment break any of
 

@@ -21,7 +21,13 @@ other than NotFound on reads.
 
 Built on the ``kubernetes`` client's ``ApiClient`` (its kubeconfig / in-cluster
 loading, TLS and auth) with plain-dict bodies, so custom resources, apply patches and
-Events go through one small path.
+Events go through one small path. Example::
+
+    kube = Kube(load_api_client())
+    pdd = kube.get_pdd("serving", "chat")      # None when it does not exist
+    before = kube.audit.count
+    ...                                         # one converged tick
+    assert kube.audit.since(before) == []       # it wrote nothing
 """
 
 from __future__ import annotations

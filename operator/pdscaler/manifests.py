@@ -1,4 +1,4 @@
-"""Pure builders of the Kubernetes objects a PDDeployment owns (DESIGN.md §4).
+"""Pure builders of the Kubernetes objects a PDDeployment owns (docs/design.md §4).
 
 Owns: the desired manifests of one *cell* (``<name>-<rev>-prefill`` and
 ``<name>-<rev>-decode`` Deployments, the ``<name>-<rev>-decode`` Service) and of the

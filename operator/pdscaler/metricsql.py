@@ -3,22 +3,11 @@
 ``MetricsSnapshot``. Pure: builds strings and parses JSON already fetched; it never
 opens a connection (``prometheus.py`` does).
 
-Scoping. A Kubernetes pod scrape, relabelled as below, gives every engine series the
-labels ``namespace``, ``pod``, ``pdscaler_io_name`` and ``pdscaler_io_role`` (the pod
-labels ``pdscaler.io/name``/``pdscaler.io/role`` with ``.`` and ``/`` turned into ``_``,
-the way Prometheus' Kubernetes discovery sanitises label names). The lab's engine
-simulator exports exactly these. Scrape config the user's Prometheus needs::
-
-    - job_name: pdscaler-pods
-      kubernetes_sd_configs: [{role: pod}]
-      relabel_configs:
-        - {action: keep, source_labels: [__meta_kubernetes_pod_label_pdscaler_io_name], regex: .+}
-        - {action: labelmap, regex: __meta_kubernetes_pod_label_(pdscaler_io_name|pdscaler_io_role)}
-        - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
-        - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
-
-(with the Prometheus Operator: a PodMonitor with ``podTargetLabels: [pdscaler.io/name,
-pdscaler.io/role]``, which yields the same names). A pool's selector is then
+Scoping. Every engine series carries the labels ``namespace``, ``pod``,
+``pdscaler_io_name`` and ``pdscaler_io_role`` (the pod labels ``pdscaler.io/name`` and
+``pdscaler.io/role``, sanitised as Prometheus' Kubernetes discovery does). The scrape
+configuration that gives them: docs/operator.md, "Scraping the engines". A pool's
+selector is then
 
 >>> selector("serving", "chat", Role.PREFILL)
 '{namespace="serving",pdscaler_io_name="chat",pdscaler_io_role="prefill"}'

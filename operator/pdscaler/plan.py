@@ -13,7 +13,9 @@ right before the decode scale-down they steer), then deletes: a retired cell los
 its prefill Deployment first; its decode Deployment and Service go only once no
 prefill pod of that cell is left, so a prefill pod never outlives its decode pool.
 
-Purely computational: no Kubernetes client, no clock, no I/O.
+Purely computational: no Kubernetes client, no clock, no I/O. Example (``describe()`` of
+each action): the decode pool of a converged cell going 4 -> 6 plans exactly one write,
+``scale Deployment/chat-v1-abcde-decode 4->6``; the same tick again plans none.
 """
 
 from __future__ import annotations

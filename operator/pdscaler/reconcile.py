@@ -1,4 +1,4 @@
-"""One reconcile tick of one PDDeployment: ``reconcile_once`` (DESIGN.md §2), and the
+"""One reconcile tick of one PDDeployment: ``reconcile_once`` (docs/design.md §2), and the
 process-wide ``Runtime`` it runs in.
 
 Owns: the shell of a tick, level-triggered and idempotent (sample-controller's

@@ -1,4 +1,4 @@
-"""The same-version rollout (DESIGN.md §4) as a pure state machine over revision cells.
+"""The same-version rollout (docs/design.md §4) as a pure state machine over revision cells.
 
 Owns: which cells exist and how many prefill/decode replicas each runs, so that the
 policy's required totals are served while the engine version moves from one cell to

@@ -5,7 +5,8 @@ enums, bounds, defaults). Pure: parsing and validation only, no I/O, no Kubernet
 
 Attribute names are snake_case; the Kubernetes (camelCase) names are the aliases, so
 ``PDDeploymentSpec.model_validate(obj["spec"])`` reads a manifest as written and
-``model_dump(by_alias=True)`` writes one back.
+``model_dump(by_alias=True)`` writes one back: for ``deploy/examples/chat.yaml``,
+``spec.scaling.max_gpus == 48`` and ``spec.scaling.interval_seconds == 15.0``.
 
 Every CEL rule of the CRD has its twin here, raising the SAME message (the ``MSG_*``
 constants; a test checks that the CRD's CEL messages are exactly ``CEL_MESSAGES``), so

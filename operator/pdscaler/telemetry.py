@@ -13,7 +13,10 @@ PDDeployment (``namespace``, ``name`` labels):
 
 and a small HTTP server for them plus a liveness probe (``/healthz``: 200 while the
 ``healthy`` callback says so). Each ``Telemetry`` has its own registry, so tests can
-make several. Must not: decide anything or talk to Kubernetes.
+make several. Must not: decide anything or talk to Kubernetes. Example: a tick that
+scaled decode 4 -> 6 on chat adds one to
+``pdscaler_decisions_total{namespace="serving",name="chat",pool="decode",direction="up",
+reason="ScaledDecode"}`` and sets ``pdscaler_desired_replicas{...,pool="decode"}`` to 6.
 """
 
 from __future__ import annotations

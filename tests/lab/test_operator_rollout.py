@@ -1,4 +1,4 @@
-"""Same-version rollouts against the lab (DESIGN.md §4): a version change rolls both
+"""Same-version rollouts against the lab (docs/design.md §4): a version change rolls both
 pools to a new cell while a checker samples the cluster every 200 ms and finds no
 violation of the invariants (``pdscaler.invariants``); a version whose pods never get
 Ready is rolled back by the operator itself after ``rollout.progressDeadline``.

@@ -1,6 +1,6 @@
-"""Builders shared by the unit tests (no tests here): the chat service of MODELS.md as a
-spec, metrics snapshots, pool observations and tick inputs with readable defaults, and
-``run``/``replay`` of the policy on them.
+"""Builders shared by the unit tests (no tests here): the chat service of docs/models.md
+as a spec, metrics snapshots, pool observations and tick inputs with readable defaults,
+and ``run``/``replay`` of the policy on them.
 
     decision = run(chat_spec(), snapshot(rate=40.0, ttft=2.5), 20, 18)
 """

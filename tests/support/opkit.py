@@ -372,7 +372,7 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 @dataclass
 class InvariantChecker:
     """Samples the PDDeployment's pods every ``period`` s and records every violation of
-    the DESIGN.md §4 invariants (``pdscaler.invariants``)."""
+    the docs/design.md §4 invariants (``pdscaler.invariants``)."""
 
     kube: Kube
     namespace: str

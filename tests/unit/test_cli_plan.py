@@ -1,4 +1,4 @@
-"""``pdscaler plan``: every golden number of MODELS.md through the command line (human
+"""``pdscaler plan``: every golden number of docs/models.md through the command line (human
 tables and ``--json``), the pools of the example manifests, and the error convention
 (one line on stderr, exit code 2, never a traceback)."""
 
@@ -49,7 +49,7 @@ def as_json(args: str) -> dict[str, Any]:
     return data
 
 
-# ------------------------------------------------------------------ ratio (MODELS.md §2)
+# ------------------------------------------------------------------ ratio (docs/models.md §2)
 
 
 def test_ratio_prints_the_chat_golden_numbers() -> None:
@@ -92,7 +92,7 @@ def test_no_output_tokens_gives_a_null_ratio_in_json() -> None:
     assert "P:D ratio inf" in ok(args)
 
 
-# ------------------------------------------------------------------ drain (MODELS.md §3)
+# ------------------------------------------------------------------ drain (docs/models.md §3)
 
 
 def test_drain_prints_the_disaggregated_row() -> None:

@@ -1,4 +1,4 @@
-"""Bottleneck attribution (MODELS.md §4): the pool under the larger pressure scales first."""
+"""Bottleneck attribution (docs/models.md §4): the pool under the larger pressure scales first."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The drain-time model (MODELS.md §3): the golden table and the laws of the issue."""
+"""The drain-time model (docs/models.md §3): the golden table and the laws of the issue."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_golden_backlog() -> None:
 def test_golden_drain_table(
     configuration: str, mu: float, drained_at: float | None, meets: bool
 ) -> None:
-    """MODELS.md §3 table: 10 + 35/1.05 = 43.3 s; 10 + 35/0.67 = 62.2 s; 3.02 < 3.5 never."""
+    """docs/models.md §3 table: 10 + 35/1.05 = 43.3 s; 10 + 35/0.67 = 62.2 s; 3.02 < 3.5 never."""
     result = drain_time(LAMBDA, mu, T_S, backlog(LAMBDA, T_S))
     assert result.backlog == pytest.approx(35.0)
     assert result.margin == pytest.approx(mu - LAMBDA)

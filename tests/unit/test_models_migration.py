@@ -1,4 +1,4 @@
-"""Moving state (MODELS.md §5): catch-up copy and reconfiguration, golden numbers."""
+"""Moving state (docs/models.md §5): catch-up copy and reconfiguration, golden numbers."""
 
 from __future__ import annotations
 

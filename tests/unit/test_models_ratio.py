@@ -1,4 +1,4 @@
-"""The ratio model (MODELS.md §2): golden chat numbers and the laws of the issue."""
+"""The ratio model (docs/models.md §2): golden chat numbers and the laws of the issue."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """policy.decide: the golden chat sizing, the drain-sized scale-up, the bottleneck laws
-(MODELS.md §4), holds, and the sentence. Worked numbers in every docstring."""
+(docs/models.md §4), holds, and the sentence. Worked numbers in every docstring."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from support.builders import chat_spec, run, snapshot, tick
 
 
 def test_golden_chat_example_sizes_20_and_18() -> None:
-    """R = 20 req/s, L_p 2000, L_d 500, P 3000/800 tok/s, u 0.7 (MODELS.md §2):
+    """R = 20 req/s, L_p 2000, L_d 500, P 3000/800 tok/s, u 0.7 (docs/models.md §2):
     N_P = 40000/2100 = 19.05 -> 20, N_D = 10000/560 = 17.86 -> 18.
 
     The pools run 14 prefill / 13 decode: both keep up (14 x 1.5 = 21 req/s and
@@ -57,7 +57,7 @@ DRAIN_SPEC = chat_spec(
 
 
 def drain_tick(queue: float, prefill: int | PoolObservation = 5, **kwargs: Any) -> TickInput:
-    """The MODELS.md §3 numbers on the prefill pool: r = 1300/2000 = 0.65 req/s per
+    """The docs/models.md §3 numbers on the prefill pool: r = 1300/2000 = 0.65 req/s per
     replica, lambda = 3.5 req/s, T_s = 10 s, deadline 60 s; decode (6 replicas at
     1.6 req/s each) has head-room."""
     return tick(DRAIN_SPEC, snapshot(3.5, prefill_queue=queue), prefill, 6, **kwargs)

@@ -1,5 +1,5 @@
 """Hard limits in decide: per-pool bounds, maxGPUs shared by the pools, and the
-schedulable capacity re-split in favour of the bottleneck pool (DESIGN.md §3.5)."""
+schedulable capacity re-split in favour of the bottleneck pool (docs/design.md §3.5)."""
 
 from __future__ import annotations
 

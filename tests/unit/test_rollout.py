@@ -1,4 +1,4 @@
-"""The same-version rollout state machine (DESIGN.md §4) on a small simulated cluster:
+"""The same-version rollout state machine (docs/design.md §4) on a small simulated cluster:
 worked steps, completion, rollback, retargeting, scaling during a rollout, small
 surges. Every tick the support module checks the invariants (prefill only with a Ready
 decode of its own cell, GPUs <= maxGPUs + maxSurgeGPUs with terminating pods counted,

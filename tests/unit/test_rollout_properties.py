@@ -1,7 +1,7 @@
 """Properties of the rollout state machine on random sequences of steps: random specs
 (GPUs per replica, minimums, budget, surge), version changes (some versions never get
 a Ready pod), required totals moving within the spec, pods becoming Ready at random
-and removed pods lingering as terminating. The support module checks the DESIGN.md §4
+and removed pods lingering as terminating. The support module checks the docs/design.md §4
 invariants after every step:
 
 * a prefill replica is asked for only in a cell whose decode has a Ready pod, and a

@@ -1,6 +1,6 @@
 """A tiny cluster for the rollout tests (no tests here): cells whose pods become Ready
 when the test says so, pods removed by a scale-down linger one tick as terminating
-(holding their GPUs), and the invariants of DESIGN.md §4 checked on it."""
+(holding their GPUs), and the invariants of docs/design.md §4 checked on it."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def check_plan(cluster: Cluster, step: rollout.RolloutStep, views: dict[str, Vie
 
 
 def check_cluster(cluster: Cluster) -> None:
-    """DESIGN.md §4 invariants on the cluster right now."""
+    """docs/design.md §4 invariants on the cluster right now."""
     s = cluster.spec
     for c in cluster.cells.values():
         if c.prefill.ready > 0:

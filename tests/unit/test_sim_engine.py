@@ -1,5 +1,5 @@
 """The serving model against closed forms: Pollaczek-Khinchine waits of single-replica
-M/D/1 and M/G/1 cases, the drain example of MODELS.md §3, exact GPU-second accounting,
+M/D/1 and M/G/1 cases, the drain example of docs/models.md §3, exact GPU-second accounting,
 KV admission, start-up, losing a pod, and determinism for a seed."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_decode_md1_wait_with_one_sequence_slot() -> None:
 
 
 def test_drain_example_of_models_md_is_reproduced() -> None:
-    # MODELS.md §3: lambda = 3.5 req/s, T_s = 10 s, mu = 4.55 req/s -> drained at 43.3 s.
+    # docs/models.md §3: lambda = 3.5 req/s, T_s = 10 s, mu = 4.55 req/s -> drained at 43.3 s.
     # 7 prefill replicas of 0.65 req/s (1538.46 tokens at 1000 tok/s, no batching) are
     # asked for at t=0 with no capacity before; requests arrive every 1/3.5 s.
     rate, horizon = 3.5, 120.0

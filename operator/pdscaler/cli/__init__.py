@@ -4,7 +4,7 @@ Owns: assembling the app and the exit-code convention (0 ok, 1 runtime failure, 
 arguments: a one-line error, never a traceback). Each subcommand lives in its own
 module and registers itself through ``register(app)``:
 
-* ``plan``      (``cli/plan.py``): the capacity calculators of MODELS.md;
+* ``plan``      (``cli/plan.py``): the capacity calculators of docs/models.md;
 * ``simulate``  (``cli/simulate.py``): replay a trace against the policy and baselines;
 * ``run``       (``cli/run.py``): start the operator;
 * ``explain``   (``cli/explain.py``): the last decision of a PDDeployment, readable.

@@ -1,6 +1,6 @@
-"""The capacity models of MODELS.md as pure, typed functions with small frozen results.
+"""The capacity models of docs/models.md as pure, typed functions with small frozen results.
 
-Owns: ratio (§2), drain (§3), bottleneck (§4), budget split (DESIGN.md §3.5) and
+Owns: ratio (§2), drain (§3), bottleneck (§4), budget split (docs/design.md §3.5) and
 migration/reconfiguration (§5). Must not: do I/O, read clocks, import kopf, kubernetes,
 prometheus_client or HTTP clients (import-linter enforces it). Floats are SI units
 (req/s, tokens/s, seconds, bytes); ``None`` means "never" or "infeasible".

@@ -3,6 +3,8 @@
 Owns: turning a bad number (negative, NaN, infinite, zero where a divisor is needed)
 into a ``ValueError`` that names the argument, so the CLI can print it as a one-line
 error. Must not: do I/O or clamp silently (a bad input is an error, never a guess).
+Example: ``positive("prefill_tps", 0.0)`` raises ``prefill_tps must be > 0, got 0.0``,
+which ``pdscaler plan ratio`` prints as ``Error: --prefill-tps must be > 0, got 0.0``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bottleneck attribution (MODELS.md §4): which pool to scale first.
+"""Bottleneck attribution (docs/models.md §4): which pool to scale first.
 
 Owns: turning each pool's signals into one pressure number and naming the pool under
 the larger pressure, with the reasons. Prefill is judged by TTFT vs its SLO, its queue
@@ -16,7 +16,7 @@ Every signal is normalised so that 1.0 is "at the limit":
 A pool's pressure is the largest of its known signals (an unknown signal, ``None``, is
 skipped: it adds no pressure; what missing data means is the policy's call). A pool is under
 pressure when its pressure exceeds 1.0; the bottleneck is the pool under the larger
-pressure, ties going to prefill (its overload hits TTFT directly, MODELS.md §2), and
+pressure, ties going to prefill (its overload hits TTFT directly, docs/models.md §2), and
 ``None`` when neither pool is under pressure.
 """
 

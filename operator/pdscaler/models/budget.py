@@ -1,4 +1,4 @@
-"""Splitting a GPU budget between the pools (DESIGN.md §3 step 5).
+"""Splitting a GPU budget between the pools (docs/design.md §3 step 5).
 
 Owns: integer replica counts for both pools within ``maxGPUs``, the per-pool min/max
 bounds and the wants, and, when the wants do not fit, which pool gets the scarce GPUs.
@@ -8,7 +8,7 @@ the cluster's free GPUs (the caller passes the budget it can actually use).
 The rule when GPUs are short: minimise the WORSE pool's utilisation
 ``load_replicas / replicas`` (the fractional ratio-model count over what it gets), i.e.
 raise whichever pool is worse off, one replica at a time, while its next replica fits.
-Ties go to ``prefer`` (the bottleneck pool), else to prefill (MODELS.md §2: prefill's
+Ties go to ``prefer`` (the bottleneck pool), else to prefill (docs/models.md §2: prefill's
 margin matters more). This greedy is min-max optimal: lowering the maximum requires
 raising the worse pool, and once its next replica does not fit nothing can lower it;
 the GPUs left then go to the other pool.

@@ -1,11 +1,11 @@
-"""The drain-time model (MODELS.md §3): does a scale-up recover before the deadline?
+"""The drain-time model (docs/models.md §3): does a scale-up recover before the deadline?
 
 Owns: the backlog that forms while new replicas start (B), the time to drain it
 (T_s + B/(mu - lambda), or never), and the inverse (the smallest service rate / replica
 count that drains by a deadline D, or infeasible when D <= T_s). Purely computational;
 must not read metrics or clocks. Rates in req/s, times in seconds, backlog in requests.
 
-Golden (MODELS.md): lambda = 3.5 req/s, T_s = 10 s, D = 60 s -> B = 35 requests;
+Golden (docs/models.md): lambda = 3.5 req/s, T_s = 10 s, D = 60 s -> B = 35 requests;
 mu = 4.55 -> 43.3 s (meets); 4.17 -> 62.2 s (misses); 3.02 -> never.
 """
 

@@ -1,4 +1,4 @@
-"""Moving state (MODELS.md §5): live catch-up copy of a decode worker's KV, and
+"""Moving state (docs/models.md §5): live catch-up copy of a decode worker's KV, and
 reconfiguration time. Calculators for `pdscaler plan migrate` / `plan reconfigure`.
 
 Owns: t_catch_up = S_0 / (copy_bw - growth) and the state added meanwhile (or never),

@@ -1,4 +1,4 @@
-"""The ratio model (MODELS.md §2): steady-state replicas of each pool.
+"""The ratio model (docs/models.md §2): steady-state replicas of each pool.
 
 Owns: N_P = R*L_p / (P_prefill*u_P), N_D = R*L_d / (P_decode*u_D), their ceilings and
 the P:D ratio. Purely computational, no side effects; must not read metrics, clocks or

@@ -1,4 +1,4 @@
-"""The pure scaling policy (DESIGN.md §3): ``decide(TickInput) -> Decision``.
+"""The pure scaling policy (docs/design.md §3): ``decide(TickInput) -> Decision``.
 
 Owns: turning one tick's observations and metrics into the desired replicas of both
 pools with a machine reason and a sentence. Modules: ``sanitize`` (garbage is unknown),

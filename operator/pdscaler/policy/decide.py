@@ -1,4 +1,4 @@
-"""``decide(TickInput) -> Decision``: one tick of the policy (DESIGN.md §3).
+"""``decide(TickInput) -> Decision``: one tick of the policy (docs/design.md §3).
 
 Owns: the order of the steps and the memory carried to the next tick. Pure and
 deterministic: the same input gives the same Decision; ``now`` is passed in, never read.
@@ -103,7 +103,7 @@ def forecast_lookback(spec: PDDeploymentSpec) -> float:
 def decide(inp: TickInput) -> Decision:
     """The desired replicas of both pools for this tick, with the reason.
 
-    Golden chat example (MODELS.md §2): R = 20 req/s, L_p = 2000, L_d = 500,
+    Golden chat example (docs/models.md §2): R = 20 req/s, L_p = 2000, L_d = 500,
     P_prefill = 3000, P_decode = 800, u = 0.7, both pools at 1 replica with TTFT and
     TPOT over their SLOs -> prefill 20, decode 18 (N_P 19.05, N_D 17.86),
     ``ScaledBoth``.

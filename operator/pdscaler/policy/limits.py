@@ -1,5 +1,5 @@
 """The hard limits a decision must obey: per-pool [min, max], ``maxGPUs`` shared by both
-pools, and the GPUs the cluster can actually schedule (DESIGN.md §3 step 5).
+pools, and the GPUs the cluster can actually schedule (docs/design.md §3 step 5).
 
 Owns: clamping, learning the schedulable capacity from Pending pods (and remembering
 it for one stabilization window, so the operator does not re-request pods the cluster

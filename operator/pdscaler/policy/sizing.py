@@ -5,7 +5,7 @@ pools may grow, and the size of a growth (ratio model, drain-time model, proport
 fallback). Purely computational; must not apply min/max, the GPU budget, the
 stabilization window (``limits`` and ``stabilize`` do), read clocks or do I/O.
 
-Which pools may grow (the bottleneck rule, MODELS.md §4)
+Which pools may grow (the bottleneck rule, docs/models.md §4)
 --------------------------------------------------------
 A pool's *load signals* are its own: token utilisation (load / capacity of its ready
 replicas vs ``targetUtilization``), its queue (more than one waiting request per ready

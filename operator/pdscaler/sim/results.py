@@ -10,8 +10,7 @@ Owns: the definitions, once.
   (5 min) or later. A replay starts with the pools of ``setup.warm_start`` (sized for
   the first two minutes' MEAN rate) and the controllers' Prometheus windows empty; the
   Azure conversation trace at 10x ramps from ~6,000 to ~60,000 prompt tokens/s in its
-  first 40 s, so most of a dynamic policy's misses fall in that start (pdscaler,
-  start-up 30 s: 1,748 of its 1,901 misses; 99.02% overall, 99.91% settled). Both are
+  first 40 s, so most of a dynamic policy's misses fall in that start. Both are
   reported; the overall figure is the headline.
 * Percentiles are over all requests, an unfinished one counting as infinitely late
   (so a p99 is ``inf`` when more than 1% never finished; JSON writes ``null``).

@@ -1,7 +1,7 @@
 """Synthetic loads: piecewise-constant Poisson arrivals with a request mix per segment.
 
 Owns: ``synthetic`` (segments of (seconds, req/s, mean prompt tokens, mean output
-tokens) -> a ``Trace``), the step-load scenario of the bench (MODELS.md §3: a sudden
+tokens) -> a ``Trace``), the step-load scenario of the bench (docs/models.md §3: a sudden
 rate increase the pools must absorb and drain), and the demo's mix shift (chat, then
 long documents, then a burst). Lengths are drawn from a gamma distribution with shape
 ``LENGTH_SHAPE`` around the segment's mean (heavy enough that p99 is ~3.5x the mean,
@@ -77,7 +77,7 @@ def step_load(
     seed: int = 0,
 ) -> Trace:
     """A steady load that jumps to ``factor`` times its rate at ``before_s``: the
-    transient of MODELS.md §3. 20 -> 40 req/s of 1,500-token prompts is 30k -> 60k
+    transient of docs/models.md §3. 20 -> 40 req/s of 1,500-token prompts is 30k -> 60k
     prompt tokens/s: about 4 -> 7.2 prefill replicas of 8,370 tokens/s at full load."""
     return synthetic(
         f"step-{base_rate:g}x{factor:g}",
