@@ -9,6 +9,12 @@ manifests (``manifests`` does, from ``RolloutStep.targets()``).
 
 Old cells without pods stay at 0 / 0 (something to roll back to) until the new cell
 serves alone; then they are deleted (Complete, or RolledBack after a rollback).
+
+Worked example: chat at 20 / 18 on v1, the spec now v2, first tick: cells v2 0 / 4
+and v1 20 / 18, nothing deleted, Progressing with reason WaitingForNewDecode, one
+Event (Normal, RolloutStarted, "rolling v1 -> v2"), active version v1, step 1, message
+"Progressing: v2 prefill 0/20 ready, decode 0/18 ready; v1 prefill 20, decode 18;
+waiting for a Ready decode pod before starting prefill".
 """
 
 from __future__ import annotations
