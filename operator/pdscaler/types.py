@@ -8,8 +8,10 @@ replay its decisions exactly. Unknown measurements are ``None``, never 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from typing import Generic, TypeVar, cast
 
 from pdscaler.spec import PDDeploymentSpec
 
@@ -243,3 +245,53 @@ class Decision:
     capacity_limited: bool = False
     deadline_infeasible: bool = False
     memory: PolicyMemory = field(default_factory=PolicyMemory)
+
+
+# ------------------------------------------------------------------ one value per role
+
+T = TypeVar("T")
+U = TypeVar("U")
+_ROLES = tuple(Role)
+
+
+@dataclass(frozen=True)
+class PerRole(Generic[T]):
+    """One value per pool role, the fields named as the ``Role`` values, so code that
+    treats the roles alike reads ``pool(role)`` or loops over ``items()`` instead of
+    keeping a ``p_``/``d_`` pair: another role is one more field, not another copy of
+    every line. Plain data, no I/O.
+
+    ``replicas = PerRole(prefill=20, decode=18)``: ``replicas.pool(Role.DECODE)`` -> 18,
+    ``replicas.map(lambda n: 2 * n)`` -> ``PerRole(prefill=40, decode=36)``,
+    ``replicas.with_pool(Role.PREFILL, 16)`` -> ``PerRole(prefill=16, decode=18)``,
+    ``PerRole.build(str.upper)`` -> ``PerRole(prefill="PREFILL", decode="DECODE")``,
+    ``dict(replicas.items())`` -> ``{Role.PREFILL: 20, Role.DECODE: 18}``.
+    """
+
+    prefill: T
+    decode: T
+
+    @classmethod
+    def build(cls, value: Callable[[Role], T]) -> PerRole[T]:
+        """``value(role)`` for every role."""
+        return cls(*[value(role) for role in _ROLES])
+
+    def pool(self, role: Role) -> T:
+        """The value of ``role`` (the field named as the role)."""
+        return cast(T, getattr(self, role))
+
+    def items(self) -> tuple[tuple[Role, T], ...]:
+        """``(role, value)`` in ``Role`` order (prefill first)."""
+        return tuple([(role, getattr(self, role)) for role in _ROLES])
+
+    def map(self, fn: Callable[[T], U]) -> PerRole[U]:
+        """``fn`` applied to every role's value."""
+        return PerRole(*[fn(getattr(self, role)) for role in _ROLES])
+
+    def with_pool(self, role: Role, value: T) -> PerRole[T]:
+        """A copy with ``role``'s value replaced."""
+        return PerRole.build(lambda r: value if r is role else getattr(self, r))
+
+
+if [f.name for f in fields(PerRole)] != [role.value for role in _ROLES]:  # pragma: no cover
+    raise TypeError("PerRole's fields must be the Role values, in Role order")

@@ -20,8 +20,8 @@ def test_outputs_get_longer_decode_is_the_bottleneck() -> None:
     decode = PoolSignals(latency_seconds=0.062, slo_seconds=0.05, kv_usage=0.5)
     result = locate_bottleneck(CALM_P, decode)
     assert result.pool is Role.DECODE
-    assert result.prefill_pressure == pytest.approx(0.6)
-    assert result.decode_pressure == pytest.approx(1.24)
+    assert result.pressures.prefill == pytest.approx(0.6)
+    assert result.pressures.decode == pytest.approx(1.24)
     assert result.reasons == ("decode TPOT 0.062s > SLO 0.050s (1.24x)",)
 
 
@@ -43,8 +43,8 @@ def test_queue_and_utilisation_are_leading_signals() -> None:
     prefill = PoolSignals(0.9, 2.0, utilization=0.84, target_utilization=0.7)
     decode = PoolSignals(0.04, 0.05, queue_depth=6.0, queue_limit=4.0)
     result = locate_bottleneck(prefill, decode)
-    assert result.prefill_pressure == pytest.approx(1.2)
-    assert result.decode_pressure == pytest.approx(1.5)
+    assert result.pressures.prefill == pytest.approx(1.2)
+    assert result.pressures.decode == pytest.approx(1.5)
     assert result.pool is Role.DECODE
 
 
@@ -56,7 +56,7 @@ def test_calm_pools_have_no_bottleneck() -> None:
 
 def test_unknown_signals_add_no_pressure() -> None:
     result = locate_bottleneck(PoolSignals(None, 2.0), PoolSignals(None, 0.05))
-    assert (result.pool, result.prefill_pressure, result.decode_pressure) == (None, 0.0, 0.0)
+    assert (result.pool, result.pressures.prefill, result.pressures.decode) == (None, 0.0, 0.0)
 
 
 def test_kv_usage_is_read_for_decode_only() -> None:
@@ -95,7 +95,7 @@ def test_bottleneck_is_the_pool_with_larger_pressure_over_the_limit(
         PoolSignals(pl, 2.0, queue_depth=pq, utilization=pu),
         PoolSignals(dl, 0.05, queue_depth=dq, utilization=du, kv_usage=kv),
     )
-    worst = max(result.prefill_pressure, result.decode_pressure)
+    worst = max(result.pressures.prefill, result.pressures.decode)
     if worst <= 1.0:
         assert result.pool is None
         assert result.reasons == ()

@@ -144,3 +144,13 @@ def test_more_backlog_or_arrival_never_needs_less_service(
     assert low is not None
     assert high is not None
     assert high >= low
+
+
+def test_replicas_for_deadline_survives_float_noise_near_lambda() -> None:
+    """Found by hypothesis: mu_min / rate = 48720.0000001 rounds down to 48720 replicas
+    (584.64 req/s), and B / (mu - lambda) = 68.02 / 0.1164 then misses the deadline by
+    1.6 ms; one more replica meets it."""
+    lam, b, extra, per = 584.5236234846712, 68.02499110669781, 584.5234375, 0.012
+    n = replicas_for_deadline(lam, b, 0.0, extra, per)
+    assert n is not None
+    assert drain_time(lam, n * per, 0.0, b).meets(extra)

@@ -14,7 +14,7 @@ from test_rollout_support import IMAGE, Cluster, Pool, View, rev, spec_for
 from pdscaler import rollout
 from pdscaler.manifests import CellTarget
 from pdscaler.spec import RolloutStatus
-from pdscaler.types import PoolObservation
+from pdscaler.types import PerRole, PoolObservation, RolloutPhase, RolloutReason
 
 CHAT = (20, 18)
 
@@ -29,7 +29,7 @@ def until_done(c: Cluster, required: tuple[int, int] = CHAT, limit: int = 60) ->
     for n in range(1, limit + 1):
         step = c.tick(required)
         c.ripen()
-        if step.phase not in rollout.ROLLOUT_PHASES:
+        if not step.phase.moving:
             return n
     raise AssertionError(f"not done after {limit} ticks: {c.steps[-1].message}")
 
@@ -42,9 +42,9 @@ def test_first_steps_bring_decode_up_before_prefill() -> None:
     ceil(18*16/20) = 15."""
     c = rolling()
     first = c.tick(CHAT)
-    assert first.phase == rollout.PROGRESSING
-    assert first.reason == rollout.REASON_DECODE_FIRST
-    assert first.events == (("Normal", rollout.REASON_STARTED, "rolling v1 -> v2"),)
+    assert first.phase == RolloutPhase.PROGRESSING
+    assert first.reason == RolloutReason.DECODE_FIRST
+    assert first.events == (("Normal", RolloutReason.STARTED, "rolling v1 -> v2"),)
     assert c.sizes() == {"v1": (20, 18), "v2": (0, 4)}
     c.ripen()
     c.tick(CHAT)
@@ -64,9 +64,9 @@ def test_rollout_completes_and_deletes_the_old_cell() -> None:
     ticks = until_done(c)
     assert ticks <= 25
     last = c.steps[-1]
-    assert last.phase == rollout.COMPLETE
+    assert last.phase == RolloutPhase.COMPLETE
     assert last.delete == (rev("v1"),)
-    assert ("Normal", rollout.REASON_COMPLETE, "v2 serves alone") in last.events
+    assert ("Normal", RolloutReason.COMPLETE, "v2 serves alone") in last.events
     assert c.sizes() == {"v2": CHAT}
     assert last.active_version == "v2"
     status = last.progress.rollout
@@ -77,8 +77,8 @@ def test_rollout_completes_and_deletes_the_old_cell() -> None:
     # settled: the next tick changes nothing
     again = c.tick(CHAT)
     assert (again.phase, again.reason, again.events) == (
-        rollout.COMPLETE,
-        rollout.REASON_STABLE,
+        RolloutPhase.COMPLETE,
+        RolloutReason.STABLE,
         (),
     )
     assert c.sizes() == {"v2": CHAT}
@@ -94,8 +94,8 @@ def test_old_decode_outlives_old_prefill() -> None:
         c.ripen()
         for plan in step.cells:
             if plan.rev != rev("v2") and before.get(plan.rev, 0) > 0:
-                assert plan.decode >= 1
-        if step.phase == rollout.COMPLETE:
+                assert plan.replicas.decode >= 1
+        if step.phase == RolloutPhase.COMPLETE:
             break
     assert c.sizes() == {"v2": CHAT}
 
@@ -104,21 +104,21 @@ def test_first_creation_is_decode_first() -> None:
     """No cell yet: v1 decode 18 and prefill 0; prefill 20 once decode is Ready."""
     c = Cluster(spec=spec_for("v1"))
     step = c.tick(CHAT)
-    assert (step.phase, step.reason) == (rollout.PROGRESSING, rollout.REASON_DECODE_FIRST)
-    assert step.events == (("Normal", rollout.REASON_STARTED, "creating v1"),)
+    assert (step.phase, step.reason) == (RolloutPhase.PROGRESSING, RolloutReason.DECODE_FIRST)
+    assert step.events == (("Normal", RolloutReason.STARTED, "creating v1"),)
     assert c.sizes() == {"v1": (0, 18)}
     c.ripen()
     c.tick(CHAT)
     assert c.sizes() == {"v1": CHAT}
     c.ripen()
-    assert c.tick(CHAT).phase == rollout.COMPLETE
+    assert c.tick(CHAT).phase == RolloutPhase.COMPLETE
 
 
 def test_stable_cell_follows_the_required_totals() -> None:
     """A settled cell scales with the policy: 20 / 18 -> 24 / 22 in one step."""
     c = Cluster.serving(spec_for("v1"), "v1", *CHAT)
     step = c.tick((24, 22))
-    assert (step.phase, step.reason) == (rollout.STABLE, rollout.REASON_STABLE)
+    assert (step.phase, step.reason) == (RolloutPhase.STABLE, RolloutReason.STABLE)
     assert c.sizes() == {"v1": (24, 22)}
     assert step.progress.rollout is None
 
@@ -133,12 +133,12 @@ def test_broken_version_rolls_back_after_the_deadline() -> None:
     for _ in range(14):
         phases.append(c.tick(CHAT).phase)
         c.ripen()
-    assert phases.count(rollout.PROGRESSING) == 11
+    assert phases.count(RolloutPhase.PROGRESSING) == 11
     back = c.steps[11]
-    assert back.phase == rollout.ROLLING_BACK
-    assert back.events[0][:2] == ("Warning", rollout.REASON_DEADLINE)
+    assert back.phase == RolloutPhase.ROLLING_BACK
+    assert back.events[0][:2] == ("Warning", RolloutReason.DEADLINE)
     assert back.events[0][2] == "v2 made no progress for 10m: rolling back to v1"
-    assert c.steps[12].phase == rollout.ROLLED_BACK
+    assert c.steps[12].phase == RolloutPhase.ROLLED_BACK
     assert c.sizes() == {"v1": CHAT}
     status = c.steps[-1].progress.rollout
     assert status is not None
@@ -157,8 +157,8 @@ def test_slow_but_steady_progress_is_not_a_failure() -> None:
     for _ in range(80):
         step = c.tick(CHAT, seconds=240.0)
         c.ripen(lambda pending: min(pending, 1))
-        assert step.phase != rollout.ROLLING_BACK
-        if step.phase == rollout.COMPLETE:
+        assert step.phase != RolloutPhase.ROLLING_BACK
+        if step.phase == RolloutPhase.COMPLETE:
             break
     assert c.sizes() == {"v2": CHAT}
     assert c.now - 1000.0 > 1800
@@ -173,14 +173,14 @@ def test_version_changed_mid_rollout_converges_to_the_newest() -> None:
     c.spec = spec_for("v3")
     v2_prefill = c.cells[rev("v2")].prefill.replicas
     step = c.tick(CHAT)
-    assert ("Normal", rollout.REASON_STARTED, "rolling v1 -> v3") in step.events
+    assert ("Normal", RolloutReason.STARTED, "rolling v1 -> v3") in step.events
     c.ripen()
     for _ in range(40):
         step = c.tick(CHAT)
         c.ripen()
         if rev("v2") in c.cells:
             assert c.cells[rev("v2")].prefill.replicas <= v2_prefill
-        if step.phase == rollout.COMPLETE:
+        if step.phase == RolloutPhase.COMPLETE:
             break
     assert c.sizes() == {"v3": CHAT}
     status = step.progress.rollout
@@ -198,7 +198,7 @@ def test_scaling_keeps_working_during_a_rollout() -> None:
         step = c.tick((26, 22))
         c.ripen()
         seen = max(seen, c.serving_capacity())
-        if step.phase == rollout.COMPLETE:
+        if step.phase == RolloutPhase.COMPLETE:
             break
     assert c.sizes() == {"v2": (26, 22)}
     assert seen >= (26, 22)
@@ -231,7 +231,7 @@ def test_surge_smaller_than_one_step_still_completes(
     c = Cluster.serving(spec_for("v2", **overrides), "v1", *required)
     until_done(c, required)
     assert c.sizes() == {"v2": required}
-    assert any(s.reason == rollout.REASON_SURGE_BELOW_STEP for s in c.steps)
+    assert any(s.reason == RolloutReason.SURGE_BELOW_STEP for s in c.steps)
 
 
 def test_budget_room_makes_a_small_surge_step_one_level() -> None:
@@ -245,11 +245,11 @@ def test_budget_room_makes_a_small_surge_step_one_level() -> None:
         most = max(most, c.gpus())
         c.ripen()
         assert c.serving_capacity() >= (2, 18)
-        if step.phase == rollout.COMPLETE:
+        if step.phase == RolloutPhase.COMPLETE:
             break
     assert c.sizes() == {"v2": (2, 18)}
     assert most <= 31
-    assert all(s.reason != rollout.REASON_SURGE_BELOW_STEP for s in c.steps)
+    assert all(s.reason != RolloutReason.SURGE_BELOW_STEP for s in c.steps)
 
 
 def test_policy_pools_during_a_rollout() -> None:
@@ -260,7 +260,9 @@ def test_policy_pools_during_a_rollout() -> None:
         "a": View("a", "v1", IMAGE, 0.0, PoolObservation(16, 16), PoolObservation(15, 15)),
         "b": View("b", "v2", IMAGE, 9.0, PoolObservation(4, 4, 1), PoolObservation(4, 0)),
     }
-    state = rollout.RolloutState(phase=rollout.PROGRESSING, required=(20, 18))
+    state = rollout.RolloutState(
+        phase=RolloutPhase.PROGRESSING, required=PerRole(prefill=20, decode=18)
+    )
     prefill, decode = rollout.policy_pools(views, state)
     assert (prefill.replicas, prefill.ready, prefill.unschedulable) == (20, 16, 1)
     assert (decode.replicas, decode.ready) == (18, 15)
@@ -287,7 +289,7 @@ def test_restart_mid_rollout_resumes_without_an_early_rollback() -> None:
     c.now += 3600
     c.state = rollout.state_from_status(status, c.spec, c.views(), c.now)
     assert (c.state.phase, c.state.target_rev, c.state.from_rev) == (
-        rollout.PROGRESSING,
+        RolloutPhase.PROGRESSING,
         rev("v2"),
         rev("v1"),
     )
@@ -301,7 +303,7 @@ def test_restart_after_a_rollback_does_not_retry_the_failed_version() -> None:
     c = rolling()
     c.state = rollout.state_from_status(status, c.spec, c.views(), c.now)
     step = c.tick(CHAT)
-    assert step.phase == rollout.ROLLED_BACK
+    assert step.phase == RolloutPhase.ROLLED_BACK
     assert c.sizes() == {"v1": CHAT}
 
 
@@ -314,7 +316,7 @@ def test_cell_plans_render_to_manifest_targets() -> None:
         CellTarget(IMAGE, "v2", 0, 4),
         CellTarget(IMAGE, "v1", 20, 18),
     )
-    stranger = rollout.CellPlan("v1-zzzzz", "v1", None, 1, 1)
+    stranger = rollout.CellPlan("v1-zzzzz", "v1", None, PerRole(prefill=1, decode=1))
     with pytest.raises(ValueError, match="engine image unknown"):
         stranger.target()
 
@@ -345,6 +347,6 @@ def test_terminating_pods_hold_back_growth() -> None:
     c.cells[rev("v1")].decode = Pool(18, 18, 10)
     views = c.views()
     step = rollout.step(c.spec, views, (24, 18), c.now, c.state)
-    assert step.cells[0].prefill == 22
+    assert step.cells[0].replicas.prefill == 22
     c.cells[rev("v1")].decode = Pool(18, 18, 0)
-    assert rollout.step(c.spec, c.views(), (24, 18), c.now, c.state).cells[0].prefill == 24
+    assert rollout.step(c.spec, c.views(), (24, 18), c.now, c.state).cells[0].replicas.prefill == 24

@@ -24,6 +24,7 @@ from test_rollout_support import Cluster, spec_for
 
 from pdscaler import rollout
 from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import RolloutPhase, RolloutReason
 
 VERSIONS = ("v2", "v3", "v4")
 
@@ -139,18 +140,18 @@ def test_invariants_hold_and_every_rollout_ends(s: Scenario) -> None:
     for _ in range(200):
         step = cluster.tick(required)
         cluster.ripen()
-        if step.phase not in rollout.ROLLOUT_PHASES and len(cluster.cells) == 1:
+        if not step.phase.moving and len(cluster.cells) == 1:
             break
     else:
         # only a spec where one replica cannot be swapped within maxGPUs + surge may stall
         assert not _swappable(cluster.spec, target), cluster.steps[-1].message
-        assert cluster.steps[-1].reason == rollout.REASON_STEP_DOES_NOT_FIT
+        assert cluster.steps[-1].reason == RolloutReason.STEP_DOES_NOT_FIT
         return
     step = cluster.tick(required)  # settled: sized at the required totals
     ((final, sizes),) = cluster.sizes().items()
     assert sizes == target
-    if step.phase == rollout.COMPLETE:
+    if step.phase == RolloutPhase.COMPLETE:
         assert final == version
     if final != version:
-        assert step.phase == rollout.ROLLED_BACK or version in s.broken
+        assert step.phase == RolloutPhase.ROLLED_BACK or version in s.broken
     assert final not in s.broken

@@ -103,8 +103,8 @@ class Cluster:
             if cell is None:
                 assert plan.image is not None
                 cell = self.cells[plan.rev] = Cell(plan.rev, plan.version, plan.image, self.now)
-            _scale(cell.prefill, plan.prefill)
-            _scale(cell.decode, plan.decode)
+            _scale(cell.prefill, plan.replicas.prefill)
+            _scale(cell.decode, plan.replicas.decode)
         for gone in step.delete:
             assert self.cells[gone].prefill.replicas + self.cells[gone].decode.replicas == 0
             del self.cells[gone]
@@ -167,9 +167,11 @@ def check_plan(cluster: Cluster, step: rollout.RolloutStep, views: dict[str, Vie
     for plan in step.cells:
         seen = views.get(plan.rev)
         decode_ready = seen.decode.ready if seen is not None else 0
-        if plan.prefill > 0:
-            assert decode_ready >= 1, f"{plan.version}: prefill {plan.prefill} without ready decode"
-            assert plan.decode >= 1
+        if plan.replicas.prefill > 0:
+            assert decode_ready >= 1, (
+                f"{plan.version}: prefill {plan.replicas.prefill} without ready decode"
+            )
+            assert plan.replicas.decode >= 1
 
 
 def check_cluster(cluster: Cluster) -> None:

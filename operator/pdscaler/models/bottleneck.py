@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdscaler.models._checks import finite, non_negative, positive
-from pdscaler.types import Role
+from pdscaler.types import PerRole, Role
 
 #: A pool is under pressure when its normalised pressure exceeds this.
 PRESSURE_LIMIT = 1.0
@@ -33,6 +33,10 @@ PRESSURE_LIMIT = 1.0
 KV_LIMIT = 0.9
 #: Default queue depth (requests waiting, summed over the pool) that counts as full.
 QUEUE_LIMIT = 1.0
+#: The latency each pool is judged by (at the SLO percentile).
+LATENCY = PerRole(prefill="TTFT", decode="TPOT")
+#: Whether a pool's KV-cache usage is read (decode holds the running requests' KV cache).
+READS_KV = PerRole(prefill=False, decode=True)
 
 
 @dataclass(frozen=True)
@@ -59,13 +63,12 @@ class Bottleneck:
     ``"prefill TTFT 3.00s > SLO 2.00s (1.50x)"``."""
 
     pool: Role | None
-    prefill_pressure: float
-    decode_pressure: float
+    pressures: PerRole[float]
     reasons: tuple[str, ...]
 
     def pressure(self, role: Role) -> float:
         """The pressure of ``role``'s pool."""
-        return self.prefill_pressure if role is Role.PREFILL else self.decode_pressure
+        return self.pressures.pool(role)
 
 
 def pool_pressure(role: Role, signals: PoolSignals) -> tuple[float, tuple[str, ...]]:
@@ -78,7 +81,7 @@ def pool_pressure(role: Role, signals: PoolSignals) -> tuple[float, tuple[str, .
     positive("target_utilization", signals.target_utilization)
     positive("queue_limit", signals.queue_limit)
     positive("kv_limit", signals.kv_limit)
-    latency_name = "TTFT" if role is Role.PREFILL else "TPOT"
+    latency_name = LATENCY.pool(role)
     parts: list[tuple[float, str]] = []
     if signals.latency_seconds is not None:
         latency = non_negative("latency_seconds", signals.latency_seconds)
@@ -99,7 +102,7 @@ def pool_pressure(role: Role, signals: PoolSignals) -> tuple[float, tuple[str, .
                 f"{role} token utilisation {util:.0%} > target {signals.target_utilization:.0%}",
             )
         )
-    if role is Role.DECODE and signals.kv_usage is not None:
+    if READS_KV.pool(role) and signals.kv_usage is not None:
         kv = non_negative("kv_usage", signals.kv_usage)
         parts.append((kv / signals.kv_limit, f"{role} KV usage {kv:.0%} > {signals.kv_limit:.0%}"))
     pressure = max((score for score, _ in parts), default=0.0)
@@ -118,14 +121,13 @@ def locate_bottleneck(prefill: PoolSignals, decode: PoolSignals) -> Bottleneck:
     Prefill TTFT 3 s of 2 s (1.5) and decode KV usage 0.95 of 0.9 (1.06) -> PREFILL.
     Both calm -> None. Equal pressure over the limit -> PREFILL.
     """
-    p_pressure, p_reasons = pool_pressure(Role.PREFILL, prefill)
-    d_pressure, d_reasons = pool_pressure(Role.DECODE, decode)
-    pool: Role | None = None
-    if max(p_pressure, d_pressure) > PRESSURE_LIMIT:
-        pool = Role.PREFILL if p_pressure >= d_pressure else Role.DECODE
+    signals = PerRole(prefill=prefill, decode=decode)
+    scored = PerRole.build(lambda role: pool_pressure(role, signals.pool(role)))
+    pressures = scored.map(lambda score: score[0])
+    # the first role with the largest pressure: ties go to prefill
+    top, worst = max(pressures.items(), key=lambda item: item[1])
     return Bottleneck(
-        pool=pool,
-        prefill_pressure=p_pressure,
-        decode_pressure=d_pressure,
-        reasons=p_reasons + d_reasons,
+        pool=top if worst > PRESSURE_LIMIT else None,
+        pressures=pressures,
+        reasons=tuple(reason for _, (_, reasons) in scored.items() for reason in reasons),
     )

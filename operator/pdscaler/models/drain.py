@@ -118,4 +118,10 @@ def replicas_for_deadline(
     replicas = ceil_replicas(mu_min / per_replica_rate)
     if replicas * per_replica_rate <= arrival_rate:
         replicas = math.floor(arrival_rate / per_replica_rate) + 1
+    # ceil_replicas forgives float noise in mu_min / rate, but the drain time
+    # B / (mu - lambda) magnifies it when mu - lambda is small: one more replica then.
+    if not drain_time(arrival_rate, replicas * per_replica_rate, startup_seconds, backlog).meets(
+        deadline
+    ):
+        replicas += 1
     return replicas
