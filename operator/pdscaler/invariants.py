@@ -3,7 +3,8 @@
 Owns: saying, for one instant, whether the pods of a PDDeployment break any of
 
 1. every version with a Ready prefill pod has a Ready decode pod of the same version;
-2. no prefill pod is wired to another revision's decode endpoint;
+2. no router pod discovers workers of another revision than its own (its
+   ``--prefill-selector`` / ``--decode-selector`` name its own cell);
 3. serving capacity is not below the minimums (Ready prefill >= prefill.replicas.min,
    Ready decode >= decode.replicas.min; only once the PDDeployment has served), and
    the GPUs held by pods bound to nodes do not exceed ``maxGPUs + maxSurgeGPUs``.
@@ -44,14 +45,16 @@ def _containers(pod: Obj) -> list[Mapping[str, Any]]:
     return list((pod.get("spec") or {}).get("containers") or [])
 
 
-def decode_endpoint_of(pod: Obj) -> str | None:
-    """The ``PDSCALER_DECODE_ENDPOINT`` a prefill pod was given, if any."""
+def discovered_revisions(pod: Obj) -> set[str]:
+    """The revisions a router pod's worker discovery selects (``pdscaler.io/revision=``
+    values among its arguments); empty for any other pod."""
+    out: set[str] = set()
+    prefix = f"{naming.LABEL_REVISION}="
     for c in _containers(pod):
-        for env in c.get("env") or []:
-            if env.get("name") == naming.DECODE_ENDPOINT_ENV:
-                value = env.get("value")
-                return str(value) if value is not None else None
-    return None
+        for arg in c.get("args") or []:
+            if isinstance(arg, str) and arg.startswith(prefix):
+                out.add(arg[len(prefix) :])
+    return out
 
 
 def pod_gpus(pod: Obj) -> int:
@@ -91,12 +94,11 @@ def violations(
             gpus += pod_gpus(pod)
         if is_ready(pod):
             ready[(role, version)] = ready.get((role, version), 0) + 1
-        if role == Role.PREFILL.value and not terminating(pod):
-            endpoint = decode_endpoint_of(pod) or ""
-            own = naming.pool_name(name, rev, Role.DECODE) + "."
-            if not endpoint.startswith(own):
+        if role == naming.ROLE_ROUTER and not terminating(pod):
+            found = discovered_revisions(pod)
+            if found != {rev}:
                 pod_name = (pod.get("metadata") or {}).get("name")
-                out.append(f"prefill pod {pod_name} (rev {rev}) is wired to {endpoint!r}")
+                out.append(f"router pod {pod_name} (rev {rev}) discovers revisions {sorted(found)}")
     for (role, version), count in sorted(ready.items()):
         if role == Role.PREFILL.value and ready.get((Role.DECODE.value, version), 0) == 0:
             out.append(

@@ -131,6 +131,9 @@ _PATHS = {
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
     "Service": "/api/v1/namespaces/{ns}/services",
     "Pod": "/api/v1/namespaces/{ns}/pods",
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "Event": "/api/v1/namespaces/{ns}/events",
     KIND: f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}",
 }
@@ -247,21 +250,23 @@ class Kube:
     ) -> Observed:
         """The Deployments, Services and pods labelled ``pdscaler.io/name=<name>``, plus
         any object (ours or not) holding one of the ``wanted`` (kind, name) pairs the
-        label query did not return, so the planner can refuse a foreign object."""
+        label query did not return (the routers' ServiceAccount, Role and RoleBinding
+        are read by name), so the planner can refuse a foreign object."""
         selector = {naming.LABEL_NAME: name}
         deployments = self.list("Deployment", namespace, selector)
         services = self.list("Service", namespace, selector)
         pods = self.list("Pod", namespace, selector)
+        others: list[Obj] = []
         seen = {("Deployment", _name(d)) for d in deployments}
         seen |= {("Service", _name(s)) for s in services}
         for kind, obj_name in wanted:
-            if (kind, obj_name) in seen or kind not in ("Deployment", "Service"):
+            if (kind, obj_name) in seen or kind not in _PATHS:
                 continue
             found = self.get(kind, namespace, obj_name)
             if found is not None:
                 found.setdefault("kind", kind)
-                (deployments if kind == "Deployment" else services).append(found)
-        return Observed(tuple(deployments), tuple(services), tuple(pods))
+                {"Deployment": deployments, "Service": services}.get(kind, others).append(found)
+        return Observed(tuple(deployments), tuple(services), tuple(pods), tuple(others))
 
     # --------------------------------------------------------------------- writes
 
@@ -381,9 +386,9 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 
 def _uid_of(observed: Observed, action: Action) -> str | None:
-    pool = observed.deployments if action.kind == "Deployment" else observed.services
-    for obj in pool:
-        if _name(obj) == action.name:
+    pool = {"Deployment": observed.deployments, "Service": observed.services}
+    for obj in pool.get(action.kind, observed.others):
+        if _name(obj) == action.name and obj.get("kind", action.kind) == action.kind:
             uid = obj.get("metadata", {}).get("uid")
             return str(uid) if uid else None
     return None

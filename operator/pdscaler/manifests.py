@@ -1,13 +1,10 @@
 """Pure builders of the Kubernetes objects a PDDeployment owns (docs/design.md §4).
 
 Owns: the desired manifests of one *cell* (``<name>-<rev>-prefill`` and
-``<name>-<rev>-decode`` Deployments, the ``<name>-<rev>-decode`` Service) and of the
-front Service ``<name>`` that selects the ready prefill pods of every serving cell.
-Every object carries the ``pdscaler.io/*`` labels, an owner reference to the
-PDDeployment (controller=true, so deleting it garbage-collects everything) and a
-``pdscaler.io/spec-hash`` annotation: the hash of everything the operator manages
-except ``replicas``, which the patch planner compares instead of diffing API-server
-defaults.
+``<name>-<rev>-decode`` Deployments, plus the cell's router from ``router``) and the
+front Service ``<name>`` that selects the Ready routers of every serving cell. Every
+object carries the ``pdscaler.io/*`` labels, the controller owner reference and the
+spec-hash stamp (``objects``).
 
 Rules the builders enforce, whatever the user's template says:
 
@@ -15,46 +12,35 @@ Rules the builders enforce, whatever the user's template says:
   container (the one named ``engine``, else the first); a template's image is ignored;
 * every pod asks for ``gpusPerReplica`` ``nvidia.com/gpu`` (limits = requests) and
   tolerates the usual ``nvidia.com/gpu`` node taint;
-* prefill pods get ``PDSCALER_DECODE_ENDPOINT`` = their OWN cell's decode Service,
-  so a prefill replica cannot be wired to another version's decode pool;
 * template labels/annotations pass through (``pdscaler.io/startup-delay`` for the lab).
 
 Purely computational: no Kubernetes client, no clock, no I/O.
 
 >>> m = Meta(name="chat", namespace="serving", uid="u-1")
->>> decode_service(m, 8000, "v1-abcde")["metadata"]["name"]
-'chat-v1-abcde-decode'
+>>> front_service(m, 8000)["spec"]["selector"]
+{'pdscaler.io/name': 'chat', 'pdscaler.io/role': 'router'}
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from pdscaler import naming
-from pdscaler.spec import GROUP, KIND, VERSION, PDDeploymentSpec, PoolSpec
+from pdscaler import naming, router
+from pdscaler.objects import SPEC_HASH_ANNOTATION as SPEC_HASH_ANNOTATION
+from pdscaler.objects import Manifest as Manifest
+from pdscaler.objects import Meta as Meta
+from pdscaler.objects import owner_reference, stamp
+from pdscaler.objects import spec_hash as spec_hash
+from pdscaler.spec import PDDeploymentSpec, PoolSpec
 from pdscaler.types import Role
 
 GPU_RESOURCE = "nvidia.com/gpu"
-SPEC_HASH_ANNOTATION = f"{naming.DOMAIN}/spec-hash"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 ENGINE_CONTAINER = "engine"
 DEFAULT_PORT = 8000
 PORT_NAME = "http"
-
-Manifest = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Meta:
-    """The identity of the owning PDDeployment (what an owner reference needs)."""
-
-    name: str
-    namespace: str
-    uid: str
 
 
 @dataclass(frozen=True)
@@ -69,40 +55,11 @@ class CellTarget:
     version: str
     prefill: int
     decode: int
+    router: int = 0
 
     @property
     def rev(self) -> str:
         return naming.revision(self.image, self.version)
-
-
-def owner_reference(meta: Meta) -> dict[str, Any]:
-    """The controller owner reference every owned object carries."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "name": meta.name,
-        "uid": meta.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def spec_hash(obj: Manifest) -> str:
-    """Hash of an object's managed content minus ``spec.replicas`` (10 hex digits).
-
-    Two builds of the same intent hash alike, so a converged object needs no write;
-    a template, image, label or port change changes the hash (a template patch).
-    """
-    body = copy.deepcopy(obj)
-    body.get("spec", {}).pop("replicas", None)
-    body.get("metadata", {}).get("annotations", {}).pop(SPEC_HASH_ANNOTATION, None)
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
-def _stamp(obj: Manifest) -> Manifest:
-    obj["metadata"].setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(obj)
-    return obj
 
 
 def pool_labels(name: str, role: Role, rev: str, version: str) -> dict[str, str]:
@@ -115,10 +72,6 @@ def pool_labels(name: str, role: Role, rev: str, version: str) -> dict[str, str]
     }
 
 
-def pool_selector(name: str, role: Role, rev: str) -> dict[str, str]:
-    return {naming.LABEL_NAME: name, naming.LABEL_ROLE: role.value, naming.LABEL_REVISION: rev}
-
-
 def engine_port(pool: PoolSpec) -> int:
     """The engine container's first containerPort, else 8000."""
     containers = pool.template.get("spec", {}).get("containers") or []
@@ -128,12 +81,6 @@ def engine_port(pool: PoolSpec) -> int:
         if ports and isinstance(ports[0].get("containerPort"), int):
             return int(ports[0]["containerPort"])
     return DEFAULT_PORT
-
-
-def decode_endpoint(meta: Meta, rev: str, port: int) -> str:
-    """``chat-v1-abcde-decode.serving.svc:8000``: the cell's decode Service address."""
-    svc = naming.pool_name(meta.name, rev, Role.DECODE)
-    return f"{svc}.{meta.namespace}.svc:{port}"
 
 
 def _engine_index(containers: list[dict[str, Any]]) -> int | None:
@@ -169,16 +116,6 @@ def _pod_template(
     gpus = str(pool.gpus_per_replica)
     resources.setdefault("limits", {})[GPU_RESOURCE] = gpus
     resources.setdefault("requests", {})[GPU_RESOURCE] = gpus
-    env = [e for e in (engine.get("env") or []) if e.get("name") != naming.DECODE_ENDPOINT_ENV]
-    if role is Role.PREFILL:
-        env.append(
-            {
-                "name": naming.DECODE_ENDPOINT_ENV,
-                "value": decode_endpoint(meta, cell.rev, engine_port(spec.decode)),
-            }
-        )
-    if env:
-        engine["env"] = env
     tolerations = pod.setdefault("tolerations", [])
     if not any(t.get("key") == GPU_RESOURCE for t in tolerations):
         tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
@@ -205,7 +142,7 @@ def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: 
         },
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": pool_selector(meta.name, role, cell.rev)},
+            "selector": {"matchLabels": naming.pool_selector(meta.name, role, cell.rev)},
             "strategy": {
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
@@ -214,7 +151,7 @@ def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: 
             "template": _pod_template(meta, spec, cell, role),
         },
     }
-    return _stamp(obj)
+    return stamp(obj)
 
 
 def _service(
@@ -235,44 +172,34 @@ def _service(
             "ports": [{"name": PORT_NAME, "port": port, "targetPort": port, "protocol": "TCP"}],
         },
     }
-    return _stamp(obj)
-
-
-def decode_service(meta: Meta, port: int, rev: str, version: str = "") -> Manifest:
-    """The cell's decode Service: selects exactly this cell's decode pods."""
-    labels = {
-        naming.LABEL_NAME: meta.name,
-        naming.LABEL_ROLE: Role.DECODE.value,
-        naming.LABEL_REVISION: rev,
-    }
-    if version:
-        labels[naming.LABEL_VERSION] = naming.version_label(version)
-    return _service(
-        meta,
-        naming.pool_name(meta.name, rev, Role.DECODE),
-        labels,
-        pool_selector(meta.name, Role.DECODE, rev),
-        port,
-    )
+    return stamp(obj)
 
 
 def front_service(meta: Meta, port: int) -> Manifest:
-    """``<name>``: the entry point, selecting prefill pods of every cell. A Service
-    routes only to Ready pods, so traffic follows the cells' ready capacity."""
-    selector = {naming.LABEL_NAME: meta.name, naming.LABEL_ROLE: Role.PREFILL.value}
+    """``<name>``: the entry point, selecting the routers of every cell. A Service
+    routes only to Ready pods, and a cell runs routers in proportion to its Ready
+    prefill (``router.replicas``), so traffic follows the cells' ready capacity."""
+    selector = {naming.LABEL_NAME: meta.name, naming.LABEL_ROLE: naming.ROLE_ROUTER}
     return _service(meta, meta.name, {naming.LABEL_NAME: meta.name}, selector, port)
 
 
 def desired_objects(meta: Meta, spec: PDDeploymentSpec, cells: list[CellTarget]) -> list[Manifest]:
-    """Everything that should exist: per cell decode Service, decode and prefill
-    Deployments (in that order: decode is wired before prefill), then the front Service.
-    """
+    """Everything that should exist: per cell the decode, prefill and router Deployments
+    (in that order), then the routers' identity and the front Service. With
+    ``router.type: external`` the stack brings its own request path: pools only."""
     out: list[Manifest] = []
+    routed = router.enabled(spec)
     for cell in cells:
-        out.append(decode_service(meta, engine_port(spec.decode), cell.rev, cell.version))
         out.append(pool_deployment(meta, spec, cell, Role.DECODE))
         out.append(pool_deployment(meta, spec, cell, Role.PREFILL))
-    out.append(front_service(meta, engine_port(spec.prefill)))
+        if routed:
+            port = engine_port(spec.decode)
+            out.append(
+                router.router_deployment(meta, spec, cell.rev, cell.version, cell.router, port)
+            )
+    if routed:
+        out.extend(router.router_identity(meta))
+        out.append(front_service(meta, spec.router.port))
     return out
 
 

@@ -20,12 +20,12 @@ from pdscaler.types import Role
 
 DOMAIN = "pdscaler.io"
 LABEL_NAME = f"{DOMAIN}/name"  # the PDDeployment's name
-LABEL_ROLE = f"{DOMAIN}/role"  # prefill | decode
+LABEL_ROLE = f"{DOMAIN}/role"  # prefill | decode | router
 LABEL_VERSION = f"{DOMAIN}/version"  # engine version (the label-safe form)
 LABEL_REVISION = f"{DOMAIN}/revision"  # the cell's rev
 ANNOTATION_VERSION = f"{DOMAIN}/engine-version"  # the exact version string
 FIELD_MANAGER = "pdscaler"
-DECODE_ENDPOINT_ENV = "PDSCALER_DECODE_ENDPOINT"
+ROLE_ROUTER = "router"  # the role label of a cell's router pods
 
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
 
@@ -44,6 +44,16 @@ def cell_name(name: str, rev: str) -> str:
 def pool_name(name: str, rev: str, role: Role) -> str:
     """``chat-v0-11-0-2152f-prefill``: the Deployment of one pool of one cell."""
     return f"{cell_name(name, rev)}-{role.value}"
+
+
+def router_name(name: str, rev: str) -> str:
+    """``chat-v0-11-0-2152f-router``: the Deployment of one cell's P/D routers."""
+    return f"{cell_name(name, rev)}-{ROLE_ROUTER}"
+
+
+def pool_selector(name: str, role: Role, rev: str) -> dict[str, str]:
+    """The labels selecting one pool of one cell (name + role + revision)."""
+    return {LABEL_NAME: name, LABEL_ROLE: role.value, LABEL_REVISION: rev}
 
 
 def version_label(version: str) -> str:

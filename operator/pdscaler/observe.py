@@ -215,3 +215,18 @@ def total(cell_list: Iterable[CellObservation], role: Role) -> PoolObservation:
         unschedulable=unschedulable,
         startup_samples=tuple(samples[-MAX_STARTUP_SAMPLES:]),
     )
+
+
+def ready_routers(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Ready, not terminating router pods per revision."""
+    out: dict[str, int] = {}
+    for pod in pods:
+        lab = labels(pod)
+        if (
+            lab.get(naming.LABEL_ROLE) == naming.ROLE_ROUTER
+            and is_ready(pod)
+            and not terminating(pod)
+        ):
+            rev = lab.get(naming.LABEL_REVISION, "")
+            out[rev] = out.get(rev, 0) + 1
+    return out

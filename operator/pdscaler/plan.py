@@ -26,7 +26,8 @@ from enum import StrEnum
 from typing import Any
 
 from pdscaler import naming
-from pdscaler.manifests import DELETION_COST_ANNOTATION, SPEC_HASH_ANNOTATION, Manifest
+from pdscaler.manifests import DELETION_COST_ANNOTATION
+from pdscaler.objects import SPEC_HASH_ANNOTATION, Manifest
 from pdscaler.types import Role
 
 
@@ -71,6 +72,8 @@ class Observed:
     deployments: tuple[Manifest, ...] = ()
     services: tuple[Manifest, ...] = ()
     pods: tuple[Manifest, ...] = ()
+    #: other wanted objects by name (the routers' ServiceAccount, Role, RoleBinding)
+    others: tuple[Manifest, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,8 @@ def plan(
         by_key[("Deployment", _name(obj))] = obj
     for obj in observed.services:
         by_key[("Service", _name(obj))] = obj
+    for obj in observed.others:
+        by_key[(str(obj.get("kind")), _name(obj))] = obj
 
     creates: list[Action] = []
     updates: list[Action] = []

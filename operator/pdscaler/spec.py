@@ -100,6 +100,14 @@ class EngineSpec(_Model):
     version: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+def _pod_template_parts(value: dict[str, Any]) -> dict[str, Any]:
+    """The CRD types a template's ``metadata`` and ``spec`` as objects."""
+    for key in ("metadata", "spec"):
+        if key in value and not isinstance(value[key], dict):
+            raise ValueError(MSG_TEMPLATE_OBJECT)
+    return value
+
+
 class ReplicaBounds(_Model):
     """Per-pool replica bounds; the policy never leaves [min, max]."""
 
@@ -126,14 +134,7 @@ class PoolSpec(_Model):
     tokens_per_second: float = Field(gt=0)
     target_utilization: float = Field(default=0.7, gt=0, le=1)
 
-    @field_validator("template")
-    @classmethod
-    def _template_parts_are_objects(cls, value: dict[str, Any]) -> dict[str, Any]:
-        # The CRD types template.metadata and template.spec as objects.
-        for key in ("metadata", "spec"):
-            if key in value and not isinstance(value[key], dict):
-                raise ValueError(MSG_TEMPLATE_OBJECT)
-        return value
+    _template_parts_are_objects = field_validator("template")(_pod_template_parts)
 
 
 class SLOSpec(_Model):
@@ -218,15 +219,72 @@ class RolloutSpec(_Model):
         return parse_duration(self.progress_deadline)
 
 
+RouterType = Literal["vllm-router", "sglang-router", "external"]
+
+#: The router each metrics preset pairs with when ``router.type`` is not set.
+DEFAULT_ROUTER: dict[str, RouterType] = {
+    "vllm": "vllm-router",
+    "sglang": "sglang-router",
+    "dynamo": "external",
+    "custom": "external",
+}
+
+
+class RouterBounds(_Model):
+    """Router replicas per serving cell."""
+
+    min: int = Field(default=1, ge=1, le=64)
+    max: int = Field(default=8, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> RouterBounds:
+        if self.min > self.max:
+            raise ValueError(MSG_REPLICAS_MIN_MAX)
+        return self
+
+
+class RouterSpec(_Model):
+    """The P/D router of every revision cell (docs/design.md §4).
+
+    ``type`` (default from ``metrics.preset``: vllm -> ``vllm-router``, sglang ->
+    ``sglang-router``, dynamo/custom -> ``external``): ``external`` means the stack brings
+    its own request path and pdscaler deploys no router and no front Service. ``image``:
+    a build of the router (``deploy/router/Dockerfile``); ``args`` are appended to the
+    ones pdscaler sets (discovery scoped to the cell, host, port). A cell runs
+    ``ceil(ready prefill / prefillPerRouter)`` routers within ``replicas``, so each cell's
+    share of the front Service's traffic follows its share of prefill capacity.
+    """
+
+    type: RouterType | None = None
+    image: str = Field(default="vllm-router:0.1.17", min_length=1, max_length=512)
+    args: list[Annotated[str, Field(max_length=1024)]] | None = Field(default=None, max_length=64)
+    resources: dict[str, Any] | None = None
+    template: dict[str, Any] | None = None
+    replicas: RouterBounds = RouterBounds()
+    prefill_per_router: int = Field(default=2, ge=1, le=1024)
+    port: int = Field(default=8000, ge=1, le=65535)
+
+    @field_validator("template")
+    @classmethod
+    def _template_parts_are_objects(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else _pod_template_parts(value)
+
+
 class PDDeploymentSpec(_Model):
     engine: EngineSpec
     prefill: PoolSpec
     decode: PoolSpec
+    router: RouterSpec = RouterSpec()
     slo: SLOSpec = SLOSpec()
     startup_seconds: float = Field(default=60.0, gt=0)
     metrics: MetricsSpec = MetricsSpec()
     scaling: ScalingSpec = ScalingSpec()
     rollout: RolloutSpec = RolloutSpec()
+
+    @property
+    def router_type(self) -> RouterType:
+        """``router.type``, else the preset's router (vllm -> vllm-router)."""
+        return self.router.type or DEFAULT_ROUTER[self.metrics.preset]
 
     @model_validator(mode="after")
     def _budget_covers_minimums(self) -> PDDeploymentSpec:

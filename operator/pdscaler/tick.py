@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdscaler import manifests, naming, observe, rollout, status
+from pdscaler import manifests, naming, observe, rollout, router, status
 from pdscaler.manifests import CellTarget, Meta
 from pdscaler.plan import Action, Observed, Plan, Verb, owned_by, plan
 from pdscaler.policy import decide
@@ -129,7 +129,7 @@ def compute(facts: TickFacts) -> TickEffects:
     )
     step = rollout.step(spec, cells, (decision.prefill, decision.decode), now, roll)
     desired = _freeze_other_versions(
-        manifests.desired_objects(owner, spec, list(step.targets())),
+        manifests.desired_objects(owner, spec, _with_routers(spec, step, cells, facts.observed)),
         facts.observed,
         spec,
         owner.uid,
@@ -181,6 +181,25 @@ def compute(facts: TickFacts) -> TickEffects:
         prefill=prefill_obs,
         decode=decode_obs,
     )
+
+
+def _with_routers(
+    spec: PDDeploymentSpec,
+    step: rollout.RolloutStep,
+    cells: Mapping[str, observe.CellObservation],
+    observed: Observed,
+) -> list[CellTarget]:
+    """The rollout's cells with their routers (``router.replicas``); a retiring cell
+    keeps its prefill pods until its routers have left the front (``router.hold_prefill``)."""
+    routers_ready = observe.ready_routers(observed.pods)
+    out: list[CellTarget] = []
+    for target in step.targets():
+        cell = cells.get(target.rev)
+        have = (cell.prefill.replicas, cell.prefill.ready, cell.decode.ready) if cell else (0, 0, 0)
+        count = router.replicas(spec, (target.prefill, target.decode), (have[1], have[2]))
+        prefill = router.hold_prefill(target.prefill, have[0], routers_ready.get(target.rev, 0))
+        out.append(dataclasses.replace(target, prefill=prefill, router=count))
+    return out
 
 
 def _freeze_other_versions(

@@ -344,6 +344,19 @@ CASES: list[InvalidCase] = [
     _named("progress-deadline-negative", _pattern("spec.rollout.progressDeadline", "-10m")),
     # enums
     _enum("unknown-mode", "spec.scaling.mode", "Manual", "Input should be 'Auto' or 'Recommend'"),
+    _enum(
+        "unknown-router",
+        "spec.router.type",
+        "nginx",
+        "Input should be 'vllm-router', 'sglang-router' or 'external'",
+    ),
+    _cel(
+        "router-replicas-min-above-max",
+        both(set_("spec.router.replicas.min", 5), set_("spec.router.replicas.max", 2)),
+        "spec.router.replicas.min",
+        pdspec.MSG_REPLICAS_MIN_MAX,
+        "spec.router.replicas",
+    ),
     # unknown fields (typos)
     _unknown("unknown-field-max-gpus-typo", "spec.scaling.maxGpus", 8),
     _unknown("unknown-field-in-replica-bounds", "spec.decode.replicas.maximum", 10),

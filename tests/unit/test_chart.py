@@ -98,10 +98,20 @@ def test_workload_role_is_exactly_what_the_operator_uses() -> None:
         ("pdscaler.io", "pddeployments/status"): {"get", "patch"},
         ("apps", "deployments"): {"get", "list", "create", "patch", "delete"},
         ("", "services"): {"get", "list", "create", "patch", "delete"},
-        ("", "pods"): {"get", "list", "patch"},
+        ("", "pods"): {"get", "list", "watch", "patch"},
         ("", "events"): {"create"},
+        ("", "serviceaccounts"): {"get", "create", "patch", "delete"},
+        ("rbac.authorization.k8s.io", "roles"): {"get", "create", "patch", "delete"},
+        ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
         ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"},  # peering only
     }
+
+
+def test_the_operator_cannot_escalate_through_the_roles_it_creates() -> None:
+    """No bind or escalate verb: the API server lets the operator create a Role (and bind
+    it) only with permissions it holds itself, and the routers' Role is pods read-only."""
+    verbs = set().union(*grants(rules_of("X")).values())
+    assert not verbs & {"bind", "escalate", "impersonate", "*"}
 
 
 def test_discovery_role_is_read_only() -> None:

@@ -1,6 +1,7 @@
-"""The cell builders (manifests.py): names, labels, owner references, the engine image
-set by the operator, GPUs requested, prefill wired to its own cell's decode Service, and
-a spec-hash that ignores replicas but sees every other managed field."""
+"""The cell builders (manifests.py, router.py): names, labels, owner references, the
+engine image set by the operator, GPUs requested, the router of each cell discovering only
+its own cell's pods, the front Service selecting routers, and a spec-hash that ignores
+replicas but sees every other managed field."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pdscaler import manifests, naming
+from pdscaler import invariants, manifests, naming, router
 from pdscaler.manifests import CellTarget, Meta
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Role
@@ -31,7 +32,7 @@ def spec(**over: Any) -> PDDeploymentSpec:
                             "name": "engine",
                             "image": "evil/override:latest",
                             "ports": [{"containerPort": 9000}],
-                            "env": [{"name": naming.DECODE_ENDPOINT_ENV, "value": "wrong"}],
+                            "env": [{"name": "PDSCALER_DECODE_ENDPOINT", "value": "stale"}],
                         },
                     ]
                 },
@@ -90,35 +91,95 @@ def test_pods_request_gpus_per_replica_and_tolerate_taint() -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tol
 
 
-def test_prefill_wired_to_own_cells_decode_service_only() -> None:
-    """The template's stale endpoint is replaced by this cell's decode Service."""
+def test_the_engine_template_passes_through_and_no_endpoint_is_wired() -> None:
+    """Pairing is the router's job now: the operator adds no endpoint variable, and the
+    template's own env passes through untouched."""
     dep = manifests.pool_deployment(META, spec(), CELL, Role.PREFILL)
-    env = [e for e in engine(dep)["env"] if e["name"] == naming.DECODE_ENDPOINT_ENV]
-    assert env == [
-        {
-            "name": naming.DECODE_ENDPOINT_ENV,
-            "value": "chat-v0-11-0-2152f-decode.serving.svc:8000",
-        }
-    ]
+    assert engine(dep)["env"] == [{"name": "PDSCALER_DECODE_ENDPOINT", "value": "stale"}]
     decode = manifests.pool_deployment(META, spec(), CELL, Role.DECODE)
     assert "env" not in engine(decode)
 
 
-def test_decode_service_selects_only_its_cell() -> None:
-    svc = manifests.decode_service(META, 8000, CELL.rev, CELL.version)
-    assert svc["metadata"]["name"] == "chat-v0-11-0-2152f-decode"
-    assert svc["spec"]["selector"] == {
-        naming.LABEL_NAME: "chat",
-        naming.LABEL_ROLE: "decode",
-        naming.LABEL_REVISION: CELL.rev,
-    }
+def test_the_router_discovers_only_its_own_cells_pods() -> None:
+    """chat's v0.11.0 cell runs vllm-router in P/D mode whose prefill and decode
+    selectors name this cell's revision (and nothing else selects wider)."""
+    cell = CellTarget(CELL.image, CELL.version, prefill=3, decode=4, router=2)
+    dep = router.router_deployment(META, spec(), cell.rev, cell.version, cell.router, 8000)
+    assert dep["metadata"]["name"] == f"chat-{cell.rev}-router"
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]
+    assert pod["metadata"]["labels"][naming.LABEL_ROLE] == "router"
+    assert pod["spec"]["serviceAccountName"] == "chat-router"
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["vllm-router"]
+    args = container["args"]
+    assert "--vllm-pd-disaggregation" in args
+    pre = args[args.index("--prefill-selector") + 1 : args.index("--decode-selector")]
+    dec = args[args.index("--decode-selector") + 1 : args.index("--host")]
+    assert pre == [
+        "pdscaler.io/name=chat",
+        "pdscaler.io/role=prefill",
+        f"pdscaler.io/revision={cell.rev}",
+    ]
+    assert dec == [
+        "pdscaler.io/name=chat",
+        "pdscaler.io/role=decode",
+        f"pdscaler.io/revision={cell.rev}",
+    ]
+    assert args[args.index("--service-discovery-namespace") + 1] == "serving"
+    assert invariants.discovered_revisions(pod) == {cell.rev}
+    assert "nvidia.com/gpu" not in str(container["resources"])
 
 
-def test_front_service_selects_prefill_of_every_cell() -> None:
+def test_the_routers_identity_may_only_read_pods_in_its_namespace() -> None:
+    account, role, binding = router.router_identity(META)
+    assert (account["kind"], role["kind"], binding["kind"]) == (
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+    )
+    assert role["metadata"]["namespace"] == "serving"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "chat-router", "namespace": "serving"}
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_sglang_preset_runs_sglang_router_and_external_deploys_no_router() -> None:
+    sg = spec(metrics={"preset": "sglang"})
+    objs = manifests.desired_objects(META, sg, [CELL])
+    (dep,) = [
+        o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-router")
+    ]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["command"][-1] == "sglang_router.launch_router"
+    assert "--pd-disaggregation" in container["args"]
+    ext = spec(router={"type": "external"})
+    names = [o["metadata"]["name"] for o in manifests.desired_objects(META, ext, [CELL])]
+    assert names == [f"chat-{CELL.rev}-decode", f"chat-{CELL.rev}-prefill"]
+
+
+def test_front_service_selects_the_routers_of_every_cell() -> None:
     svc = manifests.front_service(META, 9000)
     assert svc["metadata"]["name"] == "chat"
-    assert svc["spec"]["selector"] == {naming.LABEL_NAME: "chat", naming.LABEL_ROLE: "prefill"}
+    assert svc["spec"]["selector"] == {naming.LABEL_NAME: "chat", naming.LABEL_ROLE: "router"}
     assert svc["spec"]["ports"][0]["port"] == 9000
+
+
+def test_router_replicas_follow_ready_prefill_and_need_both_pools() -> None:
+    """prefillPerRouter 2: 5 ready prefill -> 3 routers; none while a pool has no Ready
+    pod or the rollout plans a pool at 0; within router.replicas."""
+    s = spec()
+    assert router.replicas(s, (6, 4), (5, 4)) == 3
+    assert router.replicas(s, (6, 4), (5, 0)) == 0
+    assert router.replicas(s, (0, 4), (5, 4)) == 0
+    assert router.replicas(s, (40, 4), (40, 4)) == 8
+    assert router.replicas(spec(router={"prefillPerRouter": 1}), (2, 1), (2, 1)) == 2
+    assert router.hold_prefill(0, 4, 1) == 4
+    assert router.hold_prefill(0, 4, 0) == 0
 
 
 def test_engine_port_from_template_else_default() -> None:
@@ -152,18 +213,21 @@ def test_builders_are_deterministic_and_do_not_mutate_the_spec() -> None:
     assert s.model_dump() == before
 
 
-def test_desired_objects_order_decode_before_prefill_front_last() -> None:
+def test_desired_objects_order_decode_prefill_router_then_front() -> None:
     other = CellTarget("vllm/vllm-openai", "v0.12.0", prefill=1, decode=1)
     objs = manifests.desired_objects(META, spec(), [CELL, other])
     names = [(o["kind"], o["metadata"]["name"]) for o in objs]
     rev2 = other.rev
     assert names == [
-        ("Service", f"chat-{CELL.rev}-decode"),
         ("Deployment", f"chat-{CELL.rev}-decode"),
         ("Deployment", f"chat-{CELL.rev}-prefill"),
-        ("Service", f"chat-{rev2}-decode"),
+        ("Deployment", f"chat-{CELL.rev}-router"),
         ("Deployment", f"chat-{rev2}-decode"),
         ("Deployment", f"chat-{rev2}-prefill"),
+        ("Deployment", f"chat-{rev2}-router"),
+        ("ServiceAccount", "chat-router"),
+        ("Role", "chat-router"),
+        ("RoleBinding", "chat-router"),
         ("Service", "chat"),
     ]
 

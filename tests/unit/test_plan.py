@@ -41,6 +41,7 @@ def as_observed(objs: list[dict[str, Any]], pods: tuple[dict[str, Any], ...] = (
         deployments=tuple(o for o in live if o["kind"] == "Deployment"),
         services=tuple(o for o in live if o["kind"] == "Service"),
         pods=pods,
+        others=tuple(o for o in live if o["kind"] not in ("Deployment", "Service")),
     )
 
 
@@ -69,9 +70,12 @@ def test_converged_plans_nothing() -> None:
 def test_empty_cluster_creates_everything_in_order() -> None:
     result = plan(UID, desired(A), Observed())
     assert [(a.verb, a.kind, a.name) for a in result.actions] == [
-        (Verb.CREATE, "Service", f"chat-{A.rev}-decode"),
         (Verb.CREATE, "Deployment", f"chat-{A.rev}-decode"),
         (Verb.CREATE, "Deployment", f"chat-{A.rev}-prefill"),
+        (Verb.CREATE, "Deployment", f"chat-{A.rev}-router"),
+        (Verb.CREATE, "ServiceAccount", "chat-router"),
+        (Verb.CREATE, "Role", "chat-router"),
+        (Verb.CREATE, "RoleBinding", "chat-router"),
         (Verb.CREATE, "Service", "chat"),
     ]
 
@@ -107,7 +111,7 @@ def test_object_not_ours_is_never_touched() -> None:
     foreign = copy.deepcopy(have.services[-1])  # the front Service "chat"
     foreign["metadata"]["ownerReferences"] = [{"uid": "someone-else", "controller": True}]
     foreign["spec"]["selector"] = {"app": "theirs"}
-    observed = Observed(have.deployments, (*have.services[:-1], foreign), ())
+    observed = Observed(have.deployments, (*have.services[:-1], foreign), (), have.others)
     result = plan(UID, want, observed)
     assert result.writes == ()
     (warning,) = result.warnings
@@ -155,13 +159,28 @@ def test_retired_cell_prefill_goes_first_decode_waits_for_its_pods() -> None:
     assert [(a.verb, a.name) for a in result.actions] == [(Verb.DELETE, f"chat-{A.rev}-prefill")]
 
 
-def test_retired_cell_decode_and_service_go_once_prefill_is_gone() -> None:
+def test_retired_cell_decode_and_router_go_once_prefill_is_gone() -> None:
     objs = [o for o in desired(A, B) if o["metadata"]["name"] != f"chat-{A.rev}-prefill"]
     result = plan(UID, desired(B), as_observed(objs))
     assert [(a.verb, a.kind, a.name) for a in result.actions] == [
         (Verb.DELETE, "Deployment", f"chat-{A.rev}-decode"),
-        (Verb.DELETE, "Service", f"chat-{A.rev}-decode"),
+        (Verb.DELETE, "Deployment", f"chat-{A.rev}-router"),
     ]
+
+
+def test_a_decode_service_left_by_an_older_operator_goes_with_its_cell() -> None:
+    """Cells of the endpoint-wiring era had a ``<cell>-decode`` Service: it is deleted
+    once the cell's prefill is gone, never while its prefill pods may dial it."""
+    old = copy.deepcopy(desired(A)[0])
+    old.update({"kind": "Service", "apiVersion": "v1", "spec": {"selector": {}}})
+    old["metadata"]["name"] = f"chat-{A.rev}-decode"
+    have = as_observed([old, *desired(B)])
+    result = plan(UID, desired(B), have)
+    assert [(a.verb, a.kind, a.name) for a in result.actions] == [
+        (Verb.DELETE, "Service", f"chat-{A.rev}-decode")
+    ]
+    blocked = as_observed([old, *desired(B)], (pod("q1", A.rev, Role.PREFILL),))
+    assert plan(UID, desired(B), blocked).actions == ()
 
 
 def test_terminating_objects_are_not_deleted_again() -> None:

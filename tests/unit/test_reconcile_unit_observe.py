@@ -3,9 +3,10 @@ invariants on a pod snapshot (invariants.py): pure functions over API-shaped dic
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from pdscaler import invariants, manifests, naming, observe
+from pdscaler import invariants, manifests, naming, observe, router
 from pdscaler.manifests import CellTarget, Meta
 from pdscaler.plan import Observed
 from pdscaler.spec import PDDeploymentSpec
@@ -159,14 +160,19 @@ def test_ready_prefill_without_same_version_decode() -> None:
     ]
 
 
-def test_prefill_wired_to_other_revision() -> None:
-    bad = pod(V2, Role.PREFILL, 0)
-    bad["spec"]["containers"][0]["env"] = [
-        {"name": naming.DECODE_ENDPOINT_ENV, "value": f"chat-{V1.rev}-decode.serving.svc:8000"}
-    ]
-    pods = [bad, pod(V2, Role.DECODE, 0)]
-    (msg,) = invariants.violations(pods, SPEC, "chat", check_capacity=False)
-    assert "is wired to" in msg
+def test_a_router_discovering_another_revision_is_a_violation() -> None:
+    """A v2 router whose prefill selector names v1 could pair v1 prefill with v2 decode."""
+    meta = Meta(name="chat", namespace="serving", uid=UID)
+    dep = router.router_deployment(meta, SPEC, V2.rev, V2.version, 1, 8000)
+    bad = {"metadata": {**dep["spec"]["template"]["metadata"], "name": "r-0"}}
+    bad["spec"] = copy.deepcopy(dep["spec"]["template"]["spec"])
+    args = bad["spec"]["containers"][0]["args"]
+    args[args.index(f"pdscaler.io/revision={V2.rev}")] = f"pdscaler.io/revision={V1.rev}"
+    good = {"metadata": {**dep["spec"]["template"]["metadata"], "name": "r-1"}}
+    good["spec"] = dep["spec"]["template"]["spec"]
+    assert invariants.violations([good], SPEC, "chat", check_capacity=False) == []
+    (msg,) = invariants.violations([bad, good], SPEC, "chat", check_capacity=False)
+    assert msg.startswith("router pod r-0")
     assert V1.rev in msg
 
 

@@ -101,8 +101,11 @@ def test_first_tick_creates_the_cell_with_field_manager_and_status() -> None:
     assert kinds == [
         ("create", "Deployment"),
         ("create", "Deployment"),
+        ("create", "Deployment"),
+        ("create", "Role"),
+        ("create", "RoleBinding"),
         ("create", "Service"),
-        ("create", "Service"),
+        ("create", "ServiceAccount"),
         ("status", "PDDeployment"),
     ]
     # decode first: prefill pods start once a decode pod of the cell is Ready

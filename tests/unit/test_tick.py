@@ -68,23 +68,30 @@ def facts(
 
 
 def test_a_new_pddeployment_gets_its_first_cell_created_and_a_status() -> None:
-    """No objects yet: both pools at the ratio model's 1 replica, four creates (decode
-    Service, decode and prefill Deployments, front Service), one Event per create."""
+    """No objects yet: both pools at the ratio model's 1 replica, seven creates (decode,
+    prefill and router Deployments, the routers' ServiceAccount, Role and RoleBinding,
+    the front Service), one Event per create."""
     fx = tick.compute(facts(1000.0, Observed()))
     assert [(a.verb, a.kind) for a in fx.writes] == [
-        (Verb.CREATE, "Service"),
         (Verb.CREATE, "Deployment"),
         (Verb.CREATE, "Deployment"),
+        (Verb.CREATE, "Deployment"),
+        (Verb.CREATE, "ServiceAccount"),
+        (Verb.CREATE, "Role"),
+        (Verb.CREATE, "RoleBinding"),
         (Verb.CREATE, "Service"),
     ]
     rev = naming.revision("img", "v1")
-    assert fx.writes[1].name == naming.pool_name("chat", rev, Role.DECODE)
+    assert fx.writes[0].name == naming.pool_name("chat", rev, Role.DECODE)
+    assert fx.writes[2].name == naming.router_name("chat", rev)
+    assert fx.writes[2].body is not None
+    assert fx.writes[2].body["spec"]["replicas"] == 0  # no Ready worker yet: no router
     assert (fx.decision.prefill, fx.decision.decode) == (1, 1)
     assert fx.status.prefill is not None
     assert fx.status.prefill.desired_replicas == 1
     assert fx.status_changed
     created = [e for e in fx.events if e.reason.startswith("Created")]
-    assert len(created) == 4
+    assert len(created) == 7
     assert fx.rollout is not None
 
 
@@ -139,9 +146,10 @@ def run(
 
 
 def test_a_converged_pddeployment_costs_no_writes() -> None:
-    """Once the pods are Ready at the wanted size, a tick plans zero writes."""
+    """Once the pods are Ready at the wanted size (decode, then prefill, then the router
+    once both pools have a Ready pod), a tick plans zero writes."""
     cluster, state = SimCluster(startup_seconds=10.0), {}
-    effects = run(cluster, spec(), 1000.0, 8, state)
+    effects = run(cluster, spec(), 1000.0, 12, state)
     assert effects[0].writes
     assert [len(fx.writes) for fx in effects[-3:]] == [0, 0, 0]
     assert effects[-1].status_changed is False

@@ -42,6 +42,7 @@ class SimCluster:
     deployments: dict[str, Obj] = field(default_factory=dict)
     services: dict[str, Obj] = field(default_factory=dict)
     pods: dict[str, Obj] = field(default_factory=dict)
+    others: dict[tuple[str, str], Obj] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def observed(self) -> Observed:
@@ -49,11 +50,18 @@ class SimCluster:
             deployments=tuple(copy.deepcopy(list(self.deployments.values()))),
             services=tuple(copy.deepcopy(list(self.services.values()))),
             pods=tuple(copy.deepcopy(list(self.pods.values()))),
+            others=tuple(copy.deepcopy(list(self.others.values()))),
         )
 
     def apply(self, writes: Iterable[Action], now: float) -> None:
         """Carry out a tick's writes as the API server would."""
         for action in writes:
+            if action.kind not in ("Deployment", "Service"):
+                if action.verb is Verb.DELETE:
+                    self.others.pop((action.kind, action.name), None)
+                elif action.body:
+                    self.others[(action.kind, action.name)] = copy.deepcopy(action.body)
+                continue
             store = self.services if action.kind == "Service" else self.deployments
             if action.verb in (Verb.CREATE, Verb.UPDATE, Verb.SCALE) and action.body:
                 old = store.get(action.name)

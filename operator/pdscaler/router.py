@@ -1,0 +1,210 @@
+"""The P/D router of a revision cell: its Deployment, its least-privilege identity, and
+how many replicas it runs (docs/design.md §4).
+
+Owns: the ``<name>-<rev>-router`` Deployment running a REAL router (``vllm-router`` or
+``sglang-router``) whose Kubernetes worker discovery is scoped to its own cell (the
+PDDeployment's name + the cell's revision + the role), so a request can only pair a
+prefill and a decode of the same cell; the ServiceAccount, Role and RoleBinding
+``<name>-router`` that let it get/list/watch pods in its namespace and nothing else; and
+the replica rule. Must not: read the clock, talk to the API server, or size the GPU
+pools (the policy and the rollout do).
+
+The replica rule: a cell runs routers only while the rollout keeps both its pools and
+it has a Ready prefill AND a Ready decode pod (a router with no worker would fail every
+request the front Service sends it); then ``ceil(min(ready prefill, planned prefill) /
+prefillPerRouter)`` within ``router.replicas``. The front Service spreads connections
+over the Ready routers of every cell, so a cell's share of traffic follows its share
+of prefill capacity. Example: cells v1 (6 ready prefill) and v2 (2) with
+prefillPerRouter 2 run 3 and 1 routers: 75% / 25%, as their capacity.
+
+When a cell retires, its routers leave the front first: ``hold_prefill`` keeps a
+cell's prefill pods while its routers are still Ready, so no router is left with no
+prefill to send to.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+from pdscaler import naming
+from pdscaler.objects import Manifest, Meta, owner_reference, stamp
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import Role
+
+ROUTER_CONTAINER = "router"
+#: The executable each router type runs (a real router from PyPI, not pdscaler's).
+COMMANDS: dict[str, list[str]] = {
+    "vllm-router": ["vllm-router"],
+    "sglang-router": ["python3", "-m", "sglang_router.launch_router"],
+}
+PD_FLAG = {"vllm-router": "--vllm-pd-disaggregation", "sglang-router": "--pd-disaggregation"}
+METRICS_PORT = 29000
+
+
+def enabled(spec: PDDeploymentSpec) -> bool:
+    """True when pdscaler deploys the routers (``router.type`` is not ``external``)."""
+    return spec.router_type != "external"
+
+
+def router_labels(name: str, rev: str, version: str) -> dict[str, str]:
+    return {
+        naming.LABEL_NAME: name,
+        naming.LABEL_ROLE: naming.ROLE_ROUTER,
+        naming.LABEL_VERSION: naming.version_label(version),
+        naming.LABEL_REVISION: rev,
+    }
+
+
+def _selector_args(meta: Meta, rev: str, role: Role) -> list[str]:
+    return [f"{k}={v}" for k, v in naming.pool_selector(meta.name, role, rev).items()]
+
+
+def router_args(meta: Meta, spec: PDDeploymentSpec, rev: str, engine_port: int) -> list[str]:
+    """The router's arguments: P/D mode, discovery of this cell's pods only, bind address.
+
+    >>> from pdscaler.invariants import spec_example
+    >>> args = router_args(Meta("chat", "serving", "u"), spec_example(), "v1-abcde", 8000)
+    >>> args[args.index("--prefill-selector") + 1 : args.index("--decode-selector")]
+    ['pdscaler.io/name=chat', 'pdscaler.io/role=prefill', 'pdscaler.io/revision=v1-abcde']
+    """
+    kind = spec.router_type
+    return [
+        PD_FLAG[kind],
+        "--service-discovery",
+        "--service-discovery-namespace",
+        meta.namespace,
+        "--service-discovery-port",
+        str(engine_port),
+        "--prefill-selector",
+        *_selector_args(meta, rev, Role.PREFILL),
+        "--decode-selector",
+        *_selector_args(meta, rev, Role.DECODE),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(spec.router.port),
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(METRICS_PORT),
+        *(spec.router.args or []),
+    ]
+
+
+def account_name(name: str) -> str:
+    """``chat-router``: the ServiceAccount, Role and RoleBinding of a PDDeployment's routers."""
+    return f"{name}-router"
+
+
+def router_deployment(
+    meta: Meta, spec: PDDeploymentSpec, rev: str, version: str, replicas: int, engine_port: int
+) -> Manifest:
+    """``<name>-<rev>-router``: the cell's routers (no GPU; the user's template may add
+    nodeSelector, tolerations, labels and annotations)."""
+    lab = router_labels(meta.name, rev, version)
+    tpl = copy.deepcopy(spec.router.template or {})
+    tpl_meta = tpl.setdefault("metadata", {})
+    tpl_meta["labels"] = {**(tpl_meta.get("labels") or {}), **lab}
+    pod = tpl.setdefault("spec", {})
+    pod["serviceAccountName"] = account_name(meta.name)
+    pod["automountServiceAccountToken"] = True
+    pod["containers"] = [
+        {
+            "name": ROUTER_CONTAINER,
+            "image": spec.router.image,
+            "command": COMMANDS[spec.router_type],
+            "args": router_args(meta, spec, rev, engine_port),
+            "ports": [
+                {"name": "http", "containerPort": spec.router.port},
+                {"name": "metrics", "containerPort": METRICS_PORT},
+            ],
+            "resources": copy.deepcopy(spec.router.resources or {}),
+            "readinessProbe": {
+                "httpGet": {"path": "/health", "port": spec.router.port},
+                "periodSeconds": 5,
+            },
+        }
+    ]
+    obj: Manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": naming.router_name(meta.name, rev),
+            "namespace": meta.namespace,
+            "labels": lab,
+            "annotations": {naming.ANNOTATION_VERSION: version},
+            "ownerReferences": [owner_reference(meta)],
+        },
+        "spec": {
+            "replicas": replicas,
+            "selector": {
+                "matchLabels": {
+                    naming.LABEL_NAME: meta.name,
+                    naming.LABEL_ROLE: naming.ROLE_ROUTER,
+                    naming.LABEL_REVISION: rev,
+                }
+            },
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "revisionHistoryLimit": 2,
+            "template": tpl,
+        },
+    }
+    return stamp(obj)
+
+
+def router_identity(meta: Meta) -> list[Manifest]:
+    """ServiceAccount, Role (pods: get, list, watch; in this namespace only) and
+    RoleBinding ``<name>-router``: all a router's discovery needs, nothing more."""
+    name = account_name(meta.name)
+    common: dict[str, Any] = {
+        "name": name,
+        "namespace": meta.namespace,
+        "labels": {naming.LABEL_NAME: meta.name, naming.LABEL_ROLE: naming.ROLE_ROUTER},
+        "ownerReferences": [owner_reference(meta)],
+    }
+    account: Manifest = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": copy.deepcopy(common),
+    }
+    role: Manifest = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": copy.deepcopy(common),
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+    }
+    binding: Manifest = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": copy.deepcopy(common),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": meta.namespace}],
+    }
+    return [stamp(account), stamp(role), stamp(binding)]
+
+
+def replicas(spec: PDDeploymentSpec, planned: tuple[int, int], ready: tuple[int, int]) -> int:
+    """Routers for one cell from its planned and Ready (prefill, decode) (module rule).
+
+    >>> from pdscaler.invariants import spec_example
+    >>> replicas(spec_example(), (6, 4), (5, 4)), replicas(spec_example(), (6, 4), (5, 0))
+    (3, 0)
+    """
+    if not enabled(spec) or min(planned) == 0 or min(ready) == 0:
+        return 0
+    bounds = spec.router.replicas
+    want = math.ceil(min(planned[0], ready[0]) / spec.router.prefill_per_router)
+    return max(bounds.min, min(bounds.max, want))
+
+
+def hold_prefill(planned_prefill: int, observed_prefill: int, routers_ready: int) -> int:
+    """A cell's prefill may drop to 0 only once none of its routers is Ready (routers
+    leave the front Service first): ``hold_prefill(0, 4, 1)`` -> 4, ``(0, 4, 0)`` -> 0."""
+    if planned_prefill == 0 and routers_ready > 0:
+        return observed_prefill
+    return planned_prefill
