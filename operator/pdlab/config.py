@@ -94,7 +94,9 @@ class LabConfig:
     startup_delay: str = "2s"
     scrape_interval: str = "2s"
     #: kwok gives pods addresses here: loopback, so the lab host can serve each pod IP.
-    pod_cidr: str = DEFAULT_POD_CIDR
+    pod_cidr: str = field(
+        default_factory=lambda: os.environ.get("PDLAB_POD_CIDR", DEFAULT_POD_CIDR)
+    )
 
     @staticmethod
     def from_env(**overrides: Any) -> LabConfig:
@@ -107,8 +109,7 @@ class LabConfig:
             env = os.environ.get(f"PDLAB_PORT_{name.upper()}")
             if env:
                 ports[name] = int(env)
-        pod_cidr = os.environ.get("PDLAB_POD_CIDR", DEFAULT_POD_CIDR)
-        cfg = LabConfig(lab_dir=lab_dir, ports=ports, pod_cidr=pod_cidr)
+        cfg = LabConfig(lab_dir=lab_dir, ports=ports)
         clean = {k: v for k, v in overrides.items() if v is not None}
         return dataclasses.replace(cfg, **clean)
 

@@ -1,9 +1,16 @@
 """A kube-proxy stand-in for the lab: a Service reachable on a local port.
 
 Owns: listening on ``127.0.0.1:<port>`` and forwarding each TCP connection to one Ready
-endpoint of a Service (namespace/name), taken round robin from its EndpointSlices (as
-kube-proxy's userspace mode did), and refreshing the endpoints every second. Must not:
-change anything in the cluster, or listen anywhere but loopback.
+endpoint of a Service (namespace/name), taken round robin (as kube-proxy's userspace
+mode did), refreshing the endpoints every second. Must not: change anything in the
+cluster, or listen anywhere but loopback.
+
+Where the endpoints come from: the Service's EndpointSlices when they list any; else
+the Service's selector resolved against its namespace's Ready pods, the target port by
+name or number, as the EndpointSlice controller would. The lab needs the second way:
+its pod IPs are loopback addresses (kwok, 127.64.0.0/16), and the API server refuses
+loopback addresses in EndpointSlices and Endpoints ("may not be in the loopback
+range"), so the controller-manager cannot write them.
 
 A Service ``chat`` (port 8000 named ``http``) whose EndpointSlices list the Ready
 router pods 127.64.0.9 and 127.64.0.12 (port 8000):
@@ -29,8 +36,40 @@ from typing import Any
 
 from kubernetes import client, config
 
+from pdlab.engine_pods import is_serving
+
 #: The label every EndpointSlice of a Service carries.
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def selected_endpoints(service: Any, pods: list[Any], port: str | int | None = None) -> list[str]:
+    """``podIP:targetPort`` of the Ready pods a Service selects (kubernetes-client
+    V1Service and V1Pods); ``port``: the Service port's name or number (None: first)."""
+    selector = service.spec.selector or {}
+    sports = [
+        p for p in service.spec.ports or [] if port is None or port in (p.name, p.port, str(p.port))
+    ][:1]
+    if not selector or not sports:
+        return []
+    target = sports[0].target_port if sports[0].target_port is not None else sports[0].port
+    out: list[str] = []
+    for pod in pods:
+        labels = pod.metadata.labels or {}
+        if any(labels.get(k) != v for k, v in selector.items()) or not is_serving(pod):
+            continue
+        if not pod.status.pod_ip:
+            continue
+        number: int | None = None
+        if isinstance(target, int) or str(target).isdigit():
+            number = int(target)
+        else:
+            for c in pod.spec.containers or []:
+                for cp in c.ports or []:
+                    if cp.name == target:
+                        number = int(cp.container_port)
+        if number is not None:
+            out.append(f"{pod.status.pod_ip}:{number}")
+    return sorted(set(out))
 
 
 def ready_endpoints(slices: list[Any], port: str | int | None = None) -> list[str]:
@@ -74,6 +113,7 @@ class SvcProxy:
     ) -> None:
         api_client = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
         self._api = client.DiscoveryV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
         self.namespace = namespace
         self.service = service
         self.port = port
@@ -98,6 +138,20 @@ class SvcProxy:
             _request_timeout=5,
         ).items
         found = ready_endpoints(slices, self.service_port)
+        if not found:  # loopback pod IPs: no EndpointSlice can list them (docstring)
+            service = self._core.read_namespaced_service(
+                self.service, self.namespace, _request_timeout=5
+            )
+            wanted = (service.spec.selector if service.spec else None) or {}
+            selector = ",".join(f"{k}={v}" for k, v in wanted.items())
+            pods = (
+                self._core.list_namespaced_pod(
+                    self.namespace, label_selector=selector, _request_timeout=5
+                ).items
+                if selector
+                else []
+            )
+            found = selected_endpoints(service, pods, self.service_port)
         with self._lock:
             if found != self._endpoints:
                 self.say(f"{self.namespace}/{self.service} endpoints: {found or 'none'}")

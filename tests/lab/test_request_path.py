@@ -152,7 +152,7 @@ def cell(lab: Lab, kube: Kube, namespace: str) -> Iterator[tuple[int, int]]:
         cwd=REPO,
     )  # fmt: skip
     front = free_port()
-    proxy = SvcProxy(lab.kubeconfig, namespace, NAME, front)
+    proxy = SvcProxy(lab.kubeconfig, namespace, NAME, front, say=print)
     proxy.start()
     try:
         yield front, control
