@@ -462,7 +462,8 @@ class PodServer:
             self.owner.say(f"pairing error {rid} at {self.pod.name}: {record['error']}")
         try:
             if body.get("stream"):
-                return await self._stream(req, body, rid, prompt, output, tokens, chat, kv_out)
+                timed = _first_token_timed(tokens, record, t0)
+                return await self._stream(req, body, rid, prompt, output, timed, chat, kv_out)
             n = 0
             async for n in tokens:
                 if n == 1:
@@ -541,6 +542,16 @@ class PodServer:
         await send("[DONE]")
         await resp.write_eof()
         return resp
+
+
+async def _first_token_timed(
+    tokens: AsyncIterator[int], record: dict[str, Any], t0: float
+) -> AsyncIterator[int]:
+    """``tokens``, writing the time to the first one into ``record["ttft_s"]``."""
+    async for n in tokens:
+        if n == 1:
+            record["ttft_s"] = time.monotonic() - t0
+        yield n
 
 
 async def _one_token() -> AsyncIterator[int]:

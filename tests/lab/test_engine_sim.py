@@ -276,6 +276,7 @@ def test_a_prefill_and_decode_pair_serve_a_completion_with_the_nixl_hand_off(
     assert (dec["prefill_revision"], dec["decode_revision"]) == ("r1", "r1")
     assert dec["ok"] is True
     assert dec["kv_transfer"] is True
+    assert 0 < dec["ttft_s"] <= dec["e2e_s"]
     assert servers.records.pairing_errors == 0
 
 

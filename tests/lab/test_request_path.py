@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -28,7 +29,8 @@ import pytest
 from labkit import Kube, free_port, gpu_deployment, wait_for
 from pdlab import prometheus
 from pdlab.lab import Lab
-from pdlab.svcproxy import SvcProxy
+from pdlab.podrunner import NotAllowedError, resolve, with_host
+from pdlab.svcproxy import SvcProxy, ready_endpoints, selected_endpoints
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "chat"
@@ -275,3 +277,69 @@ def test_prometheus_discovers_the_engine_pods_with_their_labels(
         "up == 1 for the 3 engine pods",
     )
     assert {s["metric"]["pdscaler_io_role"] for s in up} == {"prefill", "decode"}
+
+
+# ------------------------------------------------------------------ without the lab
+
+
+def test_the_pod_runner_runs_only_allowed_routers_and_binds_the_pod_ip() -> None:
+    argv = resolve(["/usr/local/bin/vllm-router"], ["--port", "8000"])
+    assert Path(argv[0]).name == "vllm-router"
+    assert Path(argv[0]).exists()
+    assert argv[1:] == ["--port", "8000"]
+    launcher = resolve(["python3", "-m", "sglang_router.launch_router"], ["--pd-disaggregation"])
+    assert launcher[0] == sys.executable
+    assert launcher[1:] == ["-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    for command, args in (
+        (["sh"], ["-c", "echo owned"]),
+        (["python", "-c", "print(1)"], []),
+        (["python", "-m", "http.server"], []),
+        ([], []),
+    ):
+        with pytest.raises(NotAllowedError):
+            resolve(command, args)
+    ip = "127.64.0.9"
+    assert with_host(["r", "--host", "0.0.0.0", "--port", "8000"], ip) == [
+        "r", "--host", ip, "--port", "8000",
+    ]  # fmt: skip
+    assert with_host(["r", "--host=0.0.0.0"], ip) == ["r", f"--host={ip}"]
+    assert with_host(["r", "--port", "8000"], ip) == ["r", "--port", "8000", "--host", ip]
+
+
+def _pod(name: str, ip: str, labels: dict[str, str], ready: bool = True) -> Any:
+    cond = [SimpleNamespace(type="Ready", status="True" if ready else "False")]
+    port = SimpleNamespace(name="http", container_port=8000)
+    return SimpleNamespace(
+        metadata=SimpleNamespace(name=name, labels=labels, deletion_timestamp=None),
+        status=SimpleNamespace(phase="Running", conditions=cond, pod_ip=ip),
+        spec=SimpleNamespace(containers=[SimpleNamespace(name="router", ports=[port])]),
+    )
+
+
+def test_svcproxy_endpoints_from_slices_or_from_the_selector() -> None:
+    """EndpointSlices: ready, not terminating endpoints at the chosen port. Without
+    slices (loopback pod IPs): the Service's selector over Ready pods, the named target
+    port resolved in the pod."""
+    ep = lambda addr, ready, term=False: SimpleNamespace(  # noqa: E731
+        addresses=[addr], conditions=SimpleNamespace(ready=ready, terminating=term)
+    )
+    sl = SimpleNamespace(
+        ports=[SimpleNamespace(name="http", port=8000)],
+        endpoints=[ep("10.0.0.1", True), ep("10.0.0.2", False), ep("10.0.0.3", True, True)],
+    )
+    assert ready_endpoints([sl]) == ["10.0.0.1:8000"]
+    assert ready_endpoints([sl], "metrics") == []
+    svc = SimpleNamespace(
+        spec=SimpleNamespace(
+            selector={"app": "r"},
+            ports=[SimpleNamespace(name="http", port=80, target_port="http")],
+        )
+    )
+    pods = [
+        _pod("a", "127.64.0.2", {"app": "r"}),
+        _pod("b", "127.64.0.3", {"app": "r"}, ready=False),
+        _pod("c", "127.64.0.4", {"app": "other"}),
+    ]
+    assert selected_endpoints(svc, pods) == ["127.64.0.2:8000"]
+    svc.spec.ports[0].target_port = 9000
+    assert selected_endpoints(svc, pods, "http") == ["127.64.0.2:9000"]
