@@ -1,8 +1,10 @@
 """The lab's settings: directories, pinned versions, loopback ports, fake-node shape.
 
 Owns: reading `versions.env`, the defaults, and the environment overrides (`PDLAB_DIR`,
-`PDLAB_PORT_<NAME>`, `PDSCALER_CACHE`). Must not start processes or touch the network.
+`PDLAB_PORT_<NAME>`, `PDLAB_POD_CIDR`, `PDSCALER_CACHE`). Must not start processes or
+touch the network.
 
+Pods get loopback addresses (`pod_cidr`, default 127.64.0.0/16, env `PDLAB_POD_CIDR`).
 Ports are chosen away from the usual ones (6443, 2379, 9090, 10250-10259) so the lab can
 run beside a real cluster or a system Prometheus: etcd 23790/23800, API server 26443,
 controller-manager 20257, scheduler 20259, kwok 20247, Prometheus 29090.
@@ -11,6 +13,7 @@ controller-manager 20257, scheduler 20259, kwok 20247, Prometheus 29090.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
@@ -31,6 +34,10 @@ DEFAULT_PORTS: dict[str, int] = {
     "kwok": 20247,
     "prometheus": 29090,
 }
+
+#: Pod addresses (kwok --cidr): a loopback range, 127.0.0.0/8 being all local on Linux.
+#: Two labs on one host need distinct ranges (PDLAB_POD_CIDR=127.65.0.0/16).
+DEFAULT_POD_CIDR = "127.64.0.0/16"
 
 _DURATION = re.compile(r"^(\d+(\.\d+)?(ms|s|m|h))+$")
 
@@ -86,6 +93,10 @@ class LabConfig:
     gpu_product: str = "NVIDIA-H100-80GB-HBM3"
     startup_delay: str = "2s"
     scrape_interval: str = "2s"
+    #: kwok gives pods addresses here: loopback, so the lab host can serve each pod IP.
+    pod_cidr: str = field(
+        default_factory=lambda: os.environ.get("PDLAB_POD_CIDR", DEFAULT_POD_CIDR)
+    )
 
     @staticmethod
     def from_env(**overrides: Any) -> LabConfig:
@@ -106,6 +117,9 @@ class LabConfig:
         go_duration_ms(self.startup_delay)
         if self.nodes < 0 or self.gpus_per_node < 0:
             raise ValueError("nodes and gpus_per_node must be >= 0")
+        net = ipaddress.ip_network(self.pod_cidr)
+        if not net.subnet_of(ipaddress.ip_network("127.0.0.0/8")):  # type: ignore[arg-type]
+            raise ValueError(f"pod_cidr {self.pod_cidr} must be inside 127.0.0.0/8")
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (paths as strings) for the state file."""

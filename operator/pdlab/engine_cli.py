@@ -1,14 +1,18 @@
-"""The `engine-sim` and `demo` subcommands of `python -m pdlab`: their flags and dispatch.
+"""The `engine-sim`, `demo`, `proxy` and `pod-runner` subcommands of `python -m pdlab`.
 
-Owns: declaring both subcommands' arguments and handing the parsed arguments to
-``pdlab.engine_sim.main`` / ``pdlab.demo.main``. Must stay light (standard library
+Owns: declaring these subcommands' arguments and handing the parsed arguments to
+``pdlab.engine_sim.main`` / ``pdlab.demo.main`` / ``pdlab.svcproxy.main`` /
+``pdlab.podrunner.main``. Must stay light (standard library
 only): `python -m pdlab up` imports it, and numpy, matplotlib and the kubernetes client
-are loaded only when one of these two subcommands actually runs.
+are loaded only when one of these subcommands actually runs.
 
+    python -m pdlab engine-sim --port 9400          # real requests only
     python -m pdlab engine-sim --scenario demo --port 9400
     python -m pdlab engine-sim --trace data/traces/AzureLLMInferenceTrace_conv.csv \\
         --rate-scale 2 --duration 600 --port 9400
     python -m pdlab demo --duration 150
+    python -m pdlab proxy --namespace serving --service chat --port 28000
+    python -m pdlab pod-runner --namespace serving
 """
 
 from __future__ import annotations
@@ -17,16 +21,20 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-COMMANDS = ("engine-sim", "demo")
+COMMANDS = ("engine-sim", "demo", "proxy", "pod-runner")
 SCENARIO_NAMES = "chat, long-docs, burst, demo"
 
 
 def _engine_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", help="only pods of this namespace (default: all)")
     parser.add_argument("--name", help="only pods of this PDDeployment (default: all)")
-    src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--scenario", help=f"built-in scenario: {SCENARIO_NAMES}")
-    src.add_argument("--trace", type=Path, help="Azure CSV or Mooncake JSONL trace to replay")
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument(
+        "--scenario", help=f"synthetic load, a built-in scenario: {SCENARIO_NAMES} (default: none)"
+    )
+    src.add_argument(
+        "--trace", type=Path, help="synthetic load, an Azure CSV or Mooncake JSONL trace to replay"
+    )
     parser.add_argument(
         "--rate-scale", type=float, default=1.0, help="multiply the request rate (1.0)"
     )
@@ -37,16 +45,18 @@ def _engine_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "trace: replay only this many seconds of it",
     )
     parser.add_argument("--trace-start", type=float, default=0.0, help="trace: skip seconds")
-    parser.add_argument("--port", type=int, required=True, help="HTTP port of /metrics")
-    parser.add_argument("--seed", type=int, default=0, help="scenario seed (0)")
     parser.add_argument(
-        "--no-register",
-        action="store_true",
-        help="do not register scrape targets with the lab's Prometheus",
+        "--port", type=int, required=True, help="control port on 127.0.0.1 (/status, /requests)"
     )
+    parser.add_argument("--seed", type=int, default=0, help="scenario seed (0)")
     parser.add_argument("--step", type=float, default=0.5, help="model step, seconds (0.5)")
     parser.add_argument("--poll", type=float, default=1.0, help="pod poll, seconds (1)")
     parser.add_argument("--run-for", type=float, help="exit after this many seconds")
+    parser.add_argument(
+        "--no-routers",
+        action="store_true",
+        help="do not run the router pods (pdlab.podrunner) of the namespace",
+    )
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,18 +84,42 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="scenario seed (0)")
 
 
+def _proxy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namespace", required=True, help="the Service's namespace")
+    parser.add_argument("--service", required=True, help="the Service's name")
+    parser.add_argument("--port", type=int, required=True, help="local port on 127.0.0.1")
+    parser.add_argument("--service-port", help="the Service port's name or number (first)")
+
+
+def _pod_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--namespace", action="append", help="run router pods of this namespace (repeatable; "
+        "default: all)"
+    )  # fmt: skip
+
+
 def add_subcommands(sub: Any) -> None:
-    """Add `engine-sim` and `demo` to `python -m pdlab`'s subparsers."""
+    """Add `engine-sim`, `demo`, `proxy` and `pod-runner` to `python -m pdlab`'s
+    subparsers."""
     _engine_sim_arguments(
         sub.add_parser(
             "engine-sim",
-            help="serve simulated vLLM metrics for the Ready pods of PDDeployments",
+            help="serve the Ready prefill/decode pods of PDDeployments at their pod IPs "
+            "(simulated vLLM: OpenAI API, P/D hand-off, metrics)",
         )
     )
     _demo_arguments(
         sub.add_parser(
             "demo", help="lab + operator + engine simulator: pools rebalancing live (make demo)"
         )
+    )
+    _proxy_arguments(
+        sub.add_parser(
+            "proxy", help="kube-proxy stand-in: a Service's ready endpoints on 127.0.0.1:PORT"
+        )
+    )
+    _pod_runner_arguments(
+        sub.add_parser("pod-runner", help="run the Ready router pods' routers at their pod IPs")
     )
 
 
@@ -95,6 +129,14 @@ def dispatch(args: argparse.Namespace) -> int:
         from pdlab import engine_sim
 
         return engine_sim.main(args)
+    if args.cmd == "proxy":
+        from pdlab import svcproxy
+
+        return svcproxy.main(args.namespace, args.service, args.port, args.service_port)
+    if args.cmd == "pod-runner":
+        from pdlab import podrunner
+
+        return podrunner.main(args.namespace)
     from pdlab import demo
 
     code: int = demo.main(args)

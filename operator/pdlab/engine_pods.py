@@ -6,8 +6,10 @@ kubeconfig, and the readiness predicate. Must not: change anything in the cluste
 know about the serving model.
 
 A pod counts as serving when its phase is Running, its ``Ready`` condition is True and
-it is not being deleted (``metadata.deletionTimestamp`` unset): the same pods a
-Service's endpoints would route to.
+it is not being deleted (``metadata.deletionTimestamp`` unset) and has a pod IP: the
+same pods a Service's endpoints would route to. A pod
+``chat-r1-prefill-x`` (IP 127.64.0.7, port ``http`` 8000, revision ``r1``) becomes
+``PodInfo(..., ip="127.64.0.7", port=8000, revision="r1", config="r1")``.
 """
 
 from __future__ import annotations
@@ -18,13 +20,24 @@ from typing import Any
 
 from kubernetes import client, config
 
-from pdscaler.naming import LABEL_NAME, LABEL_ROLE, LABEL_VERSION
+from pdscaler.naming import LABEL_NAME, LABEL_REVISION, LABEL_ROLE, LABEL_VERSION
 from pdscaler.types import Role
+
+#: The pod annotation naming the configuration a pod runs (its KV compatibility).
+SPEC_HASH_ANNOTATION = "pdscaler.io/spec-hash"
+#: The engine's port when the pod declares none (vLLM's default).
+DEFAULT_PORT = 8000
 
 
 @dataclass(frozen=True)
 class PodInfo:
-    """One pool pod as the simulator sees it."""
+    """One pool pod as the simulator sees it.
+
+    ``ip``/``port``: where the pod is served (its pod IP, the engine container's port
+    named ``http``, else its first port, else 8000); ``revision``: the cell
+    (``pdscaler.io/revision``); ``config``: what makes its KV compatible (the pod
+    annotation ``pdscaler.io/spec-hash``, else the revision); ``uid``: the pod's UID.
+    """
 
     namespace: str
     name: str
@@ -32,6 +45,31 @@ class PodInfo:
     role: Role
     version: str
     ready: bool
+    ip: str = ""
+    port: int = DEFAULT_PORT
+    revision: str = ""
+    config: str = ""
+    uid: str = ""
+
+    @property
+    def engine_id(self) -> str:
+        """The id its NixlConnector would advertise: the pod UID (else namespace/name)."""
+        return self.uid or f"{self.namespace}/{self.name}"
+
+    @property
+    def address(self) -> str:
+        """``127.64.0.7:8000``"""
+        return f"{self.ip}:{self.port}"
+
+
+def engine_port(pod: Any) -> int:
+    """The container port named ``http`` (the container named ``engine`` first), else
+    the first container port, else 8000 (a kubernetes-client V1Pod)."""
+    containers = sorted(pod.spec.containers or [], key=lambda c: c.name != "engine")
+    ports = [p for c in containers for p in (c.ports or [])]
+    named = [p for p in ports if p.name == "http"]
+    chosen = named or ports
+    return int(chosen[0].container_port) if chosen else DEFAULT_PORT
 
 
 def is_serving(pod: Any) -> bool:
@@ -51,13 +89,20 @@ def to_info(pod: Any) -> PodInfo | None:
         role = Role(labels.get(LABEL_ROLE, ""))
     except ValueError:
         return None
+    annotations = pod.metadata.annotations or {}
+    revision = labels.get(LABEL_REVISION, "")
     return PodInfo(
         namespace=pod.metadata.namespace,
         name=pod.metadata.name,
         deployment=labels.get(LABEL_NAME, ""),
         role=role,
         version=labels.get(LABEL_VERSION, ""),
-        ready=is_serving(pod),
+        ready=is_serving(pod) and bool(pod.status.pod_ip),
+        ip=(pod.status.pod_ip if pod.status else None) or "",
+        port=engine_port(pod),
+        revision=revision,
+        config=annotations.get(SPEC_HASH_ANNOTATION) or revision,
+        uid=pod.metadata.uid or "",
     )
 
 

@@ -1,21 +1,27 @@
 """`python -m pdlab engine-sim`: the live engine simulator of the lab.
 
-Owns: one serving model (``pdscaler.sim.engine.Engine``) per PDDeployment, advanced in
-wall-clock time; keeping its replicas equal to the Ready pods of each pool (polled from
-the API server every second); replaying a scenario (``pdlab.scenarios``) or a real trace
-into it; an HTTP server exporting every pod's vLLM series; registering one Prometheus
-scrape target per pod with the labels a Kubernetes pod scrape would give; and a JSON
-status page the demo reads. Must not: change anything in the cluster, or decide
-anything about scaling (the operator does, from Prometheus only).
+Owns: serving every Ready prefill and decode pod at its pod IP and port
+(``pdlab.engine_serve``: the OpenAI-compatible API, the vLLM P/D hand-off, the pod's
+``/metrics``, the record of every request), the pod poll of the API server (every
+second), and, optionally, synthetic load: one serving model (``pdscaler.sim.engine.Engine``)
+per PDDeployment advanced in wall-clock time, its replicas the Ready pods, replaying a
+scenario (``pdlab.scenarios``) or a real trace; a pod's ``/metrics`` then shows the sum
+of its real requests' series and its share of the synthetic load. Must not: change
+anything in the cluster, or decide anything about scaling (the operator does, from
+Prometheus only). Prometheus finds the pods itself (Kubernetes service discovery).
 
-HTTP endpoints (``--port``, loopback):
+Control endpoints (``--port``, 127.0.0.1):
 
-* ``/pods/<namespace>/<pod>/metrics``: one pod's series, no pod labels. Prometheus
-  scrapes these; each target carries ``namespace``, ``pod``, ``pdscaler_io_name`` and
-  ``pdscaler_io_role`` (and so does ``up``), exactly what ``pdscaler.metricsql`` selects.
-* ``/metrics``: every pod's series with those labels, for humans.
+* ``/requests?since=N``: the request records numbered above N (``engine_serve``), the
+  next number to ask from, and the pairing-error count.
+* ``/metrics``: every pod's series with its labels (namespace, pod, pdscaler_io_name,
+  pdscaler_io_role), for humans.
 * ``/status``: per PDDeployment, the scenario phase and clock, ready pods, queues,
-  request rate, and client-side TTFT/TPOT percentiles over the last 15 s.
+  request rate, and client-side TTFT/TPOT percentiles over the last 15 s; the pods
+  served and the pairing errors.
+
+Router pods: unless ``--no-routers``, the simulator also runs the Ready router pods of
+its namespace (``pdlab.podrunner``), so one process stands in for the kubelets.
 
 Timing: a PDDeployment's scenario starts when it has at least one Ready prefill pod AND
 one Ready decode pod (its requests have somewhere to go); its engine clock is wall
@@ -35,19 +41,20 @@ import signal
 import sys
 import threading
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from pdlab import scenarios
-from pdlab.engine_expo import render_pod, render_pods
+from pdlab.engine_expo import render_pods
 from pdlab.engine_pods import PodInfo
+from pdlab.engine_serve import PodServers
 from pdscaler.metricsql import PROM_NAME, PROM_NAMESPACE, PROM_POD, PROM_ROLE
 from pdscaler.sim.engine import (
     TPOT_BUCKETS,
@@ -63,7 +70,6 @@ from pdscaler.types import Role
 
 STATUS_WINDOW_S = 15.0
 RATE_WINDOW_S = 10.0
-TARGET_PREFIX = "engine-sim"
 #: A PDDeployment without any pod for this long is forgotten (its engine dropped).
 FORGET_AFTER_S = 10.0
 
@@ -78,40 +84,14 @@ class PodSource(Protocol):
     def list(self) -> list[PodInfo]: ...
 
 
-class TargetRegistry(Protocol):
-    """Where scrape targets are registered (``pdlab.lab.Lab``)."""
-
-    @property
-    def prom_dir(self) -> Path: ...
-
-    def add_scrape_target(
-        self, name: str, host_port: str, labels: dict[str, str] | None = None
-    ) -> Path: ...
-
-    def remove_scrape_target(self, name: str) -> bool: ...
-
-
-@dataclass
-class PodPage:
-    """A pod's rendered page and the labels of its scrape target."""
-
-    text: str
-    labels: dict[str, str]
-
-
 def target_labels(pod: PodInfo) -> dict[str, str]:
-    """The labels a relabelled Kubernetes pod scrape gives (see ``pdscaler.metricsql``)."""
+    """The labels the Kubernetes pod scrape gives (deploy/prometheus/kubernetes-sd.yaml)."""
     return {
         PROM_NAMESPACE: pod.namespace,
         PROM_POD: pod.name,
         PROM_NAME: pod.deployment,
         PROM_ROLE: pod.role.value,
     }
-
-
-def pod_path(namespace: str, pod: str) -> str:
-    """``/pods/serving/chat-v1-prefill-abc/metrics``"""
-    return f"/pods/{namespace}/{pod}/metrics"
 
 
 def _quantile_delta(
@@ -182,21 +162,20 @@ class DeploymentSim:
             self.engine.add_requests(self.trace.arrival + now, self.trace.prompt, self.trace.output)
             self.log.append(f"scenario {self.scenario.name} started ({len(self.trace)} requests)")
 
-    def step(self, mono: float) -> dict[str, PodPage]:
-        """Run the model to now; the pages of the pods that serve."""
+    def step(self, mono: float) -> dict[tuple[str, str], PodStats]:
+        """Run the model to now; the synthetic series of the pods that serve."""
         now = self.clock(mono)
         sample = self.engine.sample(now)
         self.samples.append(sample)
         while self.samples and self.samples[0].time < now - STATUS_WINDOW_S:
             self.samples.popleft()
         stats = {rep.name: rep.stats for role in Role for rep in self.engine.pool(role)}
-        pages: dict[str, PodPage] = {}
+        out: dict[tuple[str, str], PodStats] = {}
         for pod, rep_name in self.replica_of.items():
             st = stats.get(rep_name)
             if st is not None:
-                info = self.pods[pod]
-                pages[pod_path(info.namespace, pod)] = PodPage(render_pod(st), target_labels(info))
-        return pages
+                out[(self.namespace, pod)] = st
+        return out
 
     def combined(self) -> Labelled:
         """(stats, labels) of every serving pod, for the human-readable /metrics."""
@@ -266,80 +245,49 @@ class DeploymentSim:
 
 @dataclass
 class Pages:
-    """What the HTTP server serves; replaced as a whole after each step."""
+    """What the control server serves; replaced as a whole after each step."""
 
-    pods: dict[str, PodPage] = field(default_factory=dict)
+    synthetic: dict[tuple[str, str], PodStats] = field(default_factory=dict)
     combined: Labelled = field(default_factory=list)
     status: bytes = b"{}"
 
 
 class EngineSim:
-    """The whole simulator: deployments, the pod poll, the step loop, the targets."""
+    """The whole simulator: the pod servers, the pod poll, the synthetic load.
+
+    ``make_workload`` None: no synthetic load, the pods serve only real requests.
+    ``serve`` False: no pod servers (the synthetic model alone, e.g. in unit tests).
+    """
 
     def __init__(
         self,
         lister: PodSource,
-        make_workload: Workload,
+        make_workload: Workload | None,
         params: EngineParams,
         *,
         port: int,
         seed: int = 0,
-        registry: TargetRegistry | None = None,
         step_s: float = 0.5,
         poll_s: float = 1.0,
+        serve: bool = True,
     ) -> None:
         self.lister = lister
         self.make_workload = make_workload
         self.params = params
         self.port = port
         self.seed = seed
-        self.registry = registry
         self.step_s = step_s
         self.poll_s = poll_s
         self.deployments: dict[tuple[str, str], DeploymentSim] = {}
         self.pages = Pages()
-        self.targets: dict[str, str] = {}  # path -> target name
         self.stop = threading.Event()
         self.lock = threading.Lock()
+        self.servers: PodServers | None = (
+            PodServers(params, extra=self._synthetic, say=self._say) if serve else None
+        )
 
-    # ---------------------------------------------------------------- targets
-    def _target_name(self, path: str) -> str:
-        _, _, ns, pod, _ = path.split("/")
-        return f"{TARGET_PREFIX}-{self.port}-{ns}-{pod}"
-
-    def clear_stale_targets(self) -> None:
-        """Remove targets an earlier simulator on this port left (e.g. after a kill)."""
-        if self.registry is None:
-            return
-        for path in (self.registry.prom_dir / "targets").glob(
-            f"{TARGET_PREFIX}-{self.port}-*.json"
-        ):
-            self.registry.remove_scrape_target(path.stem)
-
-    def _sync_targets(self, pages: dict[str, PodPage]) -> None:
-        if self.registry is None:
-            return
-        for path in [p for p in self.targets if p not in pages]:
-            self.registry.remove_scrape_target(self.targets.pop(path))
-        for path, page in pages.items():
-            if path in self.targets:
-                continue
-            name = self._target_name(path)
-            labels = {
-                "job": "engine-sim",
-                "instance": f"{page.labels[PROM_NAMESPACE]}/{page.labels[PROM_POD]}",
-                "__metrics_path__": path,
-                **page.labels,
-            }
-            self.registry.add_scrape_target(name, f"127.0.0.1:{self.port}", labels)
-            self.targets[path] = name
-
-    def remove_all_targets(self) -> None:
-        if self.registry is None:
-            return
-        for name in self.targets.values():
-            self.registry.remove_scrape_target(name)
-        self.targets.clear()
+    def _synthetic(self, pod: PodInfo) -> PodStats | None:
+        return self.pages.synthetic.get((pod.namespace, pod.name))
 
     # ---------------------------------------------------------------- loop
     def poll(self, mono: float) -> None:
@@ -348,8 +296,11 @@ class EngineSim:
         by_dep: dict[tuple[str, str], list[PodInfo]] = {}
         for p in pods:
             by_dep.setdefault((p.namespace, p.deployment), []).append(p)
+        if self.servers is not None:
+            for line in self.servers.sync(pods):
+                self._say(line)
         for key in by_dep:
-            if key not in self.deployments:
+            if self.make_workload is not None and key not in self.deployments:
                 trace, scenario = self.make_workload()
                 self.deployments[key] = DeploymentSim(
                     key[0], key[1], trace, scenario, self.params, self.seed, mono
@@ -366,19 +317,46 @@ class EngineSim:
                 self._say(f"{key[0]}/{key[1]}: no pods for {FORGET_AFTER_S:.0f}s, forgotten")
 
     def step(self, mono: float) -> None:
-        pages: dict[str, PodPage] = {}
+        synthetic: dict[tuple[str, str], PodStats] = {}
         combined: Labelled = []
         status = []
         for dep in self.deployments.values():
-            pages.update(dep.step(mono))
+            synthetic.update(dep.step(mono))
             combined.extend(dep.combined())
             status.append(dep.status())
             for line in dep.log:
                 self._say(f"{dep.namespace}/{dep.name}: {line}")
             dep.log.clear()
-        doc = {"port": self.port, "time": time.time(), "deployments": status}
-        self.pages = Pages(pages, combined, json.dumps(doc, default=_json_default).encode())
-        self._sync_targets(pages)
+        doc: dict[str, Any] = {"port": self.port, "time": time.time(), "deployments": status}
+        if self.servers is not None:
+            combined = self._live(synthetic)
+            doc["pods"] = sorted(
+                f"{s.pod.namespace}/{s.pod.name} {s.pod.address}"
+                for s in self.servers.servers.values()
+            )
+            doc["pairing_errors"] = self.servers.records.pairing_errors
+        self.pages = Pages(synthetic, combined, json.dumps(doc, default=_json_default).encode())
+
+    def _live(self, synthetic: dict[tuple[str, str], PodStats]) -> Labelled:
+        """(stats, labels) of every served pod: its real requests plus its synthetic load."""
+        assert self.servers is not None
+        out: Labelled = []
+        for key, server in list(self.servers.servers.items()):
+            st = PodStats()
+            st.add(server.stats)
+            extra = synthetic.get(key)
+            if extra is not None:
+                st.add(extra)
+            for gauge in ("waiting", "running", "kv_usage"):
+                value = getattr(server.stats, gauge) + (getattr(extra, gauge) if extra else 0.0)
+                setattr(st, gauge, value)
+            out.append((st, target_labels(server.pod)))
+        return out
+
+    def close(self) -> None:
+        """Stop the pod servers."""
+        if self.servers is not None:
+            self.servers.close()
 
     def run(self, duration_s: float | None = None) -> None:
         """Poll and step until ``stop`` is set (or ``duration_s`` elapsed)."""
@@ -413,17 +391,23 @@ def _json_default(value: Any) -> Any:
 
 
 def make_handler(sim: EngineSim) -> type[BaseHTTPRequestHandler]:
-    """A request handler serving ``sim.pages`` (read-only, lock-free: the page set is
-    replaced as a whole)."""
+    """The control server's request handler: ``sim.pages`` (read-only, lock-free: the
+    page set is replaced as a whole) and the request records."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             pages = sim.pages
-            path = self.path.split("?", 1)[0]
+            path, _, query = self.path.partition("?")
             if path == "/metrics":
                 self._send(200, render_pods(pages.combined), "text/plain; version=0.0.4")
-            elif path in pages.pods:
-                self._send(200, pages.pods[path].text, "text/plain; version=0.0.4")
+            elif path == "/requests" and sim.servers is not None:
+                since = urllib.parse.parse_qs(query).get("since", ["0"])[0]
+                try:
+                    page = sim.servers.records.page(int(since))
+                except ValueError:
+                    self._send(400, f"since must be an integer: {since!r}\n", "text/plain")
+                    return
+                self._send(200, json.dumps(page), "application/json")
             elif path == "/status":
                 self._send(200, pages.status.decode(), "application/json")
             elif path == "/healthz":
@@ -448,12 +432,15 @@ def make_handler(sim: EngineSim) -> type[BaseHTTPRequestHandler]:
 # -------------------------------------------------------------------- command line
 
 
-def workload(args: argparse.Namespace) -> tuple[Trace, scenarios.Scenario]:
-    """The trace to replay and the scenario describing it, from the flags."""
+def workload(args: argparse.Namespace) -> tuple[Trace, scenarios.Scenario] | None:
+    """The trace to replay and the scenario describing it, from the flags (None: no
+    synthetic load)."""
     if args.trace is not None:
         return scenarios.from_trace(
             args.trace, args.rate_scale, args.trace_start, args.duration, args.seed
         )
+    if args.scenario is None:
+        return None
     scenario = scenarios.get(args.scenario)
     if args.duration is not None:
         scenario = scenarios.scaled(scenario, args.duration)
@@ -467,12 +454,13 @@ def main(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT (or ``--run-for``); 0 on a clean stop, 2 on bad flags."""
     from pdlab.engine_pods import PodLister
     from pdlab.lab import Lab
+    from pdlab.podrunner import PodRunner
 
     if not (args.rate_scale > 0 and math.isfinite(args.rate_scale)):
         print(f"engine-sim: --rate-scale must be > 0, got {args.rate_scale}", file=sys.stderr)
         return 2
     try:
-        trace, scenario = workload(args)
+        load = workload(args)
     except (OSError, ValueError) as err:
         print(f"engine-sim: {err}", file=sys.stderr)
         return 2
@@ -483,29 +471,38 @@ def main(args: argparse.Namespace) -> int:
         return 2
     sim = EngineSim(
         PodLister(lab.kubeconfig, args.namespace, args.name),
-        lambda: (trace, scenario),
+        None if load is None else (lambda: load),
         EngineParams(),
         port=args.port,
         seed=args.seed,
-        registry=None if args.no_register else lab,
         step_s=args.step,
         poll_s=args.poll,
     )
+    runner: PodRunner | None = None
+    if not args.no_routers:
+        runner = PodRunner(
+            lab.kubeconfig,
+            lab.dir / "logs" / "pods",
+            [args.namespace] if args.namespace else None,
+            say=EngineSim._say,
+        ).start()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(sim))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sim.stop.set())
-    sim.clear_stale_targets()
-    EngineSim._say(
-        f"serving http://127.0.0.1:{args.port}/metrics; scenario {scenario.name}: "
-        f"{len(trace)} requests over {scenario.duration_s:.0f}s"
-    )
+    what = "no synthetic load"
+    if load is not None:
+        trace, scenario = load
+        what = f"scenario {scenario.name}: {len(trace)} requests over {scenario.duration_s:.0f}s"
+    EngineSim._say(f"control http://127.0.0.1:{args.port}/status; pods at their IPs; {what}")
     try:
         sim.run(args.run_for)
     finally:
         with contextlib.suppress(Exception):
-            sim.remove_all_targets()
+            sim.close()
+        if runner is not None:
+            runner.stop()
         server.shutdown()
         server.server_close()
         EngineSim._say("stopped")

@@ -7,6 +7,8 @@ reading the templates. Must not start or stop processes (lab.py does).
 
 Pod life on a fake node: scheduled -> Running, not Ready (at once) -> Ready after the
 annotation `pdscaler.io/startup-delay` (a Go duration, e.g. "30s") or the lab default.
+Pod IPs come from the loopback range `POD_CIDR` (127.64.0.0/16): a pod 127.64.0.5 with a
+container port 8000 is served by whatever binds 127.64.0.5:8000 on the lab host.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from typing import Any
 
 import yaml
 
-from pdlab.config import TEMPLATES_DIR, LabConfig, go_duration_ms
+from pdlab.config import DEFAULT_POD_CIDR, TEMPLATES_DIR, LabConfig, go_duration_ms
 from pdlab.kubeapi import KubeAPI
 
 STARTUP_DELAY_ANNOTATION = "pdscaler.io/startup-delay"
 NODE_SELECTOR_LABEL = "pdlab.pdscaler.io/node"
 GPU_RESOURCE = "nvidia.com/gpu"
+NODE_IP = "127.0.0.1"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 
 
@@ -53,8 +56,15 @@ def gpu_node(index: int, gpus: int, product: str) -> dict[str, Any]:
     return node
 
 
-def kwok_argv(binary: Path, kubeconfig: Path, stages: Path, port: int) -> list[str]:
-    """kwok managing only the annotated fake nodes, with node leases (heartbeats)."""
+def kwok_argv(
+    binary: Path, kubeconfig: Path, stages: Path, port: int, pod_cidr: str = DEFAULT_POD_CIDR
+) -> list[str]:
+    """kwok managing only the annotated fake nodes, with node leases (heartbeats).
+
+    Pods get addresses in `pod_cidr` (loopback, 127.64.0.0/16 by default) and nodes the
+    address 127.0.0.1: on the lab host every pod IP is a local address the engine
+    simulator and the pod runner can bind, so `http://<podIP>:8000` reaches the pod.
+    """
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -63,8 +73,8 @@ def kwok_argv(binary: Path, kubeconfig: Path, stages: Path, port: int) -> list[s
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         "--node-lease-duration-seconds=40",
         f"--server-address=127.0.0.1:{port}",
-        "--cidr=10.244.0.0/16",
-        "--node-ip=10.0.0.1",
+        f"--cidr={pod_cidr}",
+        f"--node-ip={NODE_IP}",
     ]
 
 

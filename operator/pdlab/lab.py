@@ -10,7 +10,7 @@ Must not kill anything it did not record (processes.py enforces it).
 
 Layout of the lab directory (default ~/.cache/pdscaler/lab-run, env PDLAB_DIR):
     state.json  kubeconfig  pki/  etcd/  logs/<component>.log  kwok/stages.yaml
-    scheduler.yaml  controller-manager.kubeconfig ...  prometheus/{prometheus.yml,data,targets/}
+    scheduler.yaml  controller-manager.kubeconfig ...  prometheus/{prometheus.yml,data}
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Lab:
 
     @property
     def prom_dir(self) -> Path:
-        """Prometheus config, TSDB and file_sd target files."""
+        """Prometheus config and TSDB."""
         return self.dir / "prometheus"
 
     def log(self, component: str) -> Path:
@@ -307,7 +307,11 @@ class Lab:
             ]  # fmt: skip
         if component == "kwok":
             return kwok.kwok_argv(
-                b / "kwok", d / "kwok.kubeconfig", d / "kwok" / "stages.yaml", p["kwok"]
+                b / "kwok",
+                d / "kwok.kubeconfig",
+                d / "kwok" / "stages.yaml",
+                p["kwok"],
+                self.config.pod_cidr,
             )
         if component == "prometheus":
             return prometheus.argv(prometheus.binary(), self.prom_dir, p["prometheus"])
@@ -356,7 +360,9 @@ class Lab:
             self._ensure_binaries()
             self._reconcile_config(st)
             self._write_files()
-            prometheus.write_config(self.prom_dir, self.config.scrape_interval)
+            prometheus.write_config(
+                self.prom_dir, self.config.scrape_interval, self.apiserver_url, self.pki_dir
+            )
             self._progress("PKI, kubeconfigs and configs in place")
             p = self.config.ports
             # Prometheus first: it is independent and its start overlaps etcd's.
@@ -416,32 +422,6 @@ class Lab:
         return {n: r.pid for n, r in self._state().procs.items()}
 
     # ----- Prometheus helpers -----------------------------------------------------------
-    def add_scrape_target(
-        self,
-        name: str,
-        host_port: str,
-        labels: dict[str, str] | None = None,
-        metrics_path: str | None = None,
-    ) -> Path:
-        """Scrape `host_port` (e.g. "127.0.0.1:9400") from now on; picked up within ~2 s.
-
-        Samples keep the labels the target exports (honor_labels); `labels` are added to
-        series that lack them, and to the target's `up`. `metrics_path` (default /metrics)
-        lets one exporter port serve one target per pod, e.g. "/metrics/ns/pod-0".
-        """
-        group_labels = dict(labels or {})
-        if metrics_path is not None:
-            group_labels["__metrics_path__"] = metrics_path
-        return prometheus.write_target(self.prom_dir, name, host_port, group_labels)
-
-    def add_scrape_targets(self, name: str, groups: list[dict[str, Any]]) -> Path:
-        """Several file_sd groups under one name (see `prometheus.write_targets`)."""
-        return prometheus.write_targets(self.prom_dir, name, groups)
-
-    def remove_scrape_target(self, name: str) -> bool:
-        """Stop scraping the target registered as `name`."""
-        return prometheus.remove_target(self.prom_dir, name)
-
     def query(self, promql: str) -> list[dict[str, Any]]:
         """PromQL instant query against the lab's Prometheus."""
         return prometheus.query(self.prometheus_url, promql)
@@ -455,7 +435,9 @@ class Lab:
         """Start the lab's Prometheus again (no-op if running) and wait for /-/ready."""
         with self._locked():
             st = self._state()
-            prometheus.write_config(self.prom_dir, self.config.scrape_interval)
+            prometheus.write_config(
+                self.prom_dir, self.config.scrape_interval, self.apiserver_url, self.pki_dir
+            )
             self._start(st, "prometheus")
             self._wait(
                 "prometheus", lambda: prometheus.ready(self.prometheus_url), "/-/ready", timeout

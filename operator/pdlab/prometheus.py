@@ -1,18 +1,23 @@
 """The lab's Prometheus: install check, config, command line, scrape targets, probes.
 
-Owns: rendering `deploy/local/prometheus.yml`, Prometheus' argv (loopback port, own TSDB
-under the lab dir, `--web.enable-lifecycle`), the file_sd target files
-`<lab>/prometheus/targets/<name>.json`, and HTTP probes (`/-/ready`, `/api/v1/targets`,
-`/api/v1/query`). Must not start processes (lab.py does) and never touches a system
-Prometheus.
+Owns: rendering the lab's `prometheus.yml` (`deploy/local/prometheus.yml` plus the
+user-facing Kubernetes service discovery snippet `deploy/prometheus/kubernetes-sd.yaml`,
+pointed at the lab's API server), Prometheus' argv (loopback port, own TSDB under the
+lab dir, `--web.enable-lifecycle`), and HTTP probes (`/-/ready`, `/api/v1/targets`,
+`/api/v1/query`). Must not start processes (lab.py does), keep any file-based target
+list, or touch a system Prometheus.
+
+Prometheus finds engine pods as in a cluster: `role: pod` discovery, keep pods labelled
+`pdscaler.io/role=prefill|decode` with a port named `http`, scrape `podIP:port/metrics`.
+A Ready kwok pod 127.64.0.7 of `chat` (prefill, revision r1) becomes the target
+`http://127.64.0.7:8000/metrics` with labels namespace, pod, pdscaler_io_name="chat",
+pdscaler_io_role="prefill", pdscaler_io_revision="r1", pdscaler_io_version.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import subprocess
 import urllib.error
 import urllib.parse
@@ -20,42 +25,70 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from pdlab.config import TEMPLATES_DIR
+import yaml
 
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+from pdlab.config import PACKAGE_DIR, REPO_DIR, TEMPLATES_DIR, cache_dir
+
+#: The scrape jobs users paste into their Prometheus (the lab uses the same file).
+SD_SNIPPET = REPO_DIR / "deploy" / "prometheus" / "kubernetes-sd.yaml"
+#: Built from source (build-prometheus.sh): Debian's 2.42 has no Kubernetes discovery.
+PROMETHEUS_VERSION = "3.13.5"
+BUILD_SCRIPT = PACKAGE_DIR / "build-prometheus.sh"
 
 
 def binary() -> str:
-    """Path of the `prometheus` binary; installs Debian's package with apt-get if missing."""
-    found = shutil.which("prometheus") or (
-        "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None
-    )
-    if found:
-        return found
-    apt = ["apt-get"] if os.geteuid() == 0 else ["sudo", "-n", "apt-get"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    print("pdlab: prometheus is missing; installing the Debian package with apt-get")
-    for args in (
-        ["update", "-qq"],
-        ["install", "-y", "-qq", "--no-install-recommends", "prometheus"],
-    ):
-        proc = subprocess.run([*apt, *args], env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"apt-get {' '.join(args)} failed: {proc.stderr.strip()[-2000:]}")
-    found = shutil.which("prometheus") or "/usr/bin/prometheus"
-    if not Path(found).exists():
-        raise RuntimeError("apt-get installed prometheus but no prometheus binary was found")
-    return found
+    """Path of a `prometheus` with Kubernetes service discovery; built once if missing.
+
+    ``$PDLAB_PROMETHEUS`` if set, else the build of `build-prometheus.sh` in the cache
+    (``~/.cache/pdscaler/tools/prometheus-<version>/prometheus``), built now if absent
+    (Debian's package has no kubernetes_sd_configs).
+    """
+    explicit = os.environ.get("PDLAB_PROMETHEUS")
+    if explicit:
+        return explicit
+    path = cache_dir() / "tools" / f"prometheus-{PROMETHEUS_VERSION}" / "prometheus"
+    if path.exists():
+        return str(path)
+    print(f"pdlab: building Prometheus {PROMETHEUS_VERSION} with Kubernetes discovery")
+    env = {**os.environ, "PROMETHEUS_VERSION": PROMETHEUS_VERSION}
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT), str(path.parent)], env=env)
+    if proc.returncode != 0 or not path.exists():
+        raise RuntimeError(f"{BUILD_SCRIPT} failed (exit {proc.returncode})")
+    return str(path)
 
 
-def write_config(prom_dir: Path, scrape_interval: str) -> Path:
-    """Write `<prom_dir>/prometheus.yml`; target files go to `<prom_dir>/targets/`."""
-    targets = prom_dir / "targets"
-    targets.mkdir(parents=True, exist_ok=True)
+def scrape_jobs(api_server: str, pki_dir: Path) -> list[dict[str, Any]]:
+    """The jobs of `deploy/prometheus/kubernetes-sd.yaml` pointed at the lab's API server.
+
+    Each `kubernetes_sd_configs` entry gets `api_server` and a `tls_config` with the lab's
+    CA and admin client certificate; the relabelling is the user-facing snippet's, as is.
+    """
+    jobs: list[dict[str, Any]] = yaml.safe_load(SD_SNIPPET.read_text())
+    tls = {
+        "ca_file": str(pki_dir / "ca.crt"),
+        "cert_file": str(pki_dir / "admin.crt"),
+        "key_file": str(pki_dir / "admin.key"),
+    }
+    for job in jobs:
+        for sd in job.get("kubernetes_sd_configs", []):
+            sd["api_server"] = api_server
+            sd["tls_config"] = dict(tls)
+    return jobs
+
+
+def render_config(scrape_interval: str, api_server: str, pki_dir: Path) -> str:
+    """The lab's prometheus.yml: `deploy/local/prometheus.yml` + `scrape_jobs`."""
     text = (TEMPLATES_DIR / "prometheus.yml").read_text()
-    text = text.replace("@SCRAPE_INTERVAL@", scrape_interval).replace("@TARGETS_DIR@", str(targets))
+    doc: dict[str, Any] = yaml.safe_load(text.replace("@SCRAPE_INTERVAL@", scrape_interval))
+    doc["scrape_configs"] = scrape_jobs(api_server, pki_dir)
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def write_config(prom_dir: Path, scrape_interval: str, api_server: str, pki_dir: Path) -> Path:
+    """Write `<prom_dir>/prometheus.yml` (see `render_config`); its path."""
+    prom_dir.mkdir(parents=True, exist_ok=True)
     path = prom_dir / "prometheus.yml"
-    path.write_text(text)
+    path.write_text(render_config(scrape_interval, api_server, pki_dir))
     return path
 
 
@@ -70,37 +103,6 @@ def argv(binary_path: str, prom_dir: Path, port: int) -> list[str]:
         "--web.enable-lifecycle",
         "--log.level=warn",
     ]
-
-
-def write_targets(prom_dir: Path, name: str, groups: list[dict[str, Any]]) -> Path:
-    """Register target groups under `name`: `<targets>/<name>.json`, atomic (tmp + rename).
-
-    Each group is file_sd's shape, `{"targets": ["127.0.0.1:9400"], "labels": {...}}`;
-    labels may set `__metrics_path__` (one exporter port serving one path per pod) or
-    `job`. Prometheus re-reads the directory every 2 s (refresh_interval).
-    """
-    if not _NAME.match(name):
-        raise ValueError(f"target name {name!r} must match {_NAME.pattern}")
-    path = prom_dir / "targets" / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(groups))
-    tmp.replace(path)
-    return path
-
-
-def write_target(prom_dir: Path, name: str, host_port: str, labels: dict[str, str]) -> Path:
-    """One target: write_target(d, "sim", "127.0.0.1:9400", {}) scrapes its /metrics."""
-    return write_targets(prom_dir, name, [{"targets": [host_port], "labels": labels}])
-
-
-def remove_target(prom_dir: Path, name: str) -> bool:
-    """Unregister a target; True if its file existed."""
-    path = prom_dir / "targets" / f"{name}.json"
-    if path.exists():
-        path.unlink()
-        return True
-    return False
 
 
 def http_get(url: str, timeout: float = 3.0) -> tuple[int, str]:

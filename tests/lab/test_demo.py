@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pdlab.engine_sim import TARGET_PREFIX
 from pdlab.lab import Lab
+from pdlab.prometheus import active_targets
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from support.labkit import Kube, free_port, not_found, wait_for
 
@@ -88,10 +88,20 @@ def test_shortened_demo_moves_the_ratio_with_the_mix_and_cleans_up(
     assert not_found(
         lambda: kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "demo")
     )
-    assert list((lab.prom_dir / "targets").glob(f"{TARGET_PREFIX}-{port}-*.json")) == []
     wait_for(
         lambda: not_found(lambda: kube.core.read_namespace(namespace)),
         120,
         f"namespace {namespace} deleted",
         interval=1.0,
+    )
+    wait_for(  # Prometheus' discovery dropped the demo's pods
+        lambda: (
+            not [
+                t
+                for t in active_targets(lab.prometheus_url)
+                if t["labels"].get("namespace") == namespace
+            ]
+        ),
+        30,
+        f"no scrape target left in {namespace}",
     )

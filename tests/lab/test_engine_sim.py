@@ -3,9 +3,12 @@
 Without the lab (driven with fake pods and a hand-moved clock): its pages parse as
 Prometheus text exposition and carry every vLLM series the operator's `vllm` preset
 queries; the pool queue is shared out over the pool's pods; pods that go away stop
-being served. Against the lab: pods labelled like a PDDeployment's pools get scraped by
-the lab's Prometheus with the labels a Kubernetes pod scrape gives, and the operator's
-own snapshot code reads the scenario's rate and request shape back from Prometheus.
+being served. On local sockets (pod IPs in 127.0.0.0/8, no lab): every Ready pod is
+served at its IP with the OpenAI API, the NixlConnector hand-off and its metrics, and a
+decode naming a prefill of another cell is a pairing error. Against the lab: pods
+labelled like a PDDeployment's pools are found by the lab's Prometheus through
+Kubernetes service discovery with the pod labels, and the operator's own snapshot code
+reads the scenario's rate and request shape back from Prometheus.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -25,9 +29,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from pdlab import scenarios
+from pdlab import prometheus, scenarios
+from pdlab.engine_expo import render_pod
 from pdlab.engine_pods import PodInfo
-from pdlab.engine_sim import TARGET_PREFIX, DeploymentSim, EngineSim, Workload, workload
+from pdlab.engine_serve import PodServers
+from pdlab.engine_sim import DeploymentSim, EngineSim, Workload, workload
 from pdlab.lab import Lab
 from pdscaler import presets
 from pdscaler.prometheus import PrometheusClient, read_snapshot
@@ -56,9 +62,22 @@ def chat_sim(seconds: float, rate_scale: float = 1.0) -> DeploymentSim:
     return DeploymentSim("ns", "chat", trace, scenario, EngineParams(), 1, created=0.0)
 
 
-def run(sim: DeploymentSim, start: float, end: float, step: float = 0.5) -> dict[str, Any]:
+def pod_path(namespace: str, pod: str) -> str:
+    """``/pods/ns/p0/metrics``: how these tests name a pod's page."""
+    return f"/pods/{namespace}/{pod}/metrics"
+
+
+def text(pages: dict[tuple[str, str], Any], path: str) -> str:
+    """The exposition of the pod named by ``pod_path``."""
+    _, _, ns, pod, _ = path.split("/")
+    return render_pod(pages[(ns, pod)])
+
+
+def run(
+    sim: DeploymentSim, start: float, end: float, step: float = 0.5
+) -> dict[tuple[str, str], Any]:
     """Step the simulator on a hand-moved clock; the last pages."""
-    pages: dict[str, Any] = {}
+    pages: dict[tuple[str, str], Any] = {}
     t = start
     while t < end:
         t += step
@@ -83,11 +102,13 @@ def test_pages_parse_and_carry_every_series_the_vllm_preset_queries() -> None:
     sim = chat_sim(30.0)
     sim.sync(pods(2, 2), 0.0)
     pages = run(sim, 0.0, 20.0)
-    assert set(pages) == {f"/pods/ns/{p}/metrics" for p in ("p0", "p1", "d0", "d1")}
+    assert {pod_path(*k) for k in pages} == {
+        f"/pods/ns/{p}/metrics" for p in ("p0", "p1", "d0", "d1")
+    }
     templates = [v for v in vars(presets.VLLM).values() if isinstance(v, str) and "vllm:" in v]
     assert len(templates) >= 10
     for path in ("/pods/ns/p0/metrics", "/pods/ns/d0/metrics"):
-        names = sample_names(pages[path].text)
+        names = sample_names(text(pages, path))
         for template in templates:
             alternatives = [set(re.findall(r"vllm:[a-z_]+", alt)) for alt in template.split(" or ")]
             assert any(alt <= names for alt in alternatives), (path, template)
@@ -103,7 +124,7 @@ def test_counters_follow_the_scenario_and_roles() -> None:
     pages = run(sim, 0.0, 20.0)
 
     def value(path: str, sample: str) -> float:
-        fam = families(pages[path].text)
+        fam = families(text(pages, path))
         return float(sum(s.value for f in fam.values() for s in f.samples if s.name == sample))
 
     arrived = sim.status()["arrived"]
@@ -135,7 +156,9 @@ def test_pool_queue_is_shared_out_over_the_pool_pods() -> None:
     sim.sync(pods(3, 3), 10.0)
     pages = run(sim, 10.0, 10.5)
     waiting = [
-        families(pages[f"/pods/ns/p{i}/metrics"].text)["vllm:num_requests_waiting"].samples[0].value
+        families(text(pages, f"/pods/ns/p{i}/metrics"))["vllm:num_requests_waiting"]
+        .samples[0]
+        .value
         for i in range(3)
     ]
     queue = sim.status()["prefill_queue"]
@@ -156,7 +179,7 @@ def test_pods_that_go_away_stop_being_served_and_the_scenario_waits_for_both_poo
     assert sim.status()["arrived"] > 50
     sim.sync([p for p in pods(2, 1) if p.name != "p1"], 10.0)
     pages = run(sim, 10.0, 12.0)
-    assert set(pages) == {"/pods/ns/p0/metrics", "/pods/ns/d0/metrics"}
+    assert {pod_path(*k) for k in pages} == {"/pods/ns/p0/metrics", "/pods/ns/d0/metrics"}
     assert sim.status()["pods"] == {"prefill": ["p0"], "decode": ["d0"]}
 
 
@@ -168,48 +191,182 @@ class FakePods:
         return list(self.listing)
 
 
-class FakeRegistry:
-    def __init__(self, root: Path) -> None:
-        self.prom_dir = root
-        self.targets: dict[str, tuple[str, dict[str, str]]] = {}
-        (root / "targets").mkdir(parents=True, exist_ok=True)
-
-    def add_scrape_target(
-        self, name: str, host_port: str, labels: dict[str, str] | None = None
-    ) -> Path:
-        self.targets[name] = (host_port, dict(labels or {}))
-        return self.prom_dir / "targets" / f"{name}.json"
-
-    def remove_scrape_target(self, name: str) -> bool:
-        return self.targets.pop(name, None) is not None
+def served_pods(base: str, port: int, rev_b: str = "r2") -> list[PodInfo]:
+    """A prefill and a decode pod of cell r1 and a prefill pod of cell ``rev_b``, at
+    loopback pod IPs ``<base>.1``-``.3`` (no lab: the sockets are local)."""
+    return [
+        PodInfo("serving", "chat-r1-prefill-a", "chat", Role.PREFILL, "v1", True,
+                ip=f"{base}.1", port=port, revision="r1", config="r1", uid="uid-p1"),
+        PodInfo("serving", "chat-r1-decode-a", "chat", Role.DECODE, "v1", True,
+                ip=f"{base}.2", port=port, revision="r1", config="r1", uid="uid-d1"),
+        PodInfo("serving", f"chat-{rev_b}-prefill-a", "chat", Role.PREFILL, "v2", True,
+                ip=f"{base}.3", port=port, revision=rev_b, config=rev_b, uid="uid-p2"),
+    ]  # fmt: skip
 
 
-def test_one_scrape_target_per_serving_pod_with_the_pod_labels(tmp_path: Path) -> None:
-    listing = pods(1, 2, name="chat", ns="serving")
-    registry = FakeRegistry(tmp_path)
-    workload: Workload = lambda: (  # noqa: E731
-        scenarios.generate(scenarios.scaled(scenarios.get("chat"), 20.0)),
-        scenarios.scaled(scenarios.get("chat"), 20.0),
+def post(url: str, body: dict[str, Any], timeout: float = 10.0) -> tuple[int, str]:
+    req = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
     )
-    sim = EngineSim(FakePods(listing), workload, EngineParams(), port=9999, registry=registry)
-    sim.poll(100.0)
-    sim.step(101.0)
-    assert set(registry.targets) == {
-        f"{TARGET_PREFIX}-9999-serving-{p}" for p in ("p0", "d0", "d1")
-    }
-    host, labels = registry.targets[f"{TARGET_PREFIX}-9999-serving-d1"]
-    assert host == "127.0.0.1:9999"
-    assert labels["__metrics_path__"] == "/pods/serving/d1/metrics"
-    assert (labels["namespace"], labels["pod"]) == ("serving", "d1")
-    assert (labels["pdscaler_io_name"], labels["pdscaler_io_role"]) == ("chat", "decode")
-    listing.pop()  # d1 is gone
-    sim.poll(102.0)
-    sim.step(102.5)
-    assert f"{TARGET_PREFIX}-9999-serving-d1" not in registry.targets
-    status = json.loads(sim.pages.status)
-    assert status["deployments"][0]["pods"]["decode"] == ["d0"]
-    sim.remove_all_targets()
-    assert registry.targets == {}
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.status, resp.read().decode()
+
+
+def sse(body: str) -> list[Any]:
+    """The ``data:`` payloads of an SSE body (``[DONE]`` kept as a string)."""
+    out: list[Any] = []
+    for line in body.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: ") :]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+@pytest.fixture
+def pod_servers() -> Iterator[tuple[PodServers, list[PodInfo]]]:
+    servers = PodServers(EngineParams())
+    listing = served_pods(f"127.66.{secrets.randbelow(200) + 20}", free_port())
+    servers.sync(listing)
+    try:
+        yield servers, listing
+    finally:
+        servers.close()
+
+
+def test_a_prefill_and_decode_pair_serve_a_completion_with_the_nixl_hand_off(
+    pod_servers: tuple[PodServers, list[PodInfo]],
+) -> None:
+    """Prefill with do_remote_decode -> one token and the NixlConnector params naming the
+    prefill pod; the decode with those params streams max_tokens tokens (SSE, usage on
+    request), no earlier than the KV transfer; the record pairs the two pods of r1."""
+    servers, (p1, d1, _p2) = pod_servers
+    prompt = " ".join(["word"] * 160)
+    status, body = post(
+        f"http://{p1.address}/v1/completions",
+        {"prompt": prompt, "max_tokens": 20, "kv_transfer_params": {"do_remote_decode": True}},
+    )
+    assert status == 200
+    pre = json.loads(body)
+    kv = pre["kv_transfer_params"]
+    assert pre["usage"] == {"prompt_tokens": 160, "completion_tokens": 1, "total_tokens": 161}
+    assert kv["do_remote_prefill"] is True
+    assert (kv["remote_engine_id"], kv["remote_host"], kv["remote_port"]) == (
+        "uid-p1", p1.ip, p1.port,
+    )  # fmt: skip
+    assert kv["remote_block_ids"] == list(range(10))  # 160 tokens in blocks of 16
+    assert kv["tp_size"] == 1
+    t0 = time.monotonic()
+    status, body = post(
+        f"http://{d1.address}/v1/completions",
+        {"prompt": prompt, "max_tokens": 20, "stream": True, "kv_transfer_params": kv,
+         "stream_options": {"include_usage": True}},
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    chunks = sse(body)
+    assert chunks[-1] == "[DONE]"
+    texts = [c["choices"][0]["text"] for c in chunks[:-1] if c["choices"]]
+    assert len(texts) == 20
+    assert chunks[-2]["usage"]["completion_tokens"] == 20
+    # 20 decode steps of >= 12 ms each plus the 5 ms + 160 x 20 us transfer
+    assert took >= 20 * 0.012 + 0.005
+    records = servers.records.since(0)
+    assert [r["kind"] for r in records] == ["prefill", "decode"]
+    dec = records[1]
+    assert (dec["prefill_pod"], dec["decode_pod"]) == (p1.name, d1.name)
+    assert (dec["prefill_revision"], dec["decode_revision"]) == ("r1", "r1")
+    assert dec["ok"] is True
+    assert dec["kv_transfer"] is True
+    assert 0 < dec["ttft_s"] <= dec["e2e_s"]
+    assert servers.records.pairing_errors == 0
+
+
+def test_a_decode_of_another_cells_prefill_or_of_none_is_a_pairing_error(
+    pod_servers: tuple[PodServers, list[PodInfo]],
+) -> None:
+    servers, (_p1, d1, p2) = pod_servers
+    _, body = post(
+        f"http://{p2.address}/v1/completions",
+        {"prompt": "a b c", "max_tokens": 4, "kv_transfer_params": {"do_remote_decode": True}},
+    )
+    kv = json.loads(body)["kv_transfer_params"]
+    status, body = post(
+        f"http://{d1.address}/v1/completions",
+        {"prompt": "a b c", "max_tokens": 4, "kv_transfer_params": kv},
+    )
+    assert status == 200  # served as vLLM would
+    assert json.loads(body)["usage"]["completion_tokens"] == 4
+    status, body = post(
+        f"http://{d1.address}/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi there"}], "max_tokens": 3},
+    )
+    assert status == 200
+    answer = json.loads(body)
+    assert answer["object"] == "chat.completion"
+    assert answer["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    decodes = [r for r in servers.records.since(0) if r["kind"] == "decode"]
+    assert [r["pairing_error"] for r in decodes] == [True, True]
+    assert decodes[0]["prefill_revision"] == "r2"
+    assert decodes[0]["decode_revision"] == "r1"
+    assert "revision r1" in decodes[0]["error"]
+    assert decodes[1]["prefill_pod"] is None
+    assert servers.records.pairing_errors == 2
+    assert [r["seq"] for r in servers.records.since(1)] == [2, 3]
+
+
+def test_render_models_health_and_metrics_answer_as_vllm(
+    pod_servers: tuple[PodServers, list[PodInfo]],
+) -> None:
+    servers, (p1, d1, _p2) = pod_servers
+    status, body = post(
+        f"http://{p1.address}/v1/completions/render", {"prompt": "one two three", "model": "m"}
+    )
+    rendered = json.loads(body)
+    assert status == 200
+    assert isinstance(rendered, list)
+    assert rendered[0]["token_ids"] == [1, 2, 3]
+    assert {"request_id", "sampling_params", "model"} <= set(rendered[0])
+    with urllib.request.urlopen(f"http://{d1.address}/v1/models", timeout=5) as resp:
+        assert json.loads(resp.read())["data"][0]["id"]
+    with urllib.request.urlopen(f"http://{d1.address}/health", timeout=5) as resp:
+        assert resp.status == 200
+    post(f"http://{d1.address}/v1/completions", {"prompt": "x", "max_tokens": 5})
+    with urllib.request.urlopen(f"http://{d1.address}/metrics", timeout=5) as resp:
+        fam = families(resp.read().decode())
+    gen = fam["vllm:generation_tokens_total"].samples[0]
+    assert gen.value == 5
+    assert "pod" not in gen.labels  # Prometheus adds the pod labels from discovery
+    # a pod that stops being Ready stops being served
+    servers.sync([])
+    with pytest.raises(OSError, match="refused"):
+        urllib.request.urlopen(f"http://{d1.address}/health", timeout=2)
+
+
+def test_every_ready_pod_is_served_with_its_synthetic_load() -> None:
+    """With a scenario, a served pod's /metrics shows its share of the synthetic load; a
+    pod gone from the listing is no longer served."""
+    base = f"127.66.{secrets.randbelow(200) + 20}"
+    port = free_port()
+    listing = [
+        PodInfo("serving", "p0", "chat", Role.PREFILL, "v1", True, ip=f"{base}.4", port=port),
+        PodInfo("serving", "d0", "chat", Role.DECODE, "v1", True, ip=f"{base}.5", port=port),
+    ]
+    scenario = scenarios.scaled(scenarios.get("chat"), 20.0)
+    load: Workload = lambda: (scenarios.generate(scenario), scenario)  # noqa: E731
+    sim = EngineSim(FakePods(listing), load, EngineParams(), port=9999)
+    try:
+        sim.poll(100.0)
+        sim.step(103.0)
+        with urllib.request.urlopen(f"http://{base}.4:{port}/metrics", timeout=5) as resp:
+            fam = families(resp.read().decode())
+        assert fam["vllm:request_success_total"].samples[0].value > 0
+        status = json.loads(sim.pages.status)
+        assert status["pods"] == [f"serving/d0 {base}.5:{port}", f"serving/p0 {base}.4:{port}"]
+        listing.pop()
+        sim.poll(104.0)
+        with pytest.raises(OSError, match="refused"):
+            urllib.request.urlopen(f"http://{base}.5:{port}/metrics", timeout=2)
+    finally:
+        sim.close()
 
 
 # ------------------------------------------------------------------ against the lab
@@ -220,6 +377,8 @@ def pool_deployment(name: str, role: str, replicas: int) -> dict[str, Any]:
     dep: dict[str, Any] = gpu_deployment(f"{name}-{role}", replicas, startup_delay="1s")
     labels = {"pdscaler.io/name": name, "pdscaler.io/role": role, "pdscaler.io/version": "v1"}
     dep["spec"]["template"]["metadata"]["labels"].update(labels)
+    engine = dep["spec"]["template"]["spec"]["containers"][0]
+    engine["ports"] = [{"name": "http", "containerPort": 8000}]
     return dep
 
 
@@ -296,19 +455,25 @@ def test_engine_sim_series_reach_prometheus_with_pod_labels_and_plausible_values
     assert (status["name"], status["phase"]) == ("sim", "chat")
     assert (len(status["pods"]["prefill"]), len(status["pods"]["decode"])) == (2, 2)
 
-    # Scale decode to 1: the simulator drops the gone pod's target.
+    # Scale decode to 1: Prometheus' discovery drops the gone pod's target.
     kube.apps.patch_namespaced_deployment_scale(
         "sim-decode", namespace, cast(Any, {"spec": {"replicas": 1}})
     )
-    targets = lab.prom_dir / "targets"
-    wait_for(
-        lambda: len(list(targets.glob(f"{TARGET_PREFIX}-{port}-{namespace}-*.json"))) == 3,
-        30,
-        "3 scrape targets after the decode scale-down",
-    )
+
+    def targets() -> list[dict[str, Any]]:
+        return [
+            t
+            for t in prometheus.active_targets(lab.prometheus_url)
+            if t["labels"].get("namespace") == namespace
+        ]
+
+    wait_for(lambda: len(targets()) == 3, 30, "3 scrape targets after the decode scale-down")
+    addresses = [t["labels"]["instance"] for t in targets()]
     proc.terminate()
     assert proc.wait(20) == 0
-    assert list(targets.glob(f"{TARGET_PREFIX}-{port}-*.json")) == []
+    for address in addresses:  # the simulator no longer serves the pods
+        with pytest.raises(OSError, match="refused"):
+            urllib.request.urlopen(f"http://{address}/metrics", timeout=2)
 
 
 def test_a_deployment_without_pods_is_forgotten_and_restarts_its_scenario() -> None:

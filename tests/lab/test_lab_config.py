@@ -2,7 +2,8 @@
 
 These need no cluster (they do not use the `lab` fixture, so they are not marked `lab`):
 durations, environment overrides, the rendered kwok stages and fake nodes, the node
-readiness rule, file_sd target files, and the PID discipline of `processes` (a record
+readiness rule, the Prometheus config (Kubernetes discovery), kwok's loopback pod
+addresses, and the PID discipline of `processes` (a record
 whose start time does not match is never signalled).
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pdlab import processes, prometheus
+from pdlab import kwok, processes, prometheus
 from pdlab.__main__ import main
 from pdlab.config import DEFAULT_PORTS, LabConfig, go_duration_ms
 from pdlab.kubeapi import node_ready
@@ -104,23 +105,21 @@ def test_node_ready_needs_condition_and_no_lifecycle_taint(
     assert node_ready(node) is expected
 
 
-def test_file_sd_targets_round_trip(tmp_path: Path) -> None:
-    path = prometheus.write_target(tmp_path, "sim", "127.0.0.1:9400", {"job": "sim"})
-    assert json.loads(path.read_text()) == [
-        {"targets": ["127.0.0.1:9400"], "labels": {"job": "sim"}}
-    ]
-    assert prometheus.remove_target(tmp_path, "sim") is True
-    assert prometheus.remove_target(tmp_path, "sim") is False
-    with pytest.raises(ValueError, match="target name"):
-        prometheus.write_target(tmp_path, "../escape", "127.0.0.1:1", {})
-
-
-def test_prometheus_config_keeps_exported_labels(tmp_path: Path) -> None:
-    doc = yaml.safe_load(prometheus.write_config(tmp_path, "1s").read_text())
+def test_prometheus_config_discovers_pods_through_the_lab_api_server(tmp_path: Path) -> None:
+    """No file-based target list: one kubernetes_sd (role: pod) job against the lab's API
+    server with its PKI, relabelled by the user-facing snippet."""
+    path = prometheus.write_config(tmp_path, "1s", "https://127.0.0.1:26443", tmp_path / "pki")
+    doc = yaml.safe_load(path.read_text())
     job = doc["scrape_configs"][0]
     assert doc["global"]["scrape_interval"] == "1s"
-    assert job["honor_labels"] is True
-    assert job["file_sd_configs"][0]["files"] == [f"{tmp_path / 'targets'}/*.json"]
+    assert "file_sd_configs" not in job
+    sd = job["kubernetes_sd_configs"][0]
+    assert (sd["role"], sd["api_server"]) == ("pod", "https://127.0.0.1:26443")
+    assert sd["tls_config"]["ca_file"] == str(tmp_path / "pki" / "ca.crt")
+    assert job["relabel_configs"] == prometheus.scrape_jobs("x", tmp_path)[0]["relabel_configs"]
+    targets = {r.get("target_label") for r in job["relabel_configs"]}
+    assert {"namespace", "pod", "pdscaler_io_name", "pdscaler_io_role"} <= targets
+    assert {"pdscaler_io_revision", "pdscaler_io_version"} <= targets
 
 
 def test_processes_start_and_stop_exactly_the_recorded_group(tmp_path: Path) -> None:
@@ -169,3 +168,15 @@ def test_cli_bad_arguments_exit_2() -> None:
     )
     assert proc.returncode == 2
     assert "invalid int value" in proc.stderr
+
+
+def test_kwok_gives_pods_loopback_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pod IPs in 127.64.0.0/16 (or PDLAB_POD_CIDR), nodes at 127.0.0.1: the lab host can
+    serve every pod IP; a range outside 127.0.0.0/8 is refused."""
+    argv = kwok.kwok_argv(Path("/b/kwok"), Path("/k"), Path("/s"), 1)
+    assert "--cidr=127.64.0.0/16" in argv
+    assert "--node-ip=127.0.0.1" in argv
+    monkeypatch.setenv("PDLAB_POD_CIDR", "127.65.0.0/16")
+    assert LabConfig.from_env().pod_cidr == "127.65.0.0/16"
+    with pytest.raises(ValueError, match=r"127\.0\.0\.0/8"):
+        LabConfig(lab_dir=Path("/x"), pod_cidr="10.244.0.0/16")

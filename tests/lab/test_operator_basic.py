@@ -69,9 +69,15 @@ def test_pdd_creates_ready_cell_with_status_then_converges_with_zero_writes(
             svc = as_dict(kube, kube.core.read_namespaced_service(NAME, namespace))
             assert svc["spec"]["selector"] == {
                 naming.LABEL_NAME: NAME,
-                naming.LABEL_ROLE: "prefill",
+                naming.LABEL_ROLE: "router",
             }
-            kube.core.read_namespaced_service(f"{NAME}-{REV}-decode", namespace)
+            router_dep = kube.apps.read_namespaced_deployment(f"{NAME}-{REV}-router", namespace)
+            args = router_dep.spec.template.spec.containers[0].args
+            assert f"pdscaler.io/revision={REV}" in args
+            role = kube.rbac.read_namespaced_role(f"{NAME}-router", namespace)
+            assert [(r.resources, r.verbs) for r in role.rules] == [
+                (["pods"], ["get", "list", "watch"])
+            ]
 
             def filled() -> dict[str, object] | None:
                 st = get_pdd(kube, namespace, NAME).get("status") or {}

@@ -1,15 +1,24 @@
-"""A settable vLLM-like exporter for lab tests: pods that do not exist as processes serve
-vLLM-named metrics to the lab's REAL Prometheus, with the values a test chooses.
+"""A settable vLLM-like exporter for lab tests: engine pods whose vLLM-named metrics carry
+the values a test chooses, found by the lab's REAL Prometheus through Kubernetes service
+discovery, as in a cluster.
 
-Owns: one HTTP server on 127.0.0.1 with one scrape path per fake pod
-(``/metrics/<namespace>/<pod>``), registered with the lab's Prometheus as one file_sd
-target group per pod (``Lab.add_scrape_targets``) whose target labels are the pod labels
-``namespace``, ``pod``, ``pdscaler_io_name``, ``pdscaler_io_role`` (what the production
-scrape config's relabelling gives, see ``pdscaler.metricsql``), so ``up`` carries them
-too; the series carry the same labels. Counters and histograms are integrated over wall
-time from the piecewise-constant load a test sets, so ``rate()`` and
-``histogram_quantile()`` in Prometheus give back what was set. Must not start or stop
-Prometheus or the lab, nor touch Kubernetes (pods here need not exist in the cluster).
+Owns: the engine pods of the pools a test sets (``set_pool``/``set_deployment``). In a
+namespace that does not exist yet (a made-up one), it creates the namespace and REAL
+kwok pods with the names given (labels ``pdscaler.io/name``, ``pdscaler.io/role`` and
+``pdlab.pdscaler.io/exporter``, a port 8000 named ``http``), each with its own load, and
+deletes both at ``stop``. In a namespace that exists (a test's namespace, where an
+operator or the test makes the pool's pods), it serves the Ready pods of the pool that
+are there, whatever their names, sharing the pool's load evenly over them. Each served
+pod answers ``GET /metrics`` on its pod IP, port 8000 (kwok gives pods loopback IPs);
+Prometheus' pod discovery and relabelling (``deploy/prometheus/kubernetes-sd.yaml``)
+give ``up`` and every series the labels ``namespace``, ``pod``, ``pdscaler_io_name``,
+``pdscaler_io_role``: the series themselves carry none, as vLLM's do. A name that is not
+a valid Kubernetes label value (a test of PromQL escaping) cannot be a pod label: such a
+pod has no name label and its series export ``pdscaler_io_name`` themselves (Prometheus
+keeps it: the target has none). Counters and histograms are integrated over wall time
+from the piecewise-constant load a test sets, so ``rate()`` and ``histogram_quantile()``
+in Prometheus give back what was set. Must not start or stop Prometheus or the lab, nor
+touch pods it did not create beyond serving their metrics.
 
 What each pod serves (vLLM's names, see the sources cited in ``pdscaler.metricsql``):
 
@@ -32,25 +41,38 @@ TTFT 0.8 s at p95 -> 0.7996 s.
         exp.set_deployment("ns", "chat", ["chat-p-0"], ["chat-d-0", "chat-d-1"],
                            rate=4, prompt_tokens=2000, output_tokens=500,
                            ttft=0.8, tpot=0.04, prefill_waiting=3)
-        exp.wait_scraped()           # every pod scraped twice since the call
+        exp.wait_scraped()           # every pod Ready, served and scraped twice since
         # Prometheus now has sum(rate(vllm:request_success_total{...prefill}[10s])) ~ 4
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.server
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from pdlab.kwok import GPU_TAINT, STARTUP_DELAY_ANNOTATION
 from pdlab.lab import Lab
-from support.httpkit import QuietHandler, start_server, stop_server
+from pdscaler.naming import LABEL_NAME, LABEL_ROLE
+from support.httpkit import QuietHandler
 
 PREFILL, DECODE = "prefill", "decode"
 _BUCKET_LOWER = 0.99  # lower bound of a value's own bucket, as a fraction of the value
+#: The label on every pod the exporter creates (value: the exporter's id).
+EXPORTER_LABEL = "pdlab.pdscaler.io/exporter"
+TEST_NAMESPACE_LABEL = "pdlab.pdscaler.io/test"
+ENGINE_PORT = 8000
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -138,6 +160,8 @@ class _Pod:
     labels: dict[str, str]
     load: PodLoad
     since: float
+    ip: str = ""
+    server: http.server.ThreadingHTTPServer | None = None
     requests: float = 0.0
     prompt_total: float = 0.0
     generation_total: float = 0.0
@@ -163,56 +187,80 @@ class _Pod:
             self.hist["tpot"].observe(self.load.tpot, n * self.load.output_tokens)
 
 
+def merge(loads: Sequence[PodLoad]) -> PodLoad:
+    """The pool load of pods sharing it evenly (inverse of ``split``): rate, waiting and
+    running summed, the rest taken from the first."""
+    if not loads:
+        return PodLoad()
+    return dataclasses.replace(
+        loads[0],
+        rate=sum(ld.rate for ld in loads),
+        waiting=sum(ld.waiting for ld in loads),
+        running=sum(ld.running for ld in loads),
+    )
+
+
+def valid_label_value(value: str) -> bool:
+    """Kubernetes label value rules: ``chat`` yes, ``x"} or vector(1) #`` no."""
+    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
+
+
+def _ready_ip(pod: Any) -> str | None:
+    """The pod IP of a Running, Ready, not terminating pod (kubernetes-client V1Pod)."""
+    st = pod.status
+    if pod.metadata.deletion_timestamp is not None or st is None or st.phase != "Running":
+        return None
+    ready = any(c.type == "Ready" and c.status == "True" for c in st.conditions or [])
+    return st.pod_ip if ready and st.pod_ip else None
+
+
 class EngineExporter:
     """Fake vLLM pods served to the lab's Prometheus (module docstring).
 
-    ``start()`` (or ``with``) binds a free port; pods are registered as scrape targets
-    as they are set and unregistered by ``remove_pod``/``stop()``. Thread-safe.
+    ``start()`` (or ``with``) starts the reconcile thread; pools are served as they are
+    set and pods stop being served (and the pods it created are deleted) by
+    ``remove_pod``/``stop()``. Thread-safe.
     """
 
     def __init__(self, lab: Lab, *, legacy_names: bool = False, model_name: str = "lab") -> None:
         self.lab = lab
         self.legacy_names = legacy_names
         self.model_name = model_name
-        self._pods: dict[tuple[str, str], _Pod] = {}
-        self._lock = threading.Lock()
-        self._server: http.server.ThreadingHTTPServer | None = None
-        self._target = ""
+        self.ident = f"exp-{id(self):x}-{int(time.time() * 1000) % 10**8}"
+        api_client = config.new_client_from_config(config_file=str(lab.kubeconfig))  # type: ignore[no-untyped-call]
+        self._core = client.CoreV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+        #: (namespace, name, role) -> pod -> load, as the test set them
+        self._declared: dict[tuple[str, str, str], dict[str, PodLoad]] = {}
+        #: namespace -> True if it existed (serve its real pods), False if created here
+        self._existing: dict[str, bool] = {}
+        self._own: dict[tuple[str, str], tuple[str, str]] = {}  # pods created here
+        self._pods: dict[tuple[str, str], _Pod] = {}  # pods served now
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     # ----- lifecycle -------------------------------------------------------------------
-    @property
-    def host_port(self) -> str:
-        """``127.0.0.1:<port>`` once started."""
-        if self._server is None:
-            raise RuntimeError("EngineExporter is not started")
-        return f"127.0.0.1:{self._server.server_address[1]}"
-
-    @property
-    def target_name(self) -> str:
-        """The name of its file_sd target file in the lab (``exporter-<port>``)."""
-        return self._target
-
     def start(self) -> EngineExporter:
-        exporter = self
-
-        class Handler(QuietHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server dispatches on this name)
-                text = exporter._serve(self.path)
-                body = (text or "not found\n").encode()
-                status = 200 if text is not None else 404
-                self.reply(status, body, "text/plain; version=0.0.4; charset=utf-8")
-
-        # every pod is scraped at the same moment: a deep listen backlog
-        self._server = start_server(Handler, queue_size=128, poll_seconds=0.1)
-        self._target = f"exporter-{self._server.server_address[1]}"
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="exporter", daemon=True)
+        self._thread.start()
         return self
 
     def stop(self) -> None:
-        """Unregister the scrape targets and close the server (series go stale)."""
-        self.lab.remove_scrape_target(self._target)
-        if self._server is not None:
-            stop_server(self._server)
-            self._server = None
+        """Stop serving (series go stale) and delete the pods and namespaces it created."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self._lock:
+            for key in list(self._pods):
+                self._unserve(key)
+            for ns, pod in list(self._own):
+                self._delete_pod(ns, pod)
+            for ns, existed in self._existing.items():
+                if not existed:
+                    with contextlib.suppress(ApiException):
+                        self._core.delete_namespace(ns, propagation_policy="Background")
 
     def __enter__(self) -> EngineExporter:
         return self.start()
@@ -235,47 +283,30 @@ class EngineExporter:
         what it reports: ``load`` replaces the whole load, ``changes`` single fields
         (``set_pod("ns", "p-0", name="chat", role="prefill", waiting=5)``). Counters
         keep counting; the new load applies from now on."""
-        now = time.time()
         with self._lock:
-            p = self._pods.get((namespace, pod))
-            labels = self._pod_labels(namespace, pod, name, role)
-            if p is None or p.labels != labels:
-                p = _Pod(labels, load or PodLoad(), now)
-                self._pods[(namespace, pod)] = p
-                changed_targets = True
-            else:
-                p.advance(now)
-                changed_targets = False
-            p.load = dataclasses.replace(load or p.load, **changes)  # type: ignore[arg-type]
-        if changed_targets:
-            self._register()
+            for key, pods in self._declared.items():
+                if key[0] == namespace and pod in pods and key[1:] != (name, role):
+                    del pods[pod]  # the pod moved to another pool
+            pool = self._declared.setdefault((namespace, name, role), {})
+            pool[pod] = dataclasses.replace(load or pool.get(pod) or PodLoad(), **changes)  # type: ignore[arg-type]
+            self._reconcile_pool_loads(namespace, name, role)
 
     def remove_pod(self, namespace: str, pod: str) -> None:
         """Stop serving a pod (Prometheus marks its series stale at the next scrape)."""
         with self._lock:
-            found = self._pods.pop((namespace, pod), None)
-        if found is not None:
-            self._register()
+            for key, pods in self._declared.items():
+                if key[0] == namespace and pods.pop(pod, None) is not None:
+                    self._reconcile_pool_loads(*key)
 
     def set_pool(
         self, namespace: str, name: str, role: str, pods: Sequence[str], load: PodLoad
     ) -> None:
         """Make pool ``role`` of ``name`` exactly ``pods`` (others of that pool removed),
         sharing the pool's ``load`` evenly (``split``)."""
-        with self._lock:
-            stale = [
-                key
-                for key, p in self._pods.items()
-                if key[0] == namespace
-                and p.labels["pdscaler_io_name"] == name
-                and p.labels["pdscaler_io_role"] == role
-                and key[1] not in pods
-            ]
-        for key in stale:
-            self.remove_pod(*key)
         share = split(load, len(pods))
-        for pod in pods:
-            self.set_pod(namespace, pod, name=name, role=role, load=share)
+        with self._lock:
+            self._declared[(namespace, name, role)] = dict.fromkeys(pods, share)
+            self._reconcile_pool_loads(namespace, name, role)
 
     def set_deployment(
         self,
@@ -335,19 +366,36 @@ class EngineExporter:
 
     # ----- waiting for Prometheus ---------------------------------------------------------
     def scrapes(self) -> dict[tuple[str, str], int]:
-        """How many times each pod's path was fetched (by Prometheus)."""
+        """How many times each served pod's /metrics was fetched (by Prometheus)."""
         with self._lock:
             return {key: p.scrapes for key, p in self._pods.items()}
 
-    def wait_scraped(self, times: int = 2, timeout: float = 30.0) -> None:
-        """Block until every pod was scraped ``times`` more times (new targets are
-        picked up within ~2 s, then scraped every 2 s). Raises TimeoutError naming the
-        pods still waiting."""
+    def _unserved_pools(self) -> list[tuple[str, str, str]]:
+        """Pools with declared pods not (all) served yet."""
+        with self._lock:
+            served = {(ns, p.labels["pdscaler_io_name"], p.labels["pdscaler_io_role"])
+                      for (ns, _), p in self._pods.items()}  # fmt: skip
+            out = []
+            for key, pods in self._declared.items():
+                if not pods:
+                    continue
+                if self._existing.get(key[0]) is False:
+                    if any((key[0], pod) not in self._pods for pod in pods):
+                        out.append(key)
+                elif key not in served:
+                    out.append(key)
+            return out
+
+    def wait_scraped(self, times: int = 2, timeout: float = 60.0) -> None:
+        """Block until every pool is served and each served pod was scraped ``times``
+        more times (a new pod: Ready ~0.1 s, discovered within ~5 s, then scraped every
+        2 s). Raises TimeoutError naming the pods or pools still waiting."""
         start = self.scrapes()
         deadline = time.monotonic() + timeout
         while True:
             now = self.scrapes()
-            missing = [k for k, n in now.items() if n < start.get(k, 0) + times]
+            missing: list[Any] = [k for k, n in now.items() if n < start.get(k, 0) + times]
+            missing += self._unserved_pools()
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -364,26 +412,18 @@ class EngineExporter:
             p.advance(time.time())
             return "\n".join(self._lines(p)) + "\n"
 
-    def _serve(self, path: str) -> str | None:
-        parts = path.split("?", 1)[0].strip("/").split("/")
-        if len(parts) != 3 or parts[0] != "metrics":
-            return None
-        text = self.text(parts[1], parts[2])
+    def _serve_metrics(self, key: tuple[str, str]) -> str | None:
+        text = self.text(*key)
         if text is not None:
             with self._lock:
-                self._pods[(parts[1], parts[2])].scrapes += 1
+                self._pods[key].scrapes += 1
         return text
 
-    def _pod_labels(self, namespace: str, pod: str, name: str, role: str) -> dict[str, str]:
-        return {
-            "namespace": namespace,
-            "pod": pod,
-            "pdscaler_io_name": name,
-            "pdscaler_io_role": role,
-        }
-
     def _lines(self, p: _Pod) -> Iterator[str]:
-        base = {**p.labels, "model_name": self.model_name, "engine": "0"}
+        base = {"model_name": self.model_name, "engine": "0"}
+        name = p.labels["pdscaler_io_name"]
+        if not valid_label_value(name):
+            base["pdscaler_io_name"] = name  # no pod label can carry it (module docstring)
         tpot = "time_per_output_token" if self.legacy_names else "inter_token_latency"
         kv = "gpu_cache_usage_perc" if self.legacy_names else "kv_cache_usage_perc"
         gauges: list[tuple[str, Callable[[PodLoad], float]]] = [
@@ -412,14 +452,173 @@ class EngineExporter:
             yield f"# TYPE {metric} histogram"
             yield from p.hist[key].lines(metric, base)
 
-    def _register(self) -> None:
-        """(Re)write this exporter's file_sd target groups: one per pod."""
-        with self._lock:
-            groups = [
-                {
-                    "targets": [self.host_port],
-                    "labels": {"__metrics_path__": f"/metrics/{ns}/{pod}", **p.labels},
+    # ----- the pods ---------------------------------------------------------------------
+    @staticmethod
+    def _pod_labels(namespace: str, pod: str, name: str, role: str) -> dict[str, str]:
+        """The labels Prometheus' discovery gives the pod (what the tests read back)."""
+        return {
+            "namespace": namespace,
+            "pod": pod,
+            "pdscaler_io_name": name,
+            "pdscaler_io_role": role,
+        }
+
+    def _manifest(self, pod: str, name: str, role: str) -> dict[str, Any]:
+        labels = {EXPORTER_LABEL: self.ident, LABEL_ROLE: role}
+        if valid_label_value(name):
+            labels[LABEL_NAME] = name
+        tolerations = [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod,
+                "labels": labels,
+                "annotations": {STARTUP_DELAY_ANNOTATION: "100ms"},
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "engine",
+                        "image": "pdlab.invalid/fake-engine:0",
+                        "ports": [{"name": "http", "containerPort": ENGINE_PORT}],
+                    }
+                ],
+                "tolerations": tolerations,
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+
+    def _delete_pod(self, namespace: str, pod: str) -> None:
+        self._own.pop((namespace, pod), None)
+        with contextlib.suppress(ApiException):
+            self._core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+
+    def _namespace_existed(self, namespace: str) -> bool:
+        """Whether ``namespace`` existed before this exporter (created here if not)."""
+        if namespace not in self._existing:
+            try:
+                self._core.read_namespace(namespace)
+                self._existing[namespace] = True
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                body: Any = {
+                    "metadata": {"name": namespace, "labels": {TEST_NAMESPACE_LABEL: "true"}}
                 }
-                for (ns, pod), p in sorted(self._pods.items())
-            ]
-        self.lab.add_scrape_targets(self._target, groups)
+                self._core.create_namespace(body)
+                self._existing[namespace] = False
+        return self._existing[namespace]
+
+    def _reconcile_pool_loads(self, namespace: str, name: str, role: str) -> None:
+        """Apply the declared loads to the pool's served pods now (caller holds the lock)."""
+        declared = self._declared.get((namespace, name, role), {})
+        served = [
+            (key, p)
+            for key, p in self._pods.items()
+            if key[0] == namespace
+            and (p.labels["pdscaler_io_name"], p.labels["pdscaler_io_role"]) == (name, role)
+        ]
+        now = time.time()
+        if self._existing.get(namespace) is False:
+            for key, p in served:
+                load = declared.get(key[1])
+                if load is not None and load != p.load:
+                    p.advance(now)
+                    p.load = load
+            return
+        share = split(merge(list(declared.values())), len(served))
+        for _, p in served:
+            if share != p.load:
+                p.advance(now)
+                p.load = share
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.reconcile()
+            except Exception as err:  # the API server may be busy; retry
+                print(f"exporter: reconcile failed: {err!r}")
+            self._stop.wait(0.3)
+
+    def reconcile(self) -> None:
+        """One pass: create/delete own pods, serve the Ready pods of every pool."""
+        with self._lock:
+            declared = {k: dict(v) for k, v in self._declared.items()}
+        wanted: dict[tuple[str, str], tuple[dict[str, str], str]] = {}
+        own_wanted: set[tuple[str, str]] = set()
+        listed: dict[str, list[Any]] = {}
+        for (ns, name, role), pods in declared.items():
+            if not pods:
+                continue
+            existed = self._namespace_existed(ns)
+            if ns not in listed:
+                listed[ns] = self._core.list_namespaced_pod(ns, _request_timeout=10).items
+            if existed:  # the pool's own pods (made by an operator or the test)
+                for pod in listed[ns]:
+                    lab = pod.metadata.labels or {}
+                    ip = _ready_ip(pod)
+                    if (
+                        ip
+                        and EXPORTER_LABEL not in lab
+                        and lab.get(LABEL_NAME) == name
+                        and lab.get(LABEL_ROLE) == role
+                    ):
+                        key = (ns, pod.metadata.name)
+                        wanted[key] = (self._pod_labels(ns, key[1], name, role), ip)
+                continue
+            by_name = {p.metadata.name: p for p in listed[ns]}
+            for pod_name in pods:
+                key = (ns, pod_name)
+                own_wanted.add(key)
+                found = by_name.get(pod_name)
+                if found is None and key not in self._own:
+                    self._core.create_namespaced_pod(
+                        ns,
+                        self._manifest(pod_name, name, role),  # type: ignore[arg-type]
+                    )
+                    self._own[key] = (name, role)
+                elif found is not None:
+                    self._own[key] = (name, role)
+                    ip = _ready_ip(found)
+                    if ip:
+                        wanted[key] = (self._pod_labels(ns, pod_name, name, role), ip)
+                elif key in self._own and found is None:
+                    self._own.pop(key)  # gone (deleted by someone): create it again
+        with self._lock:
+            for key in [k for k in self._own if k not in own_wanted]:
+                self._delete_pod(*key)
+            for key, p in list(self._pods.items()):
+                want = wanted.get(key)
+                if want is None or want != (p.labels, p.ip):
+                    self._unserve(key)
+            for key, (labels, ip) in wanted.items():
+                if key not in self._pods:
+                    self._serve(key, labels, ip)
+            for ns, name, role in declared:
+                self._reconcile_pool_loads(ns, name, role)
+
+    def _serve(self, key: tuple[str, str], labels: dict[str, str], ip: str) -> None:
+        exporter = self
+
+        class Handler(QuietHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server dispatches on this name)
+                text = exporter._serve_metrics(key) if self.path.startswith("/metrics") else None
+                body = (text or "not found\n").encode()
+                status = 200 if text is not None else 404
+                self.reply(status, body, "text/plain; version=0.0.4; charset=utf-8")
+
+        try:
+            server = http.server.ThreadingHTTPServer((ip, ENGINE_PORT), Handler)
+        except OSError as err:  # another server holds the pod IP: retried next pass
+            print(f"exporter: cannot serve {key} at {ip}:{ENGINE_PORT}: {err}")
+            return
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, args=(0.1,), daemon=True).start()
+        self._pods[key] = _Pod(labels, PodLoad(), time.time(), ip=ip, server=server)
+
+    def _unserve(self, key: tuple[str, str]) -> None:
+        p = self._pods.pop(key)
+        if p.server is not None:
+            p.server.shutdown()
+            p.server.server_close()

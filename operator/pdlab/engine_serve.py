@@ -1,0 +1,640 @@
+"""Simulated vLLM engines served over HTTP, one server per Ready pod at its pod IP.
+
+Owns: per pod, a serving model with the timing of ``pdscaler.sim.engine.EngineParams``
+(prefill: one FIFO queue, batches up to the token budget, each batch taking
+``overhead + tokens / prefill_tps``; decode: continuous batching, one token per running
+sequence per step of ``decode_step(batch, kv_tokens)``, admission FIFO limited by
+``decode_max_seqs`` and ``decode_kv_tokens``, the KV hand-off time charged on arrival);
+the OpenAI-compatible HTTP API on ``<podIP>:<port>`` (vLLM's routes and shapes); the
+NixlConnector hand-off protocol; and the record of every request (which prefill and
+decode pod served it, of which cell). Must not: talk to the API server (the caller gives
+the pods), or decide anything about scaling.
+
+Routes of every pod (as vLLM serves them):
+
+* ``POST /v1/completions`` and ``POST /v1/chat/completions``, ``stream`` true (SSE, one
+  chunk per token as the model produces it, ``[DONE]``; a usage chunk with
+  ``stream_options.include_usage``) or false (one answer when the last token is out),
+  with ``usage``. Prompt tokens are counted as whitespace-separated words (or the length
+  of a token-id list): the lab has no tokenizer.
+* ``POST /v1/completions/render`` and ``/v1/chat/completions/render``: vLLM's renderer
+  answer, a list of ``{request_id, token_ids, sampling_params, model}`` (vllm-router
+  calls it).
+* ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (the pod's vLLM series,
+  ``pdlab.engine_expo``; no pod labels: Prometheus adds them from discovery).
+
+The P/D protocol (vLLM's NixlConnector): a request with ``kv_transfer_params:
+{do_remote_decode: true}`` at a prefill pod is prefilled and answered with one token
+and ``kv_transfer_params: {do_remote_prefill: true, do_remote_decode: false,
+remote_engine_id: <pod UID>, remote_block_ids: [...], remote_host: <pod IP>,
+remote_port: <port>, tp_size: 1}``; a request carrying those at a decode pod waits the
+KV transfer time, then decodes without prefilling. A decode request naming no prefill,
+an unknown one, or a prefill pod of another cell (namespace, PDDeployment, revision or
+config differ) is served as vLLM would (prefilled locally) and recorded as a pairing
+error; so is a whole request served by a prefill pod.
+
+    servers = PodServers(EngineParams())
+    servers.sync([pod_p, pod_d])          # PodInfo of Ready pods: serve them
+    # POST http://127.64.0.1:8000/v1/completions {"prompt": "hi", "max_tokens": 4}
+    servers.records.since(0)              # [{"kind": "decode", "ok": ..., ...}]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import itertools
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from pdlab.engine_expo import MODEL_NAME, render_pod
+from pdlab.engine_pods import PodInfo
+from pdscaler.sim.engine import TPOT_BUCKETS, TTFT_BUCKETS, EngineParams, PodStats
+from pdscaler.types import Role
+
+#: KV block size of the simulated engine (vLLM's default), for ``remote_block_ids``.
+BLOCK_TOKENS = 16
+#: ``max_tokens`` when a request gives none (vLLM's completions default).
+DEFAULT_MAX_TOKENS = 16
+#: Records kept (the oldest are dropped first).
+MAX_RECORDS = 100_000
+
+Extra = Callable[[PodInfo], PodStats | None]
+
+
+def count_tokens(prompt: Any) -> int:
+    """Prompt tokens without a tokenizer: words of a string, length of a token list.
+
+    >>> count_tokens("the quick brown fox"), count_tokens([1, 2, 3]), count_tokens("")
+    (4, 3, 1)
+    """
+    if isinstance(prompt, list):
+        if prompt and all(isinstance(x, int) for x in prompt):
+            return len(prompt)
+        return max(1, sum(count_tokens(x) for x in prompt))
+    return max(1, len(str(prompt).split()))
+
+
+def chat_prompt(messages: Any) -> str:
+    """The text of a chat request's messages (contents joined)."""
+    parts: list[str] = []
+    for msg in messages if isinstance(messages, list) else []:
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return " ".join(parts)
+
+
+def same_cell(a: PodInfo, b: PodInfo) -> bool:
+    """True if a prefill of ``a``'s KV can be decoded by ``b``: same namespace,
+    PDDeployment, revision and configuration."""
+    return (a.namespace, a.deployment, a.revision, a.config) == (
+        b.namespace,
+        b.deployment,
+        b.revision,
+        b.config,
+    )
+
+
+# ------------------------------------------------------------------ serving models
+
+
+@dataclass
+class _PrefillJob:
+    tokens: int
+    arrival: float
+    done: asyncio.Future[float]
+
+
+class PrefillModel:
+    """One prefill replica: a FIFO queue served in batches (module docstring)."""
+
+    def __init__(self, params: EngineParams, stats: PodStats) -> None:
+        self.p = params
+        self.stats = stats
+        self.queue: deque[_PrefillJob] = deque()
+        self.batch = 0
+        self._wake = asyncio.Event()
+
+    async def prefill(self, tokens: int) -> float:
+        """Wait for this prompt's prefill; its time to first token (seconds)."""
+        job = _PrefillJob(tokens, time.monotonic(), asyncio.get_running_loop().create_future())
+        self.queue.append(job)
+        self.stats.waiting = float(len(self.queue))
+        self._wake.set()
+        return await job.done
+
+    async def run(self) -> None:
+        st = self.stats
+        while True:
+            if not self.queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = [self.queue.popleft()]
+            tokens = batch[0].tokens
+            while self.queue and tokens + self.queue[0].tokens <= self.p.prefill_token_budget:
+                tokens += self.queue[0].tokens
+                batch.append(self.queue.popleft())
+            st.waiting, st.running = float(len(self.queue)), float(len(batch))
+            dur = self.p.prefill_overhead_s + tokens / self.p.prefill_tps
+            st.busy_s += dur
+            await asyncio.sleep(dur)
+            now = time.monotonic()
+            for job in batch:
+                ttft = now - job.arrival
+                st.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
+                st.ttft_sum += ttft
+                st.request_success += 1
+                st.prompt_tokens += job.tokens
+                st.request_prompt_tokens_sum += job.tokens
+                st.generation_tokens += 1
+                st.request_generation_tokens_sum += 1
+                if not job.done.done():
+                    job.done.set_result(ttft)
+            st.running = 0.0
+            st.waiting = float(len(self.queue))
+
+
+@dataclass
+class _Seq:
+    prompt: int
+    output: int
+    arrival: float
+    tokens: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
+    produced: int = 0
+
+    @property
+    def need(self) -> int:
+        return self.prompt + self.output
+
+
+class DecodeModel:
+    """One decode replica: continuous batching under slot and KV limits."""
+
+    def __init__(self, params: EngineParams, stats: PodStats) -> None:
+        self.p = params
+        self.stats = stats
+        self.waiting: deque[_Seq] = deque()
+        self.running: list[_Seq] = []
+        self.kv_tokens = 0.0
+        self.kv_reserved = 0
+        self._wake = asyncio.Event()
+
+    async def decode(self, prompt: int, output: int) -> AsyncIterator[int]:
+        """Admit a sequence whose KV is here; yield 1, 2, ... as its tokens come out."""
+        seq = _Seq(prompt, max(1, output), time.monotonic())
+        self.waiting.append(seq)
+        self._gauges()
+        self._wake.set()
+        for _ in range(seq.output):
+            yield await seq.tokens.get()
+
+    def _gauges(self) -> None:
+        st = self.stats
+        st.waiting, st.running = float(len(self.waiting)), float(len(self.running))
+        st.kv_usage = self.kv_reserved / self.p.decode_kv_tokens
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.p.decode_max_seqs:
+            seq = self.waiting[0]
+            if self.running and self.kv_reserved + seq.need > self.p.decode_kv_tokens:
+                break  # head-of-line: FIFO, as the model's admission
+            self.waiting.popleft()
+            self.running.append(seq)
+            self.kv_tokens += seq.prompt
+            self.kv_reserved += seq.need
+        self._gauges()
+
+    async def run(self) -> None:
+        st = self.stats
+        while True:
+            self._admit()
+            if not self.running:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            step = self.p.decode_step(len(self.running), self.kv_tokens)
+            t0 = time.monotonic()
+            await asyncio.sleep(step)
+            now = time.monotonic()
+            took = now - t0
+            st.busy_s += took
+            still: list[_Seq] = []
+            for seq in self.running:
+                seq.produced += 1
+                self.kv_tokens += 1
+                st.generation_tokens += 1
+                if seq.produced == 1:
+                    ttft = now - seq.arrival
+                    st.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
+                    st.ttft_sum += ttft
+                else:
+                    st.itl_counts[bisect.bisect_left(TPOT_BUCKETS, took)] += 1
+                    st.itl_sum += took
+                seq.tokens.put_nowait(seq.produced)
+                if seq.produced >= seq.output:
+                    st.request_success += 1
+                    st.prompt_tokens += seq.prompt
+                    st.request_prompt_tokens_sum += seq.prompt
+                    st.request_generation_tokens_sum += seq.output
+                    self.kv_tokens = max(0.0, self.kv_tokens - seq.need)
+                    self.kv_reserved -= seq.need
+                else:
+                    still.append(seq)
+            self.running = still
+            if not still:
+                self.kv_tokens = 0.0
+
+
+# ------------------------------------------------------------------ records
+
+
+class RecordLog:
+    """Every request's record, numbered from 1; thread-safe (read by the control port)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: deque[dict[str, Any]] = deque(maxlen=MAX_RECORDS)
+        self._seq = itertools.count(1)
+        self.pairing_errors = 0
+
+    def add(self, record: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            record["seq"] = next(self._seq)
+            if record.get("pairing_error"):
+                self.pairing_errors += 1
+            self._items.append(record)
+        return record
+
+    def since(self, seq: int = 0) -> list[dict[str, Any]]:
+        """Records numbered above ``seq``, oldest first."""
+        with self._lock:
+            return [r for r in self._items if r["seq"] > seq]
+
+    def page(self, seq: int = 0) -> dict[str, Any]:
+        """What ``GET /requests?since=`` answers."""
+        items = self.since(seq)
+        return {
+            "records": items,
+            "next": items[-1]["seq"] if items else seq,
+            "pairing_errors": self.pairing_errors,
+        }
+
+
+def _pod_fields(prefix: str, pod: PodInfo | None) -> dict[str, Any]:
+    return {
+        f"{prefix}_pod": pod.name if pod else None,
+        f"{prefix}_revision": pod.revision if pod else None,
+        f"{prefix}_version": pod.version if pod else None,
+        f"{prefix}_config": pod.config if pod else None,
+    }
+
+
+# ------------------------------------------------------------------ HTTP
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _token_text(i: int) -> str:
+    return f" tok{i}"
+
+
+class PodServer:
+    """One pod's engine and HTTP server (run inside ``PodServers``' event loop)."""
+
+    def __init__(self, pod: PodInfo, owner: PodServers) -> None:
+        self.pod = pod
+        self.owner = owner
+        self.stats = PodStats()
+        self.prefill = PrefillModel(owner.params, self.stats)
+        self.decode = DecodeModel(owner.params, self.stats)
+        self.runner: web.AppRunner | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+
+    # ----- life cycle
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions/render", self.render)
+        app.router.add_post("/v1/chat/completions/render", self.render)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.pod.ip, self.pod.port, reuse_address=True)
+        await site.start()
+        model = self.prefill.run() if self.pod.role is Role.PREFILL else self.decode.run()
+        self.tasks.append(asyncio.create_task(model))
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    # ----- simple routes
+    async def health(self, _req: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def models(self, _req: web.Request) -> web.Response:
+        card = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "pdlab"}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def metrics(self, _req: web.Request) -> web.Response:
+        stats = self.stats
+        extra = self.owner.extra(self.pod)
+        if extra is not None:
+            stats = PodStats()
+            stats.add(self.stats)
+            stats.add(extra)
+            stats.waiting = self.stats.waiting + extra.waiting
+            stats.running = self.stats.running + extra.running
+            stats.kv_usage = min(1.0, self.stats.kv_usage + extra.kv_usage)
+        return web.Response(text=render_pod(stats), content_type="text/plain")
+
+    async def render(self, req: web.Request) -> web.Response:
+        body = await req.json()
+        text = body.get("prompt") if "prompt" in body else chat_prompt(body.get("messages"))
+        n = count_tokens(text)
+        rid = req.headers.get("X-Request-Id") or f"cmpl-{uuid.uuid4().hex}"
+        sampling = {"max_tokens": body.get("max_tokens") or DEFAULT_MAX_TOKENS}
+        gen = {
+            "request_id": rid,
+            "token_ids": list(range(1, n + 1)),
+            "sampling_params": sampling,
+            "model": body.get("model") or MODEL_NAME,
+        }
+        return web.json_response([gen])
+
+    # ----- generation
+    async def completions(self, req: web.Request) -> web.StreamResponse:
+        body = await req.json()
+        return await self._generate(req, body, count_tokens(body.get("prompt", "")), chat=False)
+
+    async def chat(self, req: web.Request) -> web.StreamResponse:
+        body = await req.json()
+        prompt = count_tokens(chat_prompt(body.get("messages")))
+        return await self._generate(req, body, prompt, chat=True)
+
+    def _kv_out(self, prompt: int) -> dict[str, Any]:
+        blocks = -(-prompt // BLOCK_TOKENS)
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_engine_id": self.pod.engine_id,
+            "remote_block_ids": list(range(blocks)),
+            "remote_host": self.pod.ip,
+            "remote_port": self.pod.port,
+            "tp_size": 1,
+        }
+
+    async def _generate(
+        self, req: web.Request, body: dict[str, Any], prompt: int, *, chat: bool
+    ) -> web.StreamResponse:
+        t0 = time.monotonic()
+        rid = req.headers.get("X-Request-Id") or f"cmpl-{uuid.uuid4().hex}"
+        kv_in = body.get("kv_transfer_params") or {}
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        output = int(max_tokens) if max_tokens else DEFAULT_MAX_TOKENS
+        record: dict[str, Any] = {
+            "request_id": rid,
+            "time": time.time(),
+            "namespace": self.pod.namespace,
+            "deployment": self.pod.deployment,
+            "prompt_tokens": prompt,
+        }
+        params = self.owner.params
+        kv_out: dict[str, Any] | None = None
+        if self.pod.role is Role.PREFILL and kv_in.get("do_remote_decode"):
+            output = 1
+            await self.prefill.prefill(prompt)
+            kv_out = self._kv_out(prompt)
+            record.update(kind="prefill", ok=True, pairing_error=False, kv_transfer=False)
+            record.update(_pod_fields("prefill", self.pod), **_pod_fields("decode", None))
+            tokens: AsyncIterator[int] = _one_token()
+        elif self.pod.role is Role.PREFILL:
+            await self.prefill.prefill(prompt)
+            tokens = _counted(output)
+            record.update(kind="decode", ok=False, pairing_error=True, kv_transfer=False)
+            record.update(_pod_fields("prefill", self.pod), **_pod_fields("decode", self.pod))
+            record["error"] = "served whole by a prefill pod (no decode hand-off)"
+        else:
+            source = self.owner.lookup(kv_in) if kv_in.get("do_remote_prefill") else None
+            record.update(kind="decode", kv_transfer=source is not None)
+            record.update(_pod_fields("prefill", source), **_pod_fields("decode", self.pod))
+            if source is None:
+                why = "names an unknown prefill" if kv_in.get("do_remote_prefill") else None
+                record["error"] = why or "no KV hand-off: prefilled locally"
+                await asyncio.sleep(params.prefill_overhead_s + prompt / params.prefill_tps)
+            elif not same_cell(source, self.pod):
+                record["error"] = (
+                    f"KV from {source.name} (revision {source.revision}, config "
+                    f"{source.config}) at a decode of revision {self.pod.revision}, config "
+                    f"{self.pod.config}"
+                )
+            if source is not None:
+                transfer = params.kv_handoff_base_s + params.kv_handoff_s_per_token * prompt
+                await asyncio.sleep(transfer)
+            record["pairing_error"] = "error" in record
+            record["ok"] = not record["pairing_error"]
+            tokens = self.decode.decode(prompt, output)
+        if record.get("pairing_error"):
+            self.owner.say(f"pairing error {rid} at {self.pod.name}: {record['error']}")
+        try:
+            if body.get("stream"):
+                timed = _first_token_timed(tokens, record, t0)
+                return await self._stream(req, body, rid, prompt, output, timed, chat, kv_out)
+            n = 0
+            async for n in tokens:
+                if n == 1:
+                    record["ttft_s"] = time.monotonic() - t0
+            text = "".join(_token_text(i) for i in range(1, n + 1))
+            return web.json_response(self._answer(rid, body, prompt, n, text, chat, kv_out))
+        finally:
+            record["e2e_s"] = time.monotonic() - t0
+            self.owner.records.add(record)
+
+    def _answer(
+        self,
+        rid: str,
+        body: dict[str, Any],
+        prompt: int,
+        n: int,
+        text: str,
+        chat: bool,
+        kv_out: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice.update(text=text, stop_reason=None)
+        return {
+            "id": rid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model") or MODEL_NAME,
+            "choices": [choice],
+            "usage": _usage(prompt, n),
+            "kv_transfer_params": kv_out,
+        }
+
+    async def _stream(
+        self,
+        req: web.Request,
+        body: dict[str, Any],
+        rid: str,
+        prompt: int,
+        output: int,
+        tokens: AsyncIterator[int],
+        chat: bool,
+        kv_out: dict[str, Any] | None,
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(req)
+        model = body.get("model") or MODEL_NAME
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        base = {"id": rid, "object": kind, "created": int(time.time()), "model": model}
+
+        async def send(doc: dict[str, Any] | str) -> None:
+            data = doc if isinstance(doc, str) else json.dumps(doc)
+            await resp.write(f"data: {data}\n\n".encode())
+
+        if chat:
+            delta = {"role": "assistant", "content": ""}
+            await send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        n = 0
+        async for n in tokens:
+            last = n >= output
+            choice: dict[str, Any] = {"index": 0, "logprobs": None}
+            if chat:
+                choice["delta"] = {"content": _token_text(n)}
+            else:
+                choice["text"] = _token_text(n)
+            choice["finish_reason"] = "length" if last else None
+            chunk = {**base, "choices": [choice]}
+            if last and kv_out is not None:
+                chunk["kv_transfer_params"] = kv_out
+            await send(chunk)
+        opts = body.get("stream_options") or {}
+        if opts.get("include_usage"):
+            await send({**base, "choices": [], "usage": _usage(prompt, n)})
+        await send("[DONE]")
+        await resp.write_eof()
+        return resp
+
+
+async def _first_token_timed(
+    tokens: AsyncIterator[int], record: dict[str, Any], t0: float
+) -> AsyncIterator[int]:
+    """``tokens``, writing the time to the first one into ``record["ttft_s"]``."""
+    async for n in tokens:
+        if n == 1:
+            record["ttft_s"] = time.monotonic() - t0
+        yield n
+
+
+async def _one_token() -> AsyncIterator[int]:
+    yield 1
+
+
+async def _counted(n: int) -> AsyncIterator[int]:
+    """A locally decoded answer on a prefill pod: tokens at a nominal 10 ms each."""
+    for i in range(1, n + 1):
+        await asyncio.sleep(0.01)
+        yield i
+
+
+class PodServers:
+    """Every served pod, in one asyncio event loop on a background thread.
+
+    ``sync(pods)`` serves the Ready ones (at ``pod.ip:pod.port``) and stops the others;
+    ``extra`` adds a pod's synthetic (scenario) series to its ``/metrics``.
+    """
+
+    def __init__(
+        self,
+        params: EngineParams,
+        *,
+        extra: Extra | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.params = params
+        self.extra: Extra = extra or (lambda _pod: None)
+        self.say: Callable[[str], None] = say or (lambda _line: None)
+        self.records = RecordLog()
+        self.servers: dict[tuple[str, str], PodServer] = {}
+        #: every pod ever served, by engine id and by address (a gone prefill still
+        #: names its cell when its KV hand-off arrives)
+        self.known_ids: dict[str, PodInfo] = {}
+        self.known_addr: dict[str, PodInfo] = {}
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="pods", daemon=True)
+        self._thread.start()
+
+    def lookup(self, kv: dict[str, Any]) -> PodInfo | None:
+        """The prefill pod named by NixlConnector params (engine id, else host:port)."""
+        pod = self.known_ids.get(str(kv.get("remote_engine_id")))
+        if pod is None:
+            pod = self.known_addr.get(f"{kv.get('remote_host')}:{kv.get('remote_port')}")
+        return pod
+
+    def sync(self, pods: Sequence[PodInfo], timeout: float = 10.0) -> list[str]:
+        """Serve exactly the Ready pods among ``pods``; lines saying what changed."""
+        fut = asyncio.run_coroutine_threadsafe(self._sync(list(pods)), self.loop)
+        return fut.result(timeout)
+
+    async def _sync(self, pods: list[PodInfo]) -> list[str]:
+        said: list[str] = []
+        ready = {(p.namespace, p.name): p for p in pods if p.ready and p.ip}
+        for key in [k for k, s in self.servers.items() if ready.get(k) != s.pod]:
+            server = self.servers.pop(key)
+            await server.stop()
+            said.append(f"{server.pod.role.value} pod {key[1]} stopped ({server.pod.address})")
+        for key, pod in ready.items():
+            if key in self.servers:
+                continue
+            server = PodServer(pod, self)
+            try:
+                await server.start()
+            except OSError as err:
+                said.append(f"cannot serve {key[1]} at {pod.address}: {err}")
+                await server.stop()
+                continue
+            self.servers[key] = server
+            self.known_ids[pod.engine_id] = pod
+            self.known_addr[pod.address] = pod
+            said.append(f"{pod.role.value} pod {key[1]} serving at http://{pod.address}")
+        return said
+
+    def stats(self, namespace: str, pod: str) -> PodStats | None:
+        """The live series of a served pod (None if not served)."""
+        server = self.servers.get((namespace, pod))
+        return server.stats if server else None
+
+    def close(self) -> None:
+        """Stop every server and the loop."""
+        with contextlib.suppress(Exception):
+            self.sync([])
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)

@@ -1,0 +1,282 @@
+"""The lab's kubelet for router pods: run a Ready router pod's container as a local process.
+
+Owns: for every Ready pod labelled ``pdscaler.io/role=router`` (in the namespaces it is
+given, on the lab's API server), starting the pod's router container ``command`` +
+``args`` as a process on the lab host, with ``--host`` set to the pod IP, the container's
+literal ``env`` plus ``KUBECONFIG`` (the lab's admin kubeconfig), its output in
+``<lab>/logs/pods/<namespace>_<pod>.log``; stopping it (by the PID it started) when the
+pod goes away or stops being Ready. Must not: run any executable outside
+``ALLOWED`` (a tenant's pod spec must not run arbitrary binaries on the lab host), bind
+anything but the pod IP, or stop a process it did not start.
+
+Why ``--host`` is rewritten: in a pod, ``--host 0.0.0.0`` binds the pod's own network
+namespace, i.e. the pod IP. On the lab host every pod shares one network namespace, so
+the runner binds the pod IP itself (kwok gives pods loopback IPs, 127.64.0.0/16).
+Why the admin kubeconfig: a router with ``--service-discovery`` lists and watches pods
+through the API server, as it would with its ServiceAccount; in the lab the admin
+credentials stand in for that ServiceAccount (lab only).
+
+The pod's ``command``/``args`` (Kubernetes semantics: ``command`` replaces the image's
+entrypoint; the lab has no images, so a pod must give ``command``):
+
+    command: [vllm-router]
+    args: [--vllm-pd-disaggregation, --service-discovery, --prefill-selector,
+           pdscaler.io/name=chat, ..., --host, 0.0.0.0, --port, "8000"]
+
+runs ``<venv>/bin/vllm-router --vllm-pd-disaggregation ... --host 127.64.0.9 --port 8000``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from pdlab.engine_pods import is_serving
+from pdscaler.naming import LABEL_ROLE
+
+ROUTER_ROLE = "router"
+#: Executables a router pod may run (looked up in the virtualenv, then on PATH).
+ALLOWED = ("vllm-router", "sglang-router", "smg")
+#: ``python -m <module>`` launchers a router pod may run (with the lab's Python).
+ALLOWED_MODULES = ("sglang_router.launch_router",)
+PYTHONS = ("python", "python3")
+STOP_GRACE_S = 5.0
+
+
+class NotAllowedError(ValueError):
+    """The pod's command is not a router on the allow-list."""
+
+
+def resolve(command: Sequence[str], args: Sequence[str]) -> list[str]:
+    """The argv to run for a container's ``command`` + ``args``; raises NotAllowedError.
+
+    ``["vllm-router"]`` -> ``[<venv>/bin/vllm-router, *args]``;
+    ``["python", "-m", "sglang_router.launch_router"]`` -> ``[sys.executable, "-m", ...]``.
+    Paths are reduced to their name (``/usr/local/bin/vllm-router`` -> ``vllm-router``).
+    """
+    full = [*command, *args]
+    if not full:
+        raise NotAllowedError("the pod gives no command (the lab has no images)")
+    exe = Path(full[0]).name
+    if exe in PYTHONS:
+        if len(full) >= 3 and full[1] == "-m" and full[2] in ALLOWED_MODULES:
+            return [sys.executable, *full[1:]]
+        raise NotAllowedError(f"python may only run -m {' | '.join(ALLOWED_MODULES)}: {full[:3]}")
+    if exe not in ALLOWED:
+        raise NotAllowedError(f"{exe!r} is not an allowed router ({', '.join(ALLOWED)})")
+    venv_bin = Path(sys.executable).parent
+    found = venv_bin / exe if (venv_bin / exe).exists() else shutil.which(exe)
+    if not found:
+        raise NotAllowedError(f"{exe} is not installed (pip install vllm-router)")
+    return [str(found), *full[1:]]
+
+
+def with_host(argv: Sequence[str], ip: str) -> list[str]:
+    """``--host X`` / ``--host=X`` replaced by the pod IP, or ``--host <ip>`` added."""
+    out: list[str] = []
+    found = False
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--host" and i + 1 < len(argv):
+            out += ["--host", ip]
+            found = skip = True
+        elif arg.startswith("--host="):
+            out.append(f"--host={ip}")
+            found = True
+        else:
+            out.append(arg)
+    return out if found else [*out, "--host", ip]
+
+
+def container_of(pod: Any) -> Any:
+    """The router container: the one named ``router``, else the first."""
+    containers = pod.spec.containers or []
+    named = [c for c in containers if c.name == ROUTER_ROLE]
+    return (named or containers)[0]
+
+
+def literal_env(container: Any) -> dict[str, str]:
+    """The container's ``env`` entries with literal values (``valueFrom`` is not
+    resolved in the lab)."""
+    return {e.name: e.value for e in container.env or [] if e.value is not None}
+
+
+@dataclass
+class Running:
+    """One router process the runner started."""
+
+    key: tuple[str, str]
+    uid: str
+    ip: str
+    argv: list[str]
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+class PodRunner:
+    """Run the Ready router pods of some namespaces (module docstring)."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_dir: Path,
+        namespaces: Sequence[str] | None = None,
+        *,
+        poll_s: float = 1.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        self._api = client.CoreV1Api(api_client)
+        self.kubeconfig = kubeconfig
+        self.log_dir = log_dir
+        self.namespaces = list(namespaces) if namespaces else None
+        self.poll_s = poll_s
+        self.say: Callable[[str], None] = say or (lambda _line: None)
+        self.running: dict[tuple[str, str], Running] = {}
+        self.refused: dict[tuple[str, str], str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _pods(self) -> list[Any]:
+        selector = f"{LABEL_ROLE}={ROUTER_ROLE}"
+        if self.namespaces is None:
+            return list(
+                self._api.list_pod_for_all_namespaces(
+                    label_selector=selector, _request_timeout=10
+                ).items
+            )
+        out: list[Any] = []
+        for ns in self.namespaces:
+            out += self._api.list_namespaced_pod(
+                ns, label_selector=selector, _request_timeout=10
+            ).items
+        return out
+
+    def sync(self) -> None:
+        """One poll: start the new Ready router pods, stop the others."""
+        pods = self._pods()
+        with self._lock:
+            wanted: dict[tuple[str, str], Any] = {}
+            for pod in pods:
+                if is_serving(pod) and pod.status.pod_ip:
+                    wanted[(pod.metadata.namespace, pod.metadata.name)] = pod
+            for key, run in list(self.running.items()):
+                pod = wanted.get(key)
+                if pod is None or pod.metadata.uid != run.uid or run.proc.poll() is not None:
+                    why = "exited" if run.proc.poll() is not None else "not Ready or gone"
+                    self._stop_one(run, why)
+            for key, pod in wanted.items():
+                if key not in self.running and key not in self.refused:
+                    self._start_one(key, pod)
+            for key in [k for k in self.refused if k not in wanted]:
+                del self.refused[key]
+
+    def _start_one(self, key: tuple[str, str], pod: Any) -> None:
+        container = container_of(pod)
+        try:
+            argv = resolve(container.command or [], container.args or [])
+        except NotAllowedError as err:
+            self.refused[key] = str(err)
+            self.say(f"pod {key[0]}/{key[1]}: not run: {err}")
+            return
+        argv = with_host(argv, pod.status.pod_ip)
+        env = {**os.environ, **literal_env(container), "KUBECONFIG": str(self.kubeconfig)}
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"{key[0]}_{key[1]}.log"
+        with log.open("ab") as fh:
+            fh.write(f"--- {time.strftime('%F %T')} {' '.join(argv)}\n".encode())
+            fh.flush()
+            proc = subprocess.Popen(
+                argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        self.running[key] = Running(key, pod.metadata.uid, pod.status.pod_ip, argv, proc, log)
+        self.say(f"pod {key[0]}/{key[1]}: started {Path(argv[0]).name} (pid {proc.pid}) at "
+                 f"{pod.status.pod_ip}; log {log}")  # fmt: skip
+
+    def _stop_one(self, run: Running, why: str) -> None:
+        self.running.pop(run.key, None)
+        proc = run.proc
+        if proc.poll() is None:
+            # its own session: the group id is the PID we started
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(STOP_GRACE_S)
+        self.say(f"pod {run.key[0]}/{run.key[1]}: stopped pid {proc.pid} ({why})")
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception as err:  # the API server may be restarting
+                self.say(f"router pod poll failed: {err!r}")
+            self._stop.wait(self.poll_s)
+
+    def start(self) -> PodRunner:
+        """Poll in a background thread until ``stop``."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="podrunner", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop polling and every process started."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self._lock:
+            for run in list(self.running.values()):
+                self._stop_one(run, "runner stopping")
+
+    def __enter__(self) -> PodRunner:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(namespaces: Sequence[str] | None) -> int:
+    """`python -m pdlab pod-runner`: run until SIGTERM/SIGINT; 0 on a clean stop."""
+    from pdlab.lab import Lab
+
+    lab = Lab()
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    runner = PodRunner(
+        lab.kubeconfig,
+        lab.dir / "logs" / "pods",
+        namespaces,
+        say=lambda line: print(f"pod-runner {time.strftime('%H:%M:%S')} {line}", flush=True),
+    )
+    runner.start()
+    try:
+        done.wait()
+    finally:
+        runner.stop()
+    return 0

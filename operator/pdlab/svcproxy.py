@@ -1,0 +1,270 @@
+"""A kube-proxy stand-in for the lab: a Service reachable on a local port.
+
+Owns: listening on ``127.0.0.1:<port>`` and forwarding each TCP connection to one Ready
+endpoint of a Service (namespace/name), taken round robin (as kube-proxy's userspace
+mode did), refreshing the endpoints every second. Must not: change anything in the
+cluster, or listen anywhere but loopback.
+
+Where the endpoints come from: the Service's EndpointSlices when they list any; else
+the Service's selector resolved against its namespace's Ready pods, the target port by
+name or number, as the EndpointSlice controller would. The lab needs the second way:
+its pod IPs are loopback addresses (kwok, 127.64.0.0/16), and the API server refuses
+loopback addresses in EndpointSlices and Endpoints ("may not be in the loopback
+range"), so the controller-manager cannot write them.
+
+A Service ``chat`` (port 8000 named ``http``) whose EndpointSlices list the Ready
+router pods 127.64.0.9 and 127.64.0.12 (port 8000):
+
+    with SvcProxy(kubeconfig, "serving", "chat", 28000) as proxy:
+        # http://127.0.0.1:28000/v1/completions -> 127.64.0.9:8000, then 127.64.0.12:8000
+        proxy.endpoints()                     # ["127.64.0.9:8000", "127.64.0.12:8000"]
+
+    python -m pdlab proxy --namespace serving --service chat --port 28000
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from pdlab.engine_pods import is_serving
+
+#: The label every EndpointSlice of a Service carries.
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def selected_endpoints(service: Any, pods: list[Any], port: str | int | None = None) -> list[str]:
+    """``podIP:targetPort`` of the Ready pods a Service selects (kubernetes-client
+    V1Service and V1Pods); ``port``: the Service port's name or number (None: first)."""
+    selector = service.spec.selector or {}
+    sports = [
+        p for p in service.spec.ports or [] if port is None or port in (p.name, p.port, str(p.port))
+    ][:1]
+    if not selector or not sports:
+        return []
+    target = sports[0].target_port if sports[0].target_port is not None else sports[0].port
+    out: list[str] = []
+    for pod in pods:
+        labels = pod.metadata.labels or {}
+        if any(labels.get(k) != v for k, v in selector.items()) or not is_serving(pod):
+            continue
+        if not pod.status.pod_ip:
+            continue
+        number: int | None = None
+        if isinstance(target, int) or str(target).isdigit():
+            number = int(target)
+        else:
+            for c in pod.spec.containers or []:
+                for cp in c.ports or []:
+                    if cp.name == target:
+                        number = int(cp.container_port)
+        if number is not None:
+            out.append(f"{pod.status.pod_ip}:{number}")
+    return sorted(set(out))
+
+
+def ready_endpoints(slices: list[Any], port: str | int | None = None) -> list[str]:
+    """``host:port`` of every ready endpoint in kubernetes-client V1EndpointSlices.
+
+    ``port``: the Service port's name (or number) to pick; None: the first port.
+    Endpoints whose ``conditions.ready`` is False are left out (None counts as ready,
+    as kube-proxy reads it).
+    """
+    out: list[str] = []
+    for sl in slices:
+        ports = sl.ports or []
+        chosen = [p for p in ports if port is None or p.name == port or str(p.port) == str(port)][
+            :1
+        ]
+        if not chosen or chosen[0].port is None:
+            continue
+        for ep in sl.endpoints or []:
+            cond = ep.conditions
+            if cond is not None and cond.ready is False:
+                continue
+            if cond is not None and cond.terminating:
+                continue
+            out.extend(f"{addr}:{chosen[0].port}" for addr in ep.addresses or [])
+    return sorted(set(out))
+
+
+class SvcProxy:
+    """Forward ``127.0.0.1:port`` to the Ready endpoints of one Service (docstring)."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        service: str,
+        port: int,
+        *,
+        service_port: str | int | None = None,
+        refresh_s: float = 1.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        self._api = client.DiscoveryV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.service = service
+        self.port = port
+        self.service_port = service_port
+        self.refresh_s = refresh_s
+        self.say: Callable[[str], None] = say or (lambda _line: None)
+        self._endpoints: list[str] = []
+        self._cycle: Any = iter(())
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._threads: list[threading.Thread] = []
+        self.connections = 0
+
+    # ----- endpoints
+    def refresh(self) -> list[str]:
+        """Read the Service's EndpointSlices now; the ready endpoints."""
+        slices = self._api.list_namespaced_endpoint_slice(
+            self.namespace,
+            label_selector=f"{SERVICE_NAME_LABEL}={self.service}",
+            _request_timeout=5,
+        ).items
+        found = ready_endpoints(slices, self.service_port)
+        if not found:  # loopback pod IPs: no EndpointSlice can list them (docstring)
+            service = self._core.read_namespaced_service(
+                self.service, self.namespace, _request_timeout=5
+            )
+            wanted = (service.spec.selector if service.spec else None) or {}
+            selector = ",".join(f"{k}={v}" for k, v in wanted.items())
+            pods = (
+                self._core.list_namespaced_pod(
+                    self.namespace, label_selector=selector, _request_timeout=5
+                ).items
+                if selector
+                else []
+            )
+            found = selected_endpoints(service, pods, self.service_port)
+        with self._lock:
+            if found != self._endpoints:
+                self.say(f"{self.namespace}/{self.service} endpoints: {found or 'none'}")
+                self._endpoints = found
+                self._cycle = itertools.cycle(found)
+        return found
+
+    def endpoints(self) -> list[str]:
+        """The ready endpoints as last read."""
+        with self._lock:
+            return list(self._endpoints)
+
+    def _pick(self) -> str | None:
+        with self._lock:
+            return next(self._cycle, None) if self._endpoints else None
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception as err:  # the API server may be restarting
+                self.say(f"endpoint poll failed: {err!r}")
+            self._stop.wait(self.refresh_s)
+
+    # ----- forwarding
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        target = self._pick()
+        if target is None:
+            writer.close()  # no ready endpoint: refused, as a Service without endpoints
+            return
+        host, _, port = target.rpartition(":")
+        try:
+            up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            with contextlib.suppress(OSError):
+                if dst.can_write_eof():
+                    dst.write_eof()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        for w in (writer, up_writer):
+            with contextlib.suppress(OSError):
+                w.close()
+
+    async def _serve(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+
+    # ----- life cycle
+    def start(self, wait_endpoints_s: float = 0.0) -> SvcProxy:
+        """Listen and start the endpoint poll; optionally wait for a ready endpoint."""
+        self._stop.clear()
+        with contextlib.suppress(Exception):
+            self.refresh()
+        loop_thread = threading.Thread(target=self._loop.run_forever, name="svcproxy", daemon=True)
+        loop_thread.start()
+        asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(10)
+        poll = threading.Thread(target=self._poll, name="svcproxy-poll", daemon=True)
+        poll.start()
+        self._threads = [loop_thread, poll]
+        deadline = time.monotonic() + wait_endpoints_s
+        while wait_endpoints_s and not self.endpoints() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and stop polling."""
+        self._stop.set()
+
+        async def close() -> None:
+            if self._server is not None:
+                self._server.close()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def __enter__(self) -> SvcProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(namespace: str, service: str, port: int, service_port: str | None) -> int:
+    """`python -m pdlab proxy`: run until SIGTERM/SIGINT; 0 on a clean stop."""
+    from pdlab.lab import Lab
+
+    lab = Lab()
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    proxy = SvcProxy(
+        lab.kubeconfig,
+        namespace,
+        service,
+        port,
+        service_port=service_port,
+        say=lambda line: print(f"svcproxy {time.strftime('%H:%M:%S')} {line}", flush=True),
+    )
+    proxy.start()
+    proxy.say(f"http://127.0.0.1:{port} -> service {namespace}/{service}")
+    try:
+        done.wait()
+    finally:
+        proxy.stop()
+    return 0
