@@ -35,17 +35,31 @@ from pdscaler import rollout, tick
 from pdscaler.kube import Kube, load_api_client
 from pdscaler.manifests import Meta
 from pdscaler.plan import Plan
-from pdscaler.prometheus import MetricsUnavailableError, PrometheusClient, read_snapshot
+from pdscaler.prometheus import (
+    DEFAULT_ALLOWED_URLS,
+    DEFAULT_MAX_BODY_BYTES,
+    REASON_NOT_ALLOWED,
+    MetricsUnavailableError,
+    PrometheusClient,
+    parse_allowed_urls,
+    read_snapshot,
+    url_allowed,
+)
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.telemetry import Telemetry
-from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory, Role
+from pdscaler.types import ConditionReason, Decision, MetricsSnapshot, PolicyMemory, Role
 
 log = logging.getLogger("pdscaler.reconcile")
 
 #: Overrides every PDDeployment's ``metrics.prometheus.url`` (an operator run outside
 #: the cluster, e.g. the lab demo, reaching Prometheus on another address).
 PROMETHEUS_URL_ENV = "PDSCALER_PROMETHEUS_URL"
-PROMETHEUS_TIMEOUT_SECONDS = 5.0
+#: The Prometheus URLs (comma-separated prefixes) a PDDeployment may name; unset: only
+#: ``prometheus.DEFAULT_ALLOWED_URLS`` (the CRD's default URL).
+PROMETHEUS_ALLOWED_URLS_ENV = "PDSCALER_PROMETHEUS_ALLOWED_URLS"
+#: The largest Prometheus answer read, in bytes (default 4 MiB).
+PROMETHEUS_MAX_BODY_ENV = "PDSCALER_PROMETHEUS_MAX_BODY_BYTES"
+PROMETHEUS_TIMEOUT_SECONDS = 5.0  # the total deadline of one query
 
 Obj = dict[str, Any]
 
@@ -73,12 +87,19 @@ class Runtime:
     """Everything a tick needs that outlives it: the API client (with its write audit),
     Prometheus clients by URL, telemetry, the policy memory by PDDeployment uid, and a
     lock per PDDeployment (kopf may run a spec-change handler while its daemon ticks).
+
+    ``prometheus_url`` replaces every PDDeployment's URL (then no PDDeployment's own URL
+    is ever contacted); otherwise a PDDeployment's URL is queried only if it is under one
+    of ``prometheus_allowed`` (``prometheus.url_allowed``; None: any URL, for tests and
+    embedding; ``from_environment`` always sets a list).
     """
 
     kube: Kube
     telemetry: Telemetry = field(default_factory=Telemetry)
     clock: Callable[[], float] = time.time
     prometheus_url: str | None = None
+    prometheus_allowed: tuple[str, ...] | None = None
+    prometheus_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     #: Replaces Prometheus (tests, the overhead benchmark): returns the snapshot or
     #: raises ``MetricsUnavailableError``.
     metrics_source: Callable[[PDDeploymentSpec, str, str, float], MetricsSnapshot] | None = None
@@ -95,16 +116,39 @@ class Runtime:
 
     @staticmethod
     def from_environment() -> Runtime:
-        """The kubeconfig / in-cluster API client and ``$PDSCALER_PROMETHEUS_URL``."""
+        """The kubeconfig / in-cluster API client, ``$PDSCALER_PROMETHEUS_URL``, the
+        allow-list ``$PDSCALER_PROMETHEUS_ALLOWED_URLS`` (unset or empty: the CRD's default
+        URL only) and ``$PDSCALER_PROMETHEUS_MAX_BODY_BYTES``. Raises ValueError for a
+        body cap that is not a positive integer."""
+        allowed = parse_allowed_urls(os.environ.get(PROMETHEUS_ALLOWED_URLS_ENV, ""))
+        cap = os.environ.get(PROMETHEUS_MAX_BODY_ENV, "").strip()
+        max_body = int(cap) if cap else DEFAULT_MAX_BODY_BYTES
+        if max_body <= 0:
+            raise ValueError(f"{PROMETHEUS_MAX_BODY_ENV} must be a positive number of bytes")
         return Runtime(
-            kube=Kube(load_api_client()), prometheus_url=os.environ.get(PROMETHEUS_URL_ENV)
+            kube=Kube(load_api_client()),
+            prometheus_url=os.environ.get(PROMETHEUS_URL_ENV) or None,
+            prometheus_allowed=allowed or DEFAULT_ALLOWED_URLS,
+            prometheus_max_body_bytes=max_body,
         )
 
     def prometheus(self, url: str) -> PrometheusClient:
+        """The client for a PDDeployment's ``metrics.prometheus.url`` (or the override).
+        Raises ``MetricsUnavailableError`` (``PrometheusNotAllowed``) for a URL outside
+        the allow-list: no request is made."""
         target = self.prometheus_url or url
+        allowed = self.prometheus_allowed
+        if self.prometheus_url is None and allowed is not None and not url_allowed(url, allowed):
+            raise MetricsUnavailableError(
+                REASON_NOT_ALLOWED,
+                f"metrics.prometheus.url is not one the operator may query "
+                f"(allowed: {', '.join(allowed)}); no query sent",
+            )
         with self._guard:
             if target not in self._clients:
-                self._clients[target] = PrometheusClient(target, PROMETHEUS_TIMEOUT_SECONDS)
+                self._clients[target] = PrometheusClient(
+                    target, PROMETHEUS_TIMEOUT_SECONDS, self.prometheus_max_body_bytes
+                )
             return self._clients[target]
 
     def lock(self, namespace: str, name: str) -> threading.Lock:
@@ -200,7 +244,7 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
     rt.uids[(namespace, name)] = uid
     owner = Meta(name=name, namespace=namespace, uid=uid)
     observed = rt.kube.observe(namespace, name, tick.wanted_objects(owner, spec))
-    metrics, metrics_error = _read_metrics(rt, spec, namespace, name, now)
+    metrics, metrics_error, metrics_reason = _read_metrics(rt, spec, namespace, name, now)
     return pdd, tick.TickFacts(
         now=now,
         owner=owner,
@@ -209,6 +253,7 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
         observed=observed,
         metrics=metrics,
         metrics_error=metrics_error,
+        metrics_reason=metrics_reason,
         raw_status=pdd.get("status"),
         memory=rt.memory.get(uid),
         rollout=rt.rollouts.get(uid),
@@ -260,14 +305,15 @@ def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
 
 def _read_metrics(
     rt: Runtime, spec: PDDeploymentSpec, namespace: str, name: str, now: float
-) -> tuple[MetricsSnapshot | None, str | None]:
+) -> tuple[MetricsSnapshot | None, str | None, ConditionReason | None]:
+    """(snapshot, None, None), or (None, why, the MetricsAvailable reason)."""
     try:
         if rt.metrics_source is not None:
-            return rt.metrics_source(spec, namespace, name, now), None
+            return rt.metrics_source(spec, namespace, name, now), None, None
         client = rt.prometheus(spec.metrics.prometheus.url)
-        return read_snapshot(client, spec, namespace, name, now), None
+        return read_snapshot(client, spec, namespace, name, now), None, None
     except MetricsUnavailableError as err:
-        return None, err.message
+        return None, err.message, err.condition_reason
 
 
 # ---------------------------------------------------------------- benchmark hook

@@ -127,7 +127,7 @@ def test_query_rejected_by_prometheus_names_the_query() -> None:
             REASON_HTTP_ERROR,
             "HTTP 503: timeout: query timed out",
         ),
-        (404, b"404 page not found", REASON_HTTP_ERROR, "HTTP 404: 404 page not found"),
+        (404, b"404 page not found", REASON_HTTP_ERROR, "HTTP 404: Not Found"),
         (200, b"<html>login</html>", REASON_BAD_ANSWER, "answered 200 with no JSON"),
         (200, b'{"status":"error","error":"x"}', REASON_QUERY_FAILED, "error: x"),
     ],
