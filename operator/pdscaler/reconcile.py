@@ -45,7 +45,7 @@ from pdscaler.prometheus import (
     read_snapshot,
     url_allowed,
 )
-from pdscaler.spec import PDDeploymentSpec
+from pdscaler.spec import PDDeploymentSpec, parse_spec_lenient
 from pdscaler.telemetry import Telemetry
 from pdscaler.types import ConditionReason, Decision, MetricsSnapshot, PolicyMemory, Role
 
@@ -288,12 +288,14 @@ def _publish(rt: Runtime, pdd: Obj, event: tick.Event) -> str:
 
 
 def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
-    """The typed spec; a spec the API server admitted but the model refuses (a CRD
-    older than the operator) gets one Warning Event per generation."""
+    """The typed spec, read leniently (``spec.parse_spec_lenient``): fields this operator
+    does not know (a CRD newer than the operator) are ignored and named in one Warning
+    Event ``UnknownFields`` per generation, and the PDDeployment keeps scaling. A spec the
+    model refuses in the fields it knows gets one Warning Event per generation."""
+    meta = pdd["metadata"]
     try:
-        return PDDeploymentSpec.model_validate(pdd.get("spec") or {})
+        spec, unknown = parse_spec_lenient(pdd.get("spec") or {})
     except pydantic.ValidationError as err:
-        meta = pdd["metadata"]
         key = ("invalid", str(meta.get("uid")), str(meta.get("generation")))
         if key not in rt.warned:
             rt.warned.add(key)
@@ -301,6 +303,20 @@ def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
             where = ".".join(str(p) for p in first["loc"])
             rt.kube.event(pdd, "InvalidSpec", f"spec.{where}: {first['msg']}", "Warning")
         return None
+    key = ("unknown", str(meta.get("uid")), str(meta.get("generation")))
+    if unknown and key not in rt.warned:
+        rt.warned.add(key)
+        rt.kube.event(pdd, "UnknownFields", unknown_fields_message(unknown), "Warning")
+    return spec
+
+
+def unknown_fields_message(unknown: tuple[str, ...]) -> str:
+    """``spec.a, spec.b.c: not known to this pdscaler version (a newer CRD?); ignored``
+    (at most 10 paths, then how many more)."""
+    shown = ", ".join(unknown[:10]) + (
+        f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+    )
+    return f"{shown}: not known to this pdscaler version (a newer CRD?); ignored"
 
 
 def _read_metrics(

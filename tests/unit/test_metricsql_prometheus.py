@@ -24,7 +24,7 @@ from pdscaler.prometheus import (
     PrometheusClient,
     read_snapshot,
 )
-from pdscaler.spec import PDDeploymentSpec
+from pdscaler.spec import LENIENT, PDDeploymentSpec
 from support.httpkit import QuietHandler, serving
 
 Responder = Callable[[dict[str, str]], tuple[int, bytes]]
@@ -153,7 +153,7 @@ def test_invalid_custom_template_is_refused_before_sending() -> None:
         },
     }
     seen: list[dict[str, str]] = []
-    bad = PDDeploymentSpec.model_validate(doc)
+    bad = PDDeploymentSpec.model_validate(doc, context=LENIENT)  # the operator's read
     with (
         fake_prometheus(lambda form: success([]), seen) as url,
         pytest.raises(MetricsUnavailableError) as info,
