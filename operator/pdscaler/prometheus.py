@@ -410,20 +410,31 @@ class PrometheusClient:
 def run_queries(
     client: PrometheusClient, queries: Sequence[Query], at: float
 ) -> dict[Key, dict[str, Any]]:
-    """Every query's answer, the queries run concurrently (one thread each, at most one
-    timeout in total). If any fails, raises the error of the first failing query in
-    ``queries`` order (deterministic), its key prefixed to a query failure's message."""
+    """Every query's answer. The first query runs alone, as a probe: a server that fails
+    it (unreachable, too slow, too large, a redirect) costs one connection and one body
+    cap, not one per query. The others then run concurrently (one thread each), so a
+    snapshot takes at most two timeouts. If any fails, raises the error of the first
+    failing query in ``queries`` order (deterministic), its key prefixed to a query
+    failure's message."""
     if not queries:
         return {}
-    with ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="promql") as pool:
-        futures = [pool.submit(client.query, q.promql, at) for q in queries]
-    answers: dict[Key, dict[str, Any]] = {}
-    for q, future in zip(queries, futures, strict=True):
-        err = future.exception()
-        if isinstance(err, MetricsUnavailableError):
+
+    def one(q: Query) -> dict[str, Any]:
+        try:
+            return client.query(q.promql, at)
+        except MetricsUnavailableError as err:
             if err.reason == REASON_QUERY_FAILED:
-                raise MetricsUnavailableError(err.reason, f"{q.key}: {err.message}")
-            raise err
+                raise MetricsUnavailableError(err.reason, f"{q.key}: {err.message}") from None
+            raise
+
+    answers: dict[Key, dict[str, Any]] = {queries[0].key: one(queries[0])}
+    rest = queries[1:]
+    if not rest:
+        return answers
+    with ThreadPoolExecutor(max_workers=len(rest), thread_name_prefix="promql") as pool:
+        futures = [pool.submit(one, q) for q in rest]
+    for q, future in zip(rest, futures, strict=True):
+        err = future.exception()
         if err is not None:
             raise err
         answers[q.key] = future.result()

@@ -21,10 +21,19 @@ from pdscaler.prometheus import (
     REASON_UNREACHABLE,
     MetricsUnavailableError,
     PrometheusClient,
+    read_snapshot,
 )
+from pdscaler.spec import PDDeploymentSpec
 from support.httpkit import QuietHandler, serving
 
 SECRET = "s3cr3t-token-4d1f"
+SPEC = PDDeploymentSpec.model_validate(
+    {
+        "engine": {"image": "img", "version": "v1"},
+        "prefill": {"tokensPerSecond": 3000},
+        "decode": {"tokensPerSecond": 800},
+    }
+)
 CHUNK = b"x" * 65536
 
 
@@ -234,3 +243,19 @@ def test_credentials_in_the_url_are_not_shown() -> None:
     err = unavailable(PrometheusClient(secret_url, timeout=1.0))
     assert err.reason == REASON_UNREACHABLE
     assert err.message == f"cannot connect to {url}: connection refused"
+
+
+def test_a_hostile_server_gets_one_connection_per_snapshot() -> None:
+    """The snapshot's first query is a probe: a server that fails it is not asked the
+    other 13 queries at once (14 bodies up to the cap, 14 dripping connections)."""
+    sent: list[int] = []
+    with raw_server(stream(256 * 2**20, sent, content_length=False)) as url:
+        client = PrometheusClient(url, timeout=10.0, max_body_bytes=2**20)
+        with pytest.raises(MetricsUnavailableError) as info:
+            read_snapshot(client, SPEC, "ns", "chat", now=0.0)
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+    assert info.value.reason == REASON_BAD_ANSWER
+    assert len(sent) == 1
