@@ -97,10 +97,12 @@ class MetricsUnavailableError(Exception):
     constants; ``message``: a sentence for the condition and the Event, e.g.
     ``QueryFailed`` / ``request_rate: bad_data: 1:6: parse error: unexpected "}"``."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, *, timed_out: bool = False) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message
+        #: The query ran into its deadline: the server held a connection the whole time.
+        self.timed_out = timed_out
 
     @property
     def condition_reason(self) -> ConditionReason:
@@ -325,10 +327,13 @@ class PrometheusClient:
             ) from None
         except (OSError, ValueError, http.client.HTTPException) as err:  # refused, timeout...
             problem = _connection_problem(err)
-            if problem == "no answer in time":
+            timed_out = problem == "no answer in time"
+            if timed_out:
                 problem = f"no answer within {self.timeout:g}s"
             raise MetricsUnavailableError(
-                REASON_UNREACHABLE, f"cannot connect to {self.shown}: {problem}"
+                REASON_UNREACHABLE,
+                f"cannot connect to {self.shown}: {problem}",
+                timed_out=timed_out,
             ) from None
         if code != 200:
             raise self._http_error(code, body)

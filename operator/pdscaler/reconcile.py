@@ -60,6 +60,10 @@ PROMETHEUS_ALLOWED_URLS_ENV = "PDSCALER_PROMETHEUS_ALLOWED_URLS"
 #: The largest Prometheus answer read, in bytes (default 4 MiB).
 PROMETHEUS_MAX_BODY_ENV = "PDSCALER_PROMETHEUS_MAX_BODY_BYTES"
 PROMETHEUS_TIMEOUT_SECONDS = 5.0  # the total deadline of one query
+#: How long a PDDeployment whose query ran into its deadline is not read again: its
+#: ticks fail at once with the same error instead of each holding a tick thread for a
+#: whole deadline (per PDDeployment, so one tenant's slow query pauses no one else).
+PROMETHEUS_PAUSE_SECONDS = 30.0
 
 Obj = dict[str, Any]
 
@@ -100,6 +104,9 @@ class Runtime:
     prometheus_url: str | None = None
     prometheus_allowed: tuple[str, ...] | None = None
     prometheus_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    prometheus_timeout: float = PROMETHEUS_TIMEOUT_SECONDS
+    prometheus_pause: float = PROMETHEUS_PAUSE_SECONDS
+    monotonic: Callable[[], float] = time.monotonic  # for the pauses (tests replace it)
     #: Replaces Prometheus (tests, the overhead benchmark): returns the snapshot or
     #: raises ``MetricsUnavailableError``.
     metrics_source: Callable[[PDDeploymentSpec, str, str, float], MetricsSnapshot] | None = None
@@ -111,6 +118,10 @@ class Runtime:
     warned: set[tuple[str, ...]] = field(default_factory=set)
     ticks: int = 0  # reconcile_once calls so far (tests, the benchmark)
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
+    #: (namespace, name) -> (paused until, the URL, its error)
+    _paused: dict[tuple[str, str], tuple[float, str, MetricsUnavailableError]] = field(
+        default_factory=dict
+    )
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -147,9 +158,34 @@ class Runtime:
         with self._guard:
             if target not in self._clients:
                 self._clients[target] = PrometheusClient(
-                    target, PROMETHEUS_TIMEOUT_SECONDS, self.prometheus_max_body_bytes
+                    target, self.prometheus_timeout, self.prometheus_max_body_bytes
                 )
             return self._clients[target]
+
+    def snapshot(
+        self, spec: PDDeploymentSpec, namespace: str, name: str, now: float
+    ) -> MetricsSnapshot:
+        """``read_snapshot`` through the allow-list (``prometheus``), unless the
+        PDDeployment is paused: after a query that ran into its deadline, its Prometheus
+        is not asked again for ``prometheus_pause`` seconds and its ticks get the same
+        error at once. Raises ``MetricsUnavailableError``."""
+        client = self.prometheus(spec.metrics.prometheus.url)
+        key = (namespace, name)
+        with self._guard:
+            paused = self._paused.get(key)
+            if paused is not None and (self.monotonic() >= paused[0] or paused[1] != client.url):
+                del self._paused[key]
+                paused = None
+        if paused is not None:
+            raise paused[2]
+        try:
+            return read_snapshot(client, spec, namespace, name, now)
+        except MetricsUnavailableError as err:
+            if err.timed_out and self.prometheus_pause > 0:
+                with self._guard:
+                    until = self.monotonic() + self.prometheus_pause
+                    self._paused[key] = (until, client.url, err)
+            raise
 
     def lock(self, namespace: str, name: str) -> threading.Lock:
         with self._guard:
@@ -167,6 +203,8 @@ class Runtime:
             self.rollouts.pop(uid, None)
         self.last.pop((namespace, name), None)
         self.intervals.pop((namespace, name), None)
+        with self._guard:
+            self._paused.pop((namespace, name), None)
         self.telemetry.forget(namespace, name)
 
     def tick(self, namespace: str, name: str) -> TickReport | None:
@@ -326,8 +364,7 @@ def _read_metrics(
     try:
         if rt.metrics_source is not None:
             return rt.metrics_source(spec, namespace, name, now), None, None
-        client = rt.prometheus(spec.metrics.prometheus.url)
-        return read_snapshot(client, spec, namespace, name, now), None, None
+        return rt.snapshot(spec, namespace, name, now), None, None
     except MetricsUnavailableError as err:
         return None, err.message, err.condition_reason
 

@@ -78,6 +78,29 @@ KINDS = ("drip", "huge", "redirect")
 # ------------------------------------------------------------------ hostile servers
 
 
+def read_request(conn: socket.socket) -> None:
+    """Read one whole HTTP request (headers, then Content-Length bytes of body): closing
+    a socket with unread input sends a reset, which the client would see instead of the
+    answer."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        body += chunk
+
+
 class RawServer:
     """A TCP server on 127.0.0.1 calling ``serve(conn)`` per connection after reading
     the request; counts connections."""
@@ -109,7 +132,7 @@ class RawServer:
     def _handle(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError), conn:
             conn.settimeout(10)
-            conn.recv(65536)
+            read_request(conn)
             self.serve(conn)
 
     def close(self) -> None:

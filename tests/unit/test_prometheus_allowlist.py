@@ -7,13 +7,21 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
+import time
 from typing import Any, ClassVar
 
 import pytest
 
 from pdscaler import reconcile
-from pdscaler.prometheus import DEFAULT_ALLOWED_URLS, parse_allowed_urls, url_allowed
+from pdscaler.prometheus import (
+    DEFAULT_ALLOWED_URLS,
+    MetricsUnavailableError,
+    parse_allowed_urls,
+    url_allowed,
+)
 from pdscaler.reconcile import Runtime, reconcile_once
+from pdscaler.spec import PDDeploymentSpec
 from support.fakekube import FakeKube
 from support.httpkit import QuietHandler, serving
 
@@ -158,3 +166,52 @@ def test_the_operator_override_replaces_the_url_and_skips_the_allow_list() -> No
         reconcile_once(rt, NS, NAME)
     assert Recorder.seen
     assert metrics_condition(kube)["reason"] == "MetricsIncomplete"
+
+
+def test_a_pdd_whose_query_ran_into_the_deadline_is_paused() -> None:
+    """A server that never answers holds a tick for the whole deadline once; for the
+    next ``prometheus_pause`` seconds that PDDeployment's ticks fail at once with the
+    same error, without a connection. Other PDDeployments are not paused; after the
+    pause (or with another URL) it is read again."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # accepts (the kernel does) and never answers
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    clock = [0.0]
+    kube = FakeKube()
+    kube.put(PDD_PATH, pdd(url))
+    rt = Runtime(
+        kube=kube,
+        clock=lambda: 1_000_000.0,
+        prometheus_allowed=(url,),
+        prometheus_timeout=0.3,
+        prometheus_pause=30.0,
+        monotonic=lambda: clock[0],
+    )
+    spec = PDDeploymentSpec.model_validate(pdd(url)["spec"])
+    try:
+        start = time.monotonic()
+        with pytest.raises(MetricsUnavailableError) as first:
+            rt.snapshot(spec, NS, NAME, 0.0)
+        assert time.monotonic() - start >= 0.3
+        assert first.value.timed_out
+        assert first.value.message == f"cannot connect to {url}: no answer within 0.3s"
+        clock[0] = 29.0
+        start = time.monotonic()
+        with pytest.raises(MetricsUnavailableError) as again:
+            rt.snapshot(spec, NS, NAME, 0.0)
+        assert time.monotonic() - start < 0.1
+        assert again.value.message == first.value.message
+        # another PDDeployment on the same server is not paused by this one
+        start = time.monotonic()
+        with pytest.raises(MetricsUnavailableError):
+            rt.snapshot(spec, NS, "other", 0.0)
+        assert time.monotonic() - start >= 0.3
+        # after the pause: read again
+        clock[0] = 31.0
+        start = time.monotonic()
+        with pytest.raises(MetricsUnavailableError):
+            rt.snapshot(spec, NS, NAME, 0.0)
+        assert time.monotonic() - start >= 0.3
+    finally:
+        listener.close()

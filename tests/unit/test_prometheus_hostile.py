@@ -63,6 +63,29 @@ def unavailable(client: PrometheusClient, limit: float = 10.0) -> MetricsUnavail
     return err
 
 
+def read_request(conn: socket.socket) -> None:
+    """Read one whole HTTP request (headers, then Content-Length bytes of body): closing
+    a socket with unread input sends a reset, which the client would see instead of the
+    answer."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        body += chunk
+
+
 @contextlib.contextmanager
 def raw_server(serve: Callable[[socket.socket], None]) -> Iterator[str]:
     """A TCP server on 127.0.0.1 calling ``serve(conn)`` per connection (after reading
@@ -76,7 +99,7 @@ def raw_server(serve: Callable[[socket.socket], None]) -> Iterator[str]:
     def handle(conn: socket.socket) -> None:
         with contextlib.suppress(OSError), conn:
             conn.settimeout(5)
-            conn.recv(65536)  # the request (small: one segment)
+            read_request(conn)
             serve(conn)
 
     def accept() -> None:
