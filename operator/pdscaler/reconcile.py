@@ -4,9 +4,11 @@ process-wide ``Runtime`` it runs in.
 Owns: the shell of a tick, level-triggered and idempotent (sample-controller's
 ``syncHandler``), in three steps:
 
-1. read: the PDDeployment (gone or being deleted: nothing to do; a spec the pure model
-   refuses: a Warning Event once per generation), its owned Deployments, Services and
-   pods (``kube.observe``), and a Prometheus snapshot (``prometheus.read_snapshot``;
+1. read: the PDDeployment (gone or being deleted: nothing to do; read leniently: fields
+   this version does not know are ignored with a Warning Event ``UnknownFields``, a spec
+   the pure model refuses gets ``InvalidSpec``, each once per generation), its owned
+   Deployments, Services and pods (``kube.observe``), and a Prometheus snapshot
+   (``Runtime.snapshot``: only from an allowed URL, a paused PDDeployment fails at once;
    unreachable -> ``None``: the policy holds and never scales down);
 2. compute: ``tick.compute(TickFacts) -> TickEffects``, pure (decision, rollout step,
    desired objects, plan, status, Events, what to remember);
