@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -282,3 +285,43 @@ def test_a_hostile_server_gets_one_connection_per_snapshot() -> None:
         time.sleep(0.2)
     assert info.value.reason == REASON_BAD_ANSWER
     assert len(sent) == 1
+
+
+def test_https_with_an_untrusted_certificate_is_unreachable(tmp_path: Path) -> None:
+    """The https path verifies the server (system trust store): a self-signed server is
+    ``TLS failed``, and nothing it sends reaches the message."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+
+    def serve(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError, ssl.SSLError):
+            tls = ctx.wrap_socket(conn, server_side=True)
+            tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n" + SECRET[:6].encode())
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            serve(conn)
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        err = unavailable(PrometheusClient(f"https://127.0.0.1:{port}", timeout=3.0))
+    finally:
+        listener.close()
+        thread.join(5)
+    assert err.reason == REASON_UNREACHABLE
+    assert err.message.startswith(f"cannot connect to https://127.0.0.1:{port}: TLS failed")
+    assert SECRET[:6] not in err.message
