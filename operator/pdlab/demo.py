@@ -253,6 +253,7 @@ class Demo:
             **os.environ,
             "KUBECONFIG": str(self.lab.kubeconfig),
             "PDLAB_PROMETHEUS_URL": self.lab.prometheus_url,
+            "PDSCALER_PROMETHEUS_ALLOWED_URLS": self.lab.prometheus_url,
             "PYTHONUNBUFFERED": "1",
         }
         sim = Child("engine-sim", engine_sim_argv(self.args, self.name, self.duration),

@@ -1,20 +1,25 @@
 """The only module that talks to Prometheus: instant queries over its HTTP API, and one
 ``MetricsSnapshot`` per tick for one PDDeployment.
 
-Owns: the HTTP exchange (POST ``/api/v1/query``, short timeouts, the queries of a
-snapshot run concurrently) and the translation of every way it can fail into one typed
-error, ``MetricsUnavailableError``, with a machine ``reason`` and a sentence. What to
+Owns: the HTTP exchange (POST ``/api/v1/query``, the queries of a snapshot run
+concurrently), its limits, which the URL's server cannot stretch: a total deadline per
+query (connect, send, headers and body together, not per read), a cap on the body, no
+redirects; which URLs the operator may contact at all (``url_allowed``, the operator's
+allow-list); and the translation of every way it can fail into one typed error,
+``MetricsUnavailableError``, with a machine ``reason`` and a sentence that never holds
+the server's body or reason phrase (only the status code, its standard phrase, or the
+``errorType: error`` of a Prometheus API error document, cut at 200 characters). What to
 ask and how to read the answers is ``metricsql``'s (pure); what to do when metrics are
 unavailable is the policy's (hold, never scale down) and the status' (condition
 MetricsAvailable=False with the reason). Must not: decide anything, cache answers,
-read the clock (``now`` is passed in) or return 0 for "no data".
+read the clock for ``now`` (it is passed in) or return 0 for "no data".
 
 Two kinds of "not known", kept apart on purpose (KEDA's rule):
 
-* Prometheus could not answer (connection refused, timeout, HTTP 4xx/5xx, not JSON,
-  a query Prometheus rejects, a custom template refused before sending):
-  ``read_snapshot`` raises ``MetricsUnavailableError``. The caller passes
-  ``metrics=None`` to the policy.
+* Prometheus could not answer (connection refused, deadline, HTTP 3xx/4xx/5xx, not
+  JSON, a body over the cap, a query Prometheus rejects, a custom template refused
+  before sending, a URL the operator does not allow): ``read_snapshot`` raises
+  ``MetricsUnavailableError``. The caller passes ``metrics=None`` to the policy.
 * Prometheus answered, but without a usable number (empty, NaN, +Inf, several series,
   a stale pool): the snapshot holds ``None`` for those values and says why in
   ``problems``.
@@ -28,16 +33,23 @@ Worked example (the lab, 2 s scrapes)::
         snap = None          # err.reason == "PrometheusUnreachable",
                              # err.message == "cannot connect to http://127.0.0.1:29090:
                              #               connection refused"
+
+A server dripping one byte every second ends the same way after 3 s (``no answer
+within 3s``); one answering ``302`` gives ``http://...: HTTP 302: redirects are not
+followed`` and its target is never contacted; a 1 GiB answer stops after the cap
+(``answer larger than 4194304 bytes``).
 """
 
 from __future__ import annotations
 
+import http
 import http.client
+import io
 import json
 import socket
-import urllib.error
+import ssl
+import time
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -51,18 +63,33 @@ from pdscaler.metricsql import (
     build_queries,
 )
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import MetricsSnapshot
+from pdscaler.types import ConditionReason, MetricsSnapshot
 
 DEFAULT_TIMEOUT_SECONDS = 3.0
+#: The largest answer read (an instant query of pdscaler's reads a few series: a per-pod
+#: vector of 10 000 pods is under 1 MiB); larger ones are refused, not read.
+DEFAULT_MAX_BODY_BYTES = 4 * 2**20
+#: The Prometheus an unconfigured operator may query (the CRD's default URL).
+DEFAULT_ALLOWED_URLS = ("http://prometheus.monitoring:9090",)
 
 # Machine reasons of MetricsUnavailableError (CamelCase, usable as a condition reason).
 REASON_UNREACHABLE = "PrometheusUnreachable"  # refused, DNS, TLS, no answer in time
 REASON_HTTP_ERROR = "PrometheusError"  # HTTP status other than 200 without a query error
 REASON_QUERY_FAILED = "QueryFailed"  # Prometheus rejected or could not run a query
-REASON_BAD_ANSWER = "BadAnswer"  # 200, but not the API's JSON
+REASON_BAD_ANSWER = "BadAnswer"  # 200, but not the API's JSON, or larger than the cap
 REASON_INVALID_QUERY = "InvalidQuery"  # a custom template refused before sending
+REASON_NOT_ALLOWED = "PrometheusNotAllowed"  # the URL is not in the operator's allow-list
 
-_BODY_EXCERPT = 200
+#: The MetricsAvailable reason of each ``MetricsUnavailableError.reason`` (the rest:
+#: PrometheusUnreachable).
+CONDITION_REASONS: Mapping[str, ConditionReason] = {
+    REASON_NOT_ALLOWED: ConditionReason.PROMETHEUS_NOT_ALLOWED,
+    REASON_INVALID_QUERY: ConditionReason.INVALID_QUERY,
+}
+
+_API_ERROR_CHARS = 200
+_ERROR_DOC_BYTES = 65536  # a non-200 body larger than this is not read as an error document
+_READ_CHUNK = 65536
 
 
 class MetricsUnavailableError(Exception):
@@ -70,45 +97,218 @@ class MetricsUnavailableError(Exception):
     constants; ``message``: a sentence for the condition and the Event, e.g.
     ``QueryFailed`` / ``request_rate: bad_data: 1:6: parse error: unexpected "}"``."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, *, timed_out: bool = False) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message
+        #: The query ran into its deadline: the server held a connection the whole time.
+        self.timed_out = timed_out
+
+    @property
+    def condition_reason(self) -> ConditionReason:
+        """The reason of the MetricsAvailable=False condition this error gives."""
+        return CONDITION_REASONS.get(self.reason, ConditionReason.PROMETHEUS_UNREACHABLE)
 
 
-def _excerpt(body: bytes) -> str:
-    text = body.decode("utf-8", errors="replace").strip().replace("\n", " ")
-    return text if len(text) <= _BODY_EXCERPT else text[:_BODY_EXCERPT] + "..."
+def _printable(text: str, limit: int) -> str:
+    """``text`` on one line, control characters dropped, at most ``limit`` characters."""
+    flat = "".join(c if c.isprintable() else " " for c in text).strip()
+    return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
 def _api_error(doc: Any) -> str | None:
     """``"<errorType>: <error>"`` of a Prometheus API error document, else None."""
     if isinstance(doc, Mapping) and doc.get("status") == "error":
-        return f"{doc.get('errorType', 'error')}: {doc.get('error', 'no reason given')}"
+        text = f"{doc.get('errorType', 'error')}: {doc.get('error', 'no reason given')}"
+        return _printable(text, _API_ERROR_CHARS)
     return None
 
 
+def _load_json(body: bytes) -> Any:
+    """The JSON document in ``body``; ValueError for anything else (including nesting
+    deeper than the parser's recursion limit)."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def _connection_problem(err: BaseException) -> str:
-    """``connection refused``, ``no answer within 3s``, ``name not resolved``..."""
-    if isinstance(err, urllib.error.URLError):
-        err = err.reason if isinstance(err.reason, BaseException) else err
+    """``connection refused``, ``no answer in time``, ``name not resolved``..."""
     if isinstance(err, TimeoutError):
         return "no answer in time"
     if isinstance(err, ConnectionRefusedError):
         return "connection refused"
     if isinstance(err, socket.gaierror):
         return f"name not resolved ({err.strerror})"
-    return str(err) or type(err).__name__
+    if isinstance(err, ssl.SSLError):
+        return f"TLS failed ({err.reason or type(err).__name__})"
+    if isinstance(err, ConnectionError):
+        return "connection closed"
+    if isinstance(err, http.client.HTTPException):
+        return "not an HTTP answer"
+    return type(err).__name__
+
+
+def shown_url(url: str) -> str:
+    """``url`` as errors show it: without user information (``http://u:pw@h:1/p`` ->
+    ``http://h:1/p``) and without a trailing slash."""
+    parts = urllib.parse.urlsplit(url.rstrip("/"))
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host if port is None else f"{host}:{port}"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+# --------------------------------------------------------------------- the allow-list
+
+
+def _origin(url: str) -> tuple[str, str, int, str] | None:
+    """(scheme, host, port, path without trailing slash) of an http(s) URL with no user
+    information, query or fragment; None for anything else."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if "@" in parts.netloc or parts.query or parts.fragment or "\\" in url:
+        return None
+    if port is None:
+        port = 443 if scheme == "https" else 80
+    return scheme, parts.hostname.lower().rstrip("."), port, parts.path.rstrip("/")
+
+
+def url_allowed(url: str, allowed: Sequence[str]) -> bool:
+    """True when ``url`` is one of the ``allowed`` prefixes or below one: same scheme,
+    host and port (80/443 when absent), and the path equal to or under the prefix's path,
+    on a ``/`` boundary. A URL with user information, a query or a fragment is never
+    allowed. Pure.
+
+    >>> allowed = ["http://prometheus.monitoring:9090", "https://thanos.obs/prom"]
+    >>> url_allowed("http://prometheus.monitoring:9090/", allowed)
+    True
+    >>> url_allowed("https://thanos.obs:443/prom/tenant-a", allowed)
+    True
+    >>> url_allowed("http://prometheus.monitoring:9090.evil.example", allowed)
+    False
+    >>> url_allowed("https://thanos.obs/prometheus", allowed)
+    False
+    >>> url_allowed("http://user@prometheus.monitoring:9090", allowed)
+    False
+    """
+    want = _origin(url)
+    if want is None:
+        return False
+    for prefix in allowed:
+        have = _origin(prefix)
+        if have is None or have[:3] != want[:3]:
+            continue
+        if want[3] == have[3] or want[3].startswith(have[3] + "/"):
+            return True
+    return False
+
+
+def parse_allowed_urls(text: str) -> tuple[str, ...]:
+    """The allow-list from its comma-separated form (blank items dropped):
+    ``"http://a:9090, https://b/prom"`` -> ``("http://a:9090", "https://b/prom")``."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+# ------------------------------------------------------------------------ the exchange
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Reads a socket with each ``recv`` bounded by the time left to one deadline, so a
+    server sending a byte now and then cannot stretch the exchange past it."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
+class _DeadlineSocket:
+    """What ``http.client.HTTPResponse`` needs of a socket (``makefile``), reading
+    through ``_DeadlineReader``."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+
+class _TooLargeError(Exception):
+    pass
+
+
+def _read_capped(resp: http.client.HTTPResponse, cap: int) -> bytes:
+    """The body, or ``_TooLargeError`` as soon as it is known to exceed ``cap`` bytes
+    (an announced Content-Length is checked before reading anything)."""
+    if resp.length is not None and resp.length > cap:
+        raise _TooLargeError
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := resp.read(_READ_CHUNK):
+        size += len(chunk)
+        if size > cap:
+            raise _TooLargeError
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _phrase(code: int) -> str:
+    """The standard phrase of an HTTP status (never the server's own words)."""
+    try:
+        return http.HTTPStatus(code).phrase
+    except ValueError:
+        return "non-standard status"
 
 
 class PrometheusClient:
     """Instant queries against one Prometheus (``url`` may carry a path prefix, e.g.
-    ``http://gateway/prometheus``). Stateless apart from its settings: safe to share
-    between threads and ticks."""
+    ``http://gateway/prometheus``). ``timeout`` is the total deadline of one query;
+    ``max_body_bytes`` the largest answer read. Stateless apart from its settings: safe
+    to share between threads and ticks."""
 
-    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
         self.url = url.rstrip("/")
+        self.shown = shown_url(self.url)
         self.timeout = timeout
+        self.max_body_bytes = max_body_bytes
+        parts = urllib.parse.urlsplit(self.url)
+        self._https = parts.scheme.lower() == "https"
+        self._host = parts.hostname or ""
+        try:
+            self._port = parts.port or (443 if self._https else 80)
+        except ValueError:
+            self._port = 0
+        self._path = parts.path.rstrip("/") + "/api/v1/query"
+        self._tls = ssl.create_default_context() if self._https else None
 
     def query(self, promql: str, at: float | None = None) -> dict[str, Any]:
         """The JSON answer of an instant query (``status`` is ``success``), evaluated at
@@ -118,67 +318,128 @@ class PrometheusClient:
         form = {"query": promql, "timeout": f"{self.timeout:g}s"}
         if at is not None:
             form["time"] = f"{at:.3f}"
-        request = urllib.request.Request(
-            self.url + "/api/v1/query",
-            data=urllib.parse.urlencode(form).encode(),
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-            method="POST",
-        )
+        deadline = time.monotonic() + self.timeout
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-                body = resp.read()
-        except urllib.error.HTTPError as err:
-            raise self._http_error(err) from None
+            code, body = self._post(urllib.parse.urlencode(form).encode(), deadline)
+        except _TooLargeError:
+            raise MetricsUnavailableError(
+                REASON_BAD_ANSWER, f"{self.shown}: answer larger than {self.max_body_bytes} bytes"
+            ) from None
         except (OSError, ValueError, http.client.HTTPException) as err:  # refused, timeout...
             problem = _connection_problem(err)
-            if problem == "no answer in time":
+            timed_out = problem == "no answer in time"
+            if timed_out:
                 problem = f"no answer within {self.timeout:g}s"
             raise MetricsUnavailableError(
-                REASON_UNREACHABLE, f"cannot connect to {self.url}: {problem}"
+                REASON_UNREACHABLE,
+                f"cannot connect to {self.shown}: {problem}",
+                timed_out=timed_out,
             ) from None
+        if code != 200:
+            raise self._http_error(code, body)
         try:
-            doc = json.loads(body)
+            doc = _load_json(body or b"")
         except ValueError:
             raise MetricsUnavailableError(
-                REASON_BAD_ANSWER, f"{self.url} answered 200 with no JSON: {_excerpt(body)}"
+                REASON_BAD_ANSWER, f"{self.shown}: answered 200 with no JSON"
             ) from None
         if not isinstance(doc, dict) or doc.get("status") != "success":
-            raise MetricsUnavailableError(
-                REASON_QUERY_FAILED, _api_error(doc) or f"unexpected answer: {_excerpt(body)}"
-            )
+            api = _api_error(doc)
+            if api is None:
+                raise MetricsUnavailableError(
+                    REASON_BAD_ANSWER, f"{self.shown}: not a Prometheus API answer"
+                )
+            raise MetricsUnavailableError(REASON_QUERY_FAILED, api)
         return doc
 
-    def _http_error(self, err: urllib.error.HTTPError) -> MetricsUnavailableError:
-        """400 (bad_data) and 422 (execution) with Prometheus' error document are the
-        query's fault; anything else (404: not a Prometheus API, 5xx) the server's."""
-        body = err.read() if err.fp is not None else b""
+    def _post(self, form: bytes, deadline: float) -> tuple[int, bytes | None]:
+        """(status, body) of one POST; the body of a non-200 only if it is small
+        (``None`` otherwise); every step within ``deadline``. Redirects are answers like
+        any other status: never followed."""
+        left = deadline - time.monotonic()
+        conn: http.client.HTTPConnection
+        if self._tls is not None:
+            conn = http.client.HTTPSConnection(
+                self._host, self._port, timeout=left, context=self._tls
+            )
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=left)
         try:
-            api = _api_error(json.loads(body))
+            conn.connect()
+            if conn.sock is None:  # pragma: no cover (connect sets it or raises)
+                raise ConnectionError("no socket")
+            conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            conn.request(
+                "POST",
+                self._path,
+                body=form,
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            )
+            resp = http.client.HTTPResponse(
+                _DeadlineSocket(conn.sock, deadline),  # type: ignore[arg-type]
+                method="POST",
+            )
+            try:
+                resp.begin()
+                if resp.status == 200:
+                    return 200, _read_capped(resp, self.max_body_bytes)
+                if 300 <= resp.status < 400:
+                    return resp.status, None
+                try:
+                    return resp.status, _read_capped(resp, _ERROR_DOC_BYTES)
+                except _TooLargeError:
+                    return resp.status, None
+            finally:
+                resp.close()
+        finally:
+            conn.close()
+
+    def _http_error(self, code: int, body: bytes | None) -> MetricsUnavailableError:
+        """400 (bad_data) and 422 (execution) with Prometheus' error document are the
+        query's fault; anything else (3xx: not followed, 404: not a Prometheus API, 5xx)
+        the server's, named by its status only."""
+        if 300 <= code < 400:
+            return MetricsUnavailableError(
+                REASON_HTTP_ERROR, f"{self.shown}: HTTP {code}: redirects are not followed"
+            )
+        try:
+            api = _api_error(_load_json(body)) if body else None
         except ValueError:
             api = None
-        if api is not None and err.code in (400, 422):
+        if api is not None and code in (400, 422):
             return MetricsUnavailableError(REASON_QUERY_FAILED, api)
-        detail = api or _excerpt(body) or (err.reason or "")
-        return MetricsUnavailableError(REASON_HTTP_ERROR, f"{self.url}: HTTP {err.code}: {detail}")
+        detail = api or _phrase(code)
+        return MetricsUnavailableError(REASON_HTTP_ERROR, f"{self.shown}: HTTP {code}: {detail}")
 
 
 def run_queries(
     client: PrometheusClient, queries: Sequence[Query], at: float
 ) -> dict[Key, dict[str, Any]]:
-    """Every query's answer, the queries run concurrently (one thread each, at most one
-    timeout in total). If any fails, raises the error of the first failing query in
-    ``queries`` order (deterministic), its key prefixed to a query failure's message."""
+    """Every query's answer. The first query runs alone, as a probe: a server that fails
+    it (unreachable, too slow, too large, a redirect) costs one connection and one body
+    cap, not one per query. The others then run concurrently (one thread each), so a
+    snapshot takes at most two timeouts. If any fails, raises the error of the first
+    failing query in ``queries`` order (deterministic), its key prefixed to a query
+    failure's message."""
     if not queries:
         return {}
-    with ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="promql") as pool:
-        futures = [pool.submit(client.query, q.promql, at) for q in queries]
-    answers: dict[Key, dict[str, Any]] = {}
-    for q, future in zip(queries, futures, strict=True):
-        err = future.exception()
-        if isinstance(err, MetricsUnavailableError):
+
+    def one(q: Query) -> dict[str, Any]:
+        try:
+            return client.query(q.promql, at)
+        except MetricsUnavailableError as err:
             if err.reason == REASON_QUERY_FAILED:
-                raise MetricsUnavailableError(err.reason, f"{q.key}: {err.message}")
-            raise err
+                raise MetricsUnavailableError(err.reason, f"{q.key}: {err.message}") from None
+            raise
+
+    answers: dict[Key, dict[str, Any]] = {queries[0].key: one(queries[0])}
+    rest = queries[1:]
+    if not rest:
+        return answers
+    with ThreadPoolExecutor(max_workers=len(rest), thread_name_prefix="promql") as pool:
+        futures = [pool.submit(one, q) for q in rest]
+    for q, future in zip(rest, futures, strict=True):
+        err = future.exception()
         if err is not None:
             raise err
         answers[q.key] = future.result()

@@ -4,9 +4,11 @@ process-wide ``Runtime`` it runs in.
 Owns: the shell of a tick, level-triggered and idempotent (sample-controller's
 ``syncHandler``), in three steps:
 
-1. read: the PDDeployment (gone or being deleted: nothing to do; a spec the pure model
-   refuses: a Warning Event once per generation), its owned Deployments, Services and
-   pods (``kube.observe``), and a Prometheus snapshot (``prometheus.read_snapshot``;
+1. read: the PDDeployment (gone or being deleted: nothing to do; read leniently: fields
+   this version does not know are ignored with a Warning Event ``UnknownFields``, a spec
+   the pure model refuses gets ``InvalidSpec``, each once per generation), its owned
+   Deployments, Services and pods (``kube.observe``), and a Prometheus snapshot
+   (``Runtime.snapshot``: only from an allowed URL, a paused PDDeployment fails at once;
    unreachable -> ``None``: the policy holds and never scales down);
 2. compute: ``tick.compute(TickFacts) -> TickEffects``, pure (decision, rollout step,
    desired objects, plan, status, Events, what to remember);
@@ -35,17 +37,35 @@ from pdscaler import rollout, tick
 from pdscaler.kube import Kube, load_api_client
 from pdscaler.manifests import Meta
 from pdscaler.plan import Plan
-from pdscaler.prometheus import MetricsUnavailableError, PrometheusClient, read_snapshot
-from pdscaler.spec import PDDeploymentSpec
+from pdscaler.prometheus import (
+    DEFAULT_ALLOWED_URLS,
+    DEFAULT_MAX_BODY_BYTES,
+    REASON_NOT_ALLOWED,
+    MetricsUnavailableError,
+    PrometheusClient,
+    parse_allowed_urls,
+    read_snapshot,
+    url_allowed,
+)
+from pdscaler.spec import PDDeploymentSpec, parse_spec_lenient
 from pdscaler.telemetry import Telemetry
-from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory, Role
+from pdscaler.types import ConditionReason, Decision, MetricsSnapshot, PolicyMemory, Role
 
 log = logging.getLogger("pdscaler.reconcile")
 
 #: Overrides every PDDeployment's ``metrics.prometheus.url`` (an operator run outside
 #: the cluster, e.g. the lab demo, reaching Prometheus on another address).
 PROMETHEUS_URL_ENV = "PDSCALER_PROMETHEUS_URL"
-PROMETHEUS_TIMEOUT_SECONDS = 5.0
+#: The Prometheus URLs (comma-separated prefixes) a PDDeployment may name; unset: only
+#: ``prometheus.DEFAULT_ALLOWED_URLS`` (the CRD's default URL).
+PROMETHEUS_ALLOWED_URLS_ENV = "PDSCALER_PROMETHEUS_ALLOWED_URLS"
+#: The largest Prometheus answer read, in bytes (default 4 MiB).
+PROMETHEUS_MAX_BODY_ENV = "PDSCALER_PROMETHEUS_MAX_BODY_BYTES"
+PROMETHEUS_TIMEOUT_SECONDS = 5.0  # the total deadline of one query
+#: How long a PDDeployment whose query ran into its deadline is not read again: its
+#: ticks fail at once with the same error instead of each holding a tick thread for a
+#: whole deadline (per PDDeployment, so one tenant's slow query pauses no one else).
+PROMETHEUS_PAUSE_SECONDS = 30.0
 
 Obj = dict[str, Any]
 
@@ -73,12 +93,22 @@ class Runtime:
     """Everything a tick needs that outlives it: the API client (with its write audit),
     Prometheus clients by URL, telemetry, the policy memory by PDDeployment uid, and a
     lock per PDDeployment (kopf may run a spec-change handler while its daemon ticks).
+
+    ``prometheus_url`` replaces every PDDeployment's URL (then no PDDeployment's own URL
+    is ever contacted); otherwise a PDDeployment's URL is queried only if it is under one
+    of ``prometheus_allowed`` (``prometheus.url_allowed``; None: any URL, for tests and
+    embedding; ``from_environment`` always sets a list).
     """
 
     kube: Kube
     telemetry: Telemetry = field(default_factory=Telemetry)
     clock: Callable[[], float] = time.time
     prometheus_url: str | None = None
+    prometheus_allowed: tuple[str, ...] | None = None
+    prometheus_max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    prometheus_timeout: float = PROMETHEUS_TIMEOUT_SECONDS
+    prometheus_pause: float = PROMETHEUS_PAUSE_SECONDS
+    monotonic: Callable[[], float] = time.monotonic  # for the pauses (tests replace it)
     #: Replaces Prometheus (tests, the overhead benchmark): returns the snapshot or
     #: raises ``MetricsUnavailableError``.
     metrics_source: Callable[[PDDeploymentSpec, str, str, float], MetricsSnapshot] | None = None
@@ -90,22 +120,74 @@ class Runtime:
     warned: set[tuple[str, ...]] = field(default_factory=set)
     ticks: int = 0  # reconcile_once calls so far (tests, the benchmark)
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
+    #: (namespace, name) -> (paused until, the URL, its error)
+    _paused: dict[tuple[str, str], tuple[float, str, MetricsUnavailableError]] = field(
+        default_factory=dict
+    )
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
     @staticmethod
     def from_environment() -> Runtime:
-        """The kubeconfig / in-cluster API client and ``$PDSCALER_PROMETHEUS_URL``."""
+        """The kubeconfig / in-cluster API client, ``$PDSCALER_PROMETHEUS_URL``, the
+        allow-list ``$PDSCALER_PROMETHEUS_ALLOWED_URLS`` (unset or empty: the CRD's default
+        URL only) and ``$PDSCALER_PROMETHEUS_MAX_BODY_BYTES``. Raises ValueError for a
+        body cap that is not a positive integer."""
+        allowed = parse_allowed_urls(os.environ.get(PROMETHEUS_ALLOWED_URLS_ENV, ""))
+        cap = os.environ.get(PROMETHEUS_MAX_BODY_ENV, "").strip()
+        max_body = int(cap) if cap else DEFAULT_MAX_BODY_BYTES
+        if max_body <= 0:
+            raise ValueError(f"{PROMETHEUS_MAX_BODY_ENV} must be a positive number of bytes")
         return Runtime(
-            kube=Kube(load_api_client()), prometheus_url=os.environ.get(PROMETHEUS_URL_ENV)
+            kube=Kube(load_api_client()),
+            prometheus_url=os.environ.get(PROMETHEUS_URL_ENV) or None,
+            prometheus_allowed=allowed or DEFAULT_ALLOWED_URLS,
+            prometheus_max_body_bytes=max_body,
         )
 
     def prometheus(self, url: str) -> PrometheusClient:
+        """The client for a PDDeployment's ``metrics.prometheus.url`` (or the override).
+        Raises ``MetricsUnavailableError`` (``PrometheusNotAllowed``) for a URL outside
+        the allow-list: no request is made."""
         target = self.prometheus_url or url
+        allowed = self.prometheus_allowed
+        if self.prometheus_url is None and allowed is not None and not url_allowed(url, allowed):
+            raise MetricsUnavailableError(
+                REASON_NOT_ALLOWED,
+                f"metrics.prometheus.url is not one the operator may query "
+                f"(allowed: {', '.join(allowed)}); no query sent",
+            )
         with self._guard:
             if target not in self._clients:
-                self._clients[target] = PrometheusClient(target, PROMETHEUS_TIMEOUT_SECONDS)
+                self._clients[target] = PrometheusClient(
+                    target, self.prometheus_timeout, self.prometheus_max_body_bytes
+                )
             return self._clients[target]
+
+    def snapshot(
+        self, spec: PDDeploymentSpec, namespace: str, name: str, now: float
+    ) -> MetricsSnapshot:
+        """``read_snapshot`` through the allow-list (``prometheus``), unless the
+        PDDeployment is paused: after a query that ran into its deadline, its Prometheus
+        is not asked again for ``prometheus_pause`` seconds and its ticks get the same
+        error at once. Raises ``MetricsUnavailableError``."""
+        client = self.prometheus(spec.metrics.prometheus.url)
+        key = (namespace, name)
+        with self._guard:
+            paused = self._paused.get(key)
+            if paused is not None and (self.monotonic() >= paused[0] or paused[1] != client.url):
+                del self._paused[key]
+                paused = None
+        if paused is not None:
+            raise paused[2]
+        try:
+            return read_snapshot(client, spec, namespace, name, now)
+        except MetricsUnavailableError as err:
+            if err.timed_out and self.prometheus_pause > 0:
+                with self._guard:
+                    until = self.monotonic() + self.prometheus_pause
+                    self._paused[key] = (until, client.url, err)
+            raise
 
     def lock(self, namespace: str, name: str) -> threading.Lock:
         with self._guard:
@@ -123,6 +205,8 @@ class Runtime:
             self.rollouts.pop(uid, None)
         self.last.pop((namespace, name), None)
         self.intervals.pop((namespace, name), None)
+        with self._guard:
+            self._paused.pop((namespace, name), None)
         self.telemetry.forget(namespace, name)
 
     def tick(self, namespace: str, name: str) -> TickReport | None:
@@ -200,7 +284,7 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
     rt.uids[(namespace, name)] = uid
     owner = Meta(name=name, namespace=namespace, uid=uid)
     observed = rt.kube.observe(namespace, name, tick.wanted_objects(owner, spec))
-    metrics, metrics_error = _read_metrics(rt, spec, namespace, name, now)
+    metrics, metrics_error, metrics_reason = _read_metrics(rt, spec, namespace, name, now)
     return pdd, tick.TickFacts(
         now=now,
         owner=owner,
@@ -209,6 +293,7 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
         observed=observed,
         metrics=metrics,
         metrics_error=metrics_error,
+        metrics_reason=metrics_reason,
         raw_status=pdd.get("status"),
         memory=rt.memory.get(uid),
         rollout=rt.rollouts.get(uid),
@@ -243,12 +328,14 @@ def _publish(rt: Runtime, pdd: Obj, event: tick.Event) -> str:
 
 
 def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
-    """The typed spec; a spec the API server admitted but the model refuses (a CRD
-    older than the operator) gets one Warning Event per generation."""
+    """The typed spec, read leniently (``spec.parse_spec_lenient``): fields this operator
+    does not know (a CRD newer than the operator) are ignored and named in one Warning
+    Event ``UnknownFields`` per generation, and the PDDeployment keeps scaling. A spec the
+    model refuses in the fields it knows gets one Warning Event per generation."""
+    meta = pdd["metadata"]
     try:
-        return PDDeploymentSpec.model_validate(pdd.get("spec") or {})
+        spec, unknown = parse_spec_lenient(pdd.get("spec") or {})
     except pydantic.ValidationError as err:
-        meta = pdd["metadata"]
         key = ("invalid", str(meta.get("uid")), str(meta.get("generation")))
         if key not in rt.warned:
             rt.warned.add(key)
@@ -256,18 +343,32 @@ def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
             where = ".".join(str(p) for p in first["loc"])
             rt.kube.event(pdd, "InvalidSpec", f"spec.{where}: {first['msg']}", "Warning")
         return None
+    key = ("unknown", str(meta.get("uid")), str(meta.get("generation")))
+    if unknown and key not in rt.warned:
+        rt.warned.add(key)
+        rt.kube.event(pdd, "UnknownFields", unknown_fields_message(unknown), "Warning")
+    return spec
+
+
+def unknown_fields_message(unknown: tuple[str, ...]) -> str:
+    """``spec.a, spec.b.c: not known to this pdscaler version (a newer CRD?); ignored``
+    (at most 10 paths, then how many more)."""
+    shown = ", ".join(unknown[:10]) + (
+        f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+    )
+    return f"{shown}: not known to this pdscaler version (a newer CRD?); ignored"
 
 
 def _read_metrics(
     rt: Runtime, spec: PDDeploymentSpec, namespace: str, name: str, now: float
-) -> tuple[MetricsSnapshot | None, str | None]:
+) -> tuple[MetricsSnapshot | None, str | None, ConditionReason | None]:
+    """(snapshot, None, None), or (None, why, the MetricsAvailable reason)."""
     try:
         if rt.metrics_source is not None:
-            return rt.metrics_source(spec, namespace, name, now), None
-        client = rt.prometheus(spec.metrics.prometheus.url)
-        return read_snapshot(client, spec, namespace, name, now), None
+            return rt.metrics_source(spec, namespace, name, now), None, None
+        return rt.snapshot(spec, namespace, name, now), None, None
     except MetricsUnavailableError as err:
-        return None, err.message
+        return None, err.message, err.condition_reason
 
 
 # ---------------------------------------------------------------- benchmark hook

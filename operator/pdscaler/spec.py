@@ -13,15 +13,34 @@ constants; a test checks that the CRD's CEL messages are exactly ``CEL_MESSAGES`
 the API server and ``pdscaler plan --from-file`` reject a bad manifest with the same
 sentence. OpenAPI-level checks (minimum, enum, pattern) are pydantic constraints with
 pydantic's wording.
+
+Two ways to read a spec. ``model_validate`` is strict (an unknown field is an error): for
+manifests validated offline (``pdscaler plan -f``, the tests' invalid manifests). The
+operator reads what the API server already admitted with ``parse_spec_lenient``: a field
+this version does not know (a newer CRD's) is dropped and reported, not fatal, so a CRD
+upgraded ahead of the operator does not stop every PDDeployment; and the CEL twins that
+the operator checks itself with a clearer outcome (custom query scoping: condition
+MetricsAvailable=False, InvalidQuery) are left to it::
+
+    spec, unknown = parse_spec_lenient({**manifest["spec"], "futureField": 1})
+    unknown == ("spec.futureField",)
 """
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 GROUP = "pdscaler.io"
@@ -55,6 +74,10 @@ MSG_BUDGET_FLOOR = (
     " + decode.replicas.min * decode.gpusPerReplica"
 )
 MSG_TEMPLATE_OBJECT = "template.metadata and template.spec must be of type object"
+MSG_QUERY_SCOPE = (
+    "metrics.queries templates must select with {selector} or {matchers} and must not match"
+    " on namespace, pod or pdscaler_io_* labels"
+)
 CEL_MESSAGES = frozenset(
     {
         MSG_REPLICAS_MIN_MAX,
@@ -62,8 +85,21 @@ CEL_MESSAGES = frozenset(
         MSG_QUERIES_FORBIDDEN,
         MSG_INTERVAL_MIN,
         MSG_BUDGET_FLOOR,
+        MSG_QUERY_SCOPE,
     }
 )
+#: The CRD's CEL check of one custom query template (RE2 and Python agree on it): a
+#: matcher on a label pdscaler scopes with. ``metricsql.scope_problems`` checks more.
+SCOPE_MATCHER_PATTERN = (
+    r"""(^|[^A-Za-z0-9_:])(namespace|pod|pdscaler_io_[A-Za-z0-9_]*)["'`]?\s*(=~|!~|!=|=)"""
+)
+_SCOPE_MATCHER = re.compile(SCOPE_MATCHER_PATTERN)
+#: The validation context of the operator's read (``parse_spec_lenient``).
+LENIENT: dict[str, Any] = {"lenient": True}
+
+
+def _lenient(info: ValidationInfo) -> bool:
+    return isinstance(info.context, dict) and bool(info.context.get("lenient"))
 
 
 def parse_duration(text: str) -> float:
@@ -168,6 +204,21 @@ class CustomQueries(_Model):
     tpot: Query
     running: Query | None = None
     kv_usage: Query | None = None
+
+    @model_validator(mode="after")
+    def _scoped(self, info: ValidationInfo) -> CustomQueries:
+        """The CRD's CEL rule: each template holds ``{selector}`` or ``{matchers}`` and no
+        matcher on namespace/pod/pdscaler_io_*. Skipped by the operator's lenient read,
+        where ``metricsql`` checks every selector and reports InvalidQuery."""
+        if _lenient(info):
+            return self
+        for name in type(self).model_fields:
+            q = getattr(self, name)
+            if q is None:
+                continue
+            if ("{selector}" not in q and "{matchers}" not in q) or _SCOPE_MATCHER.search(q):
+                raise ValueError(MSG_QUERY_SCOPE)
+        return self
 
 
 class MetricsSpec(_Model):
@@ -419,3 +470,57 @@ class PDDeployment(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: PDDeploymentSpec
     status: PDDeploymentStatus | None = None
+
+
+# ------------------------------------------------------------------ lenient reading
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (``X | None``, ``list[X]``, ``Annotated``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def strip_unknown(model: type[BaseModel], data: Any, path: str) -> tuple[Any, list[str]]:
+    """``data`` without the keys ``model`` does not know, recursively through nested
+    models (lists of them too), and the dotted paths of what was dropped. Keys are known by
+    alias or by name; free-form objects (a pod template) are kept whole. Pure.
+
+    >>> strip_unknown(ReplicaBounds, {"min": 1, "burst": 2}, "spec.decode.replicas")
+    ({'min': 1}, ['spec.decode.replicas.burst'])
+    """
+    if not isinstance(data, dict):
+        return data, []
+    annotations: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        annotations[name] = field.annotation
+        if field.alias:
+            annotations[field.alias] = field.annotation
+    out: dict[str, Any] = {}
+    dropped: list[str] = []
+    for key, value in data.items():
+        if key not in annotations:
+            dropped.append(f"{path}.{key}")
+            continue
+        nested = _models_in(annotations[key])
+        if len(nested) == 1 and isinstance(value, dict):
+            value, more = strip_unknown(nested[0], value, f"{path}.{key}")
+            dropped += more
+        elif len(nested) == 1 and isinstance(value, list):
+            items = []
+            for i, item in enumerate(value):
+                item, more = strip_unknown(nested[0], item, f"{path}.{key}[{i}]")
+                items.append(item)
+                dropped += more
+            value = items
+        out[key] = value
+    return out, dropped
+
+
+def parse_spec_lenient(data: Any) -> tuple[PDDeploymentSpec, tuple[str, ...]]:
+    """The operator's read of a stored spec: (the spec without the fields this version
+    does not know, their paths such as ``spec.scaling.burst``). Raises
+    ``pydantic.ValidationError`` for a spec invalid in the fields it does know."""
+    known, unknown = strip_unknown(PDDeploymentSpec, data, "spec")
+    return PDDeploymentSpec.model_validate(known, context=LENIENT), tuple(unknown)

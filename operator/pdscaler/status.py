@@ -96,6 +96,8 @@ class StatusInput:
     previous: PDDeploymentStatus | None = None
     memory_window_seconds: float = 300.0
     metrics_error: str | None = None  # why Prometheus did not answer (metrics is None)
+    #: The MetricsAvailable reason when ``metrics`` is None (default: PrometheusUnreachable).
+    metrics_reason: ConditionReason | None = None
 
 
 def condition(
@@ -171,17 +173,19 @@ def ready(inp: StatusInput) -> Condition:
 
 def metrics_available(inp: StatusInput) -> Condition:
     """MetricsAvailable: the load shape (R, L_p, L_d) is known. No snapshot ->
-    False, ``PrometheusUnreachable`` with why; a snapshot without R (or a decision that
-    held for missing metrics) -> False, ``MetricsIncomplete`` naming the problems
-    (``request rate: empty answer; holding replicas, no scale-down``); else True,
-    ``MetricsOK``."""
+    False, ``inp.metrics_reason`` (``PrometheusUnreachable`` unless said otherwise:
+    ``PrometheusNotAllowed`` for a URL outside the operator's allow-list,
+    ``InvalidQuery`` for a custom query refused before sending) with why; a snapshot
+    without R (or a decision that held for missing metrics) -> False,
+    ``MetricsIncomplete`` naming the problems (``request rate: empty answer; holding
+    replicas, no scale-down``); else True, ``MetricsOK``."""
     metrics = inp.metrics
     if metrics is None:
         return _condition(
             inp,
             ConditionType.METRICS_AVAILABLE,
             False,
-            ConditionReason.PROMETHEUS_UNREACHABLE,
+            inp.metrics_reason or ConditionReason.PROMETHEUS_UNREACHABLE,
             f"{inp.metrics_error or 'Prometheus did not answer'}; holding replicas, no scale-down",
         )
     if not metrics.complete or not inp.decision.metrics_available:

@@ -32,7 +32,14 @@ from pdscaler.manifests import CellTarget, Meta
 from pdscaler.plan import Action, Observed, Plan, Verb, owned_by, plan
 from pdscaler.policy import decide
 from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
-from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory, PoolObservation, TickInput
+from pdscaler.types import (
+    ConditionReason,
+    Decision,
+    MetricsSnapshot,
+    PolicyMemory,
+    PoolObservation,
+    TickInput,
+)
 
 Obj = dict[str, Any]
 
@@ -67,6 +74,7 @@ class TickFacts:
     observed: Observed
     metrics: MetricsSnapshot | None
     metrics_error: str | None = None
+    metrics_reason: ConditionReason | None = None  # MetricsAvailable's, when metrics is None
     raw_status: Mapping[str, Any] | None = None
     memory: PolicyMemory | None = None
     rollout: rollout.RolloutState | None = None
@@ -160,6 +168,7 @@ def compute(facts: TickFacts) -> TickEffects:
             previous=previous,
             memory_window_seconds=spec.scaling.scale_down_stabilization_seconds,
             metrics_error=facts.metrics_error,
+            metrics_reason=facts.metrics_reason,
         )
     )
     events = [*_foreign_events(owner.uid, the_plan)]

@@ -99,6 +99,8 @@ class ConditionReason(StrEnum):
     NOT_SERVING = "NotServing"
     METRICS_OK = "MetricsOK"
     PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
+    PROMETHEUS_NOT_ALLOWED = "PrometheusNotAllowed"  # the URL is not in the allow-list
+    INVALID_QUERY = "InvalidQuery"  # a custom query refused before it is sent
     METRICS_INCOMPLETE = "MetricsIncomplete"
     ROLLOUT_IN_PROGRESS = "RolloutInProgress"
     ROLLING_BACK = "RollingBack"

@@ -7,13 +7,14 @@ structural defaulting, list its CEL rules and evaluate them through Python twins
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pdscaler.spec import parse_duration
+from pdscaler.spec import SCOPE_MATCHER_PATTERN, parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "pdscaler.io_pddeployments.yaml"
@@ -140,6 +141,36 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "self.scaling.maxGPUs >= self.prefill.replicas.min * self.prefill.gpusPerReplica + "
     "self.decode.replicas.min * self.decode.gpusPerReplica": _budget_floor,
 }
+
+
+def _query_scoped(q: str) -> bool:
+    """A custom query template holds a scoping placeholder and no matcher on a label
+    pdscaler scopes with (the CRD's rule on each ``metrics.queries`` field)."""
+    has = "{selector}" in q or "{matchers}" in q
+    return has and re.search(SCOPE_MATCHER_PATTERN, q) is None
+
+
+def _query_rule(field: str, optional: bool) -> str:
+    check = (
+        f"(self.{field}.contains('{{selector}}') || self.{field}.contains('{{matchers}}'))"
+        f" && !self.{field}.matches(r'''{SCOPE_MATCHER_PATTERN}''')"
+    )
+    return f"!has(self.{field}) || ({check})" if optional else check
+
+
+for _field, _optional in (
+    ("requestRate", False),
+    ("promptTokens", False),
+    ("outputTokens", False),
+    ("queueDepth", False),
+    ("ttft", False),
+    ("tpot", False),
+    ("running", True),
+    ("kvUsage", True),
+):
+    CEL_TWINS[_query_rule(_field, _optional)] = lambda s, f=_field: (
+        f not in s or _query_scoped(s[f])
+    )
 
 
 def _at(value: Any, path: str) -> Any:

@@ -223,12 +223,12 @@ def _enum(case_id: str, path: str, value: str, pydantic_error: str) -> InvalidCa
 
 
 QUERIES = {
-    "requestRate": "sum(rate(requests_total{ {selector} }[{window}]))",
-    "promptTokens": "avg(prompt_tokens{ {selector} })",
-    "outputTokens": "avg(output_tokens{ {selector} })",
-    "queueDepth": "sum(waiting{ {selector} })",
-    "ttft": "histogram_quantile({quantile}, sum by (le) (rate(ttft_bucket[{window}])))",
-    "tpot": "histogram_quantile({quantile}, sum by (le) (rate(tpot_bucket[{window}])))",
+    "requestRate": "sum(rate(requests_total{selector}[{window}]))",
+    "promptTokens": "avg(prompt_tokens{selector})",
+    "outputTokens": "avg(output_tokens{selector})",
+    "queueDepth": "sum(waiting{selector})",
+    "ttft": "histogram_quantile({quantile}, sum by (le) (rate(ttft_bucket{selector}[{window}])))",
+    "tpot": "histogram_quantile({quantile}, sum by (le) (rate(tpot_bucket{selector}[{window}])))",
 }
 
 CASES: list[InvalidCase] = [
@@ -297,6 +297,30 @@ CASES: list[InvalidCase] = [
         "spec.metrics.queries",
         pdspec.MSG_QUERIES_REQUIRED,
         "spec.metrics",
+    ),
+    # custom queries read only the PDDeployment's own series
+    _cel(
+        "custom-query-without-placeholder",
+        set_("spec.metrics", {"preset": "custom", "queries": {**QUERIES, "ttft": "max(ttft)"}}),
+        "spec.metrics.queries.ttft",
+        pdspec.MSG_QUERY_SCOPE,
+        "spec.metrics.queries",
+    ),
+    _cel(
+        "custom-query-reads-another-namespace",
+        set_(
+            "spec.metrics",
+            {
+                "preset": "custom",
+                "queries": {
+                    **QUERIES,
+                    "queueDepth": 'sum(waiting{selector}) or sum(waiting{namespace="other"})',
+                },
+            },
+        ),
+        "spec.metrics.queries.queueDepth",
+        pdspec.MSG_QUERY_SCOPE,
+        "spec.metrics.queries",
     ),
     _cel(
         "vllm-preset-with-queries",

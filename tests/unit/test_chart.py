@@ -153,3 +153,37 @@ def test_operator_args_are_real_run_options() -> None:
     help_text = CliRunner().invoke(build_app(), ["run", "--help"], terminal_width=200).output
     for flag in flags:
         assert flag in help_text, flag
+
+
+def test_the_prometheus_allow_list_reaches_the_operator() -> None:
+    """``prometheus.allowedURLs`` (default: the CRD's default URL) and
+    ``prometheus.maxResponseBytes`` are the operator's environment."""
+    from pdscaler.prometheus import DEFAULT_ALLOWED_URLS, DEFAULT_MAX_BODY_BYTES
+    from pdscaler.reconcile import PROMETHEUS_ALLOWED_URLS_ENV, PROMETHEUS_MAX_BODY_ENV
+
+    v = values()
+    assert tuple(v["prometheus"]["allowedURLs"]) == DEFAULT_ALLOWED_URLS
+    assert v["prometheus"]["maxResponseBytes"] == DEFAULT_MAX_BODY_BYTES
+    (dep,) = read_template("deployment.yaml")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    names = {e["name"] for e in container["env"]}
+    assert {PROMETHEUS_ALLOWED_URLS_ENV, PROMETHEUS_MAX_BODY_ENV} <= names
+    text = (CHART / "templates" / "deployment.yaml").read_text()
+    assert 'join "," .Values.prometheus.allowedURLs' in text
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [],
+        ["prometheus.monitoring:9090"],
+        ["http://user@prometheus:9090"],
+        ["http://a:9090,http://b:9090"],
+        ["http://a:9090/?x=1"],
+    ],
+)
+def test_schema_rejects_bad_allowed_urls(bad: list[str]) -> None:
+    v = values()
+    v["prometheus"]["allowedURLs"] = bad
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(v, schema())

@@ -86,7 +86,8 @@ def test_a_member_added_to_an_enum_only_is_caught() -> None:
 
 
 def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> None:
-    """Every case the status builder distinguishes (metrics unreachable, incomplete, ok;
+    """Every case the status builder distinguishes (metrics unreachable, not allowed,
+    refused as an invalid query, incomplete, ok;
     every rollout phase; pods pending or not; deadline feasible or not; pools serving or
     not) writes each condition with a reason the CRD lists under that condition."""
     by_type = documented_reasons()
@@ -94,6 +95,14 @@ def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> No
     cases = [
         inp(),
         inp(metrics=None, decision=replace(HOLD, metrics_available=False)),
+        *(
+            inp(
+                metrics=None,
+                decision=replace(HOLD, metrics_available=False),
+                metrics_reason=reason,
+            )
+            for reason in (ConditionReason.PROMETHEUS_NOT_ALLOWED, ConditionReason.INVALID_QUERY)
+        ),
         inp(metrics=no_rate),
         inp(decode=PoolObservation(replicas=6, ready=4, unschedulable=2)),
         inp(decision=replace(SCALE, deadline_infeasible=True)),
