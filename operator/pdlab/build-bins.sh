@@ -22,7 +22,8 @@ fail() { echo "[pdlab build] FAILED at step: $1 (see output above)" >&2; exit 1;
 need() { for b in "$@"; do [ -x "$BIN/$b" ] || return 0; done; return 1; }
 
 if ! need kube-apiserver kube-controller-manager kube-scheduler etcd kwok && [ -x "$HELM_BIN/helm" ]; then
-  echo "[pdlab build] cached: $BIN, $HELM_BIN (nothing to build)"
+  echo "[pdlab build] cached: $BIN, $HELM_BIN"
+  bash "$here/build-prometheus.sh" || fail "build prometheus"
   exit 0
 fi
 # One build at a time per cache: a second caller waits for the first, then reuses it.
@@ -73,6 +74,9 @@ if [ ! -x "$HELM_BIN/helm" ]; then
   step "helm v$HELM_VERSION (for the chart's lab test; ~3 min cold)"
   GOBIN="$HELM_BIN" go install -trimpath -ldflags="-s -w" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" || fail "go install helm"
 fi
+
+step "prometheus (with Kubernetes service discovery; ~5-10 min cold)"
+bash "$here/build-prometheus.sh" || fail "build prometheus"
 
 step "done: $BIN (cold build took $(( $(date +%s) - start ))s)"
 ls -la "$BIN"

@@ -50,7 +50,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,10 @@ from pdlab.engine_expo import MODEL_NAME, render_pod
 from pdlab.engine_pods import PodInfo
 from pdscaler.sim.engine import TPOT_BUCKETS, TTFT_BUCKETS, EngineParams, PodStats
 from pdscaler.types import Role
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: How long a pod that left keeps serving the requests it holds (a grace period).
+DRAIN_SECONDS = 60.0
 
 #: KV block size of the simulated engine (vLLM's default), for ``remote_block_ids``.
 BLOCK_TOKENS = 16
@@ -327,11 +331,21 @@ class PodServer:
         self.prefill = PrefillModel(owner.params, self.stats)
         self.decode = DecodeModel(owner.params, self.stats)
         self.runner: web.AppRunner | None = None
+        self.site: web.TCPSite | None = None
         self.tasks: list[asyncio.Task[None]] = []
+        self.inflight = 0
+
+    @web.middleware
+    async def _count(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        self.inflight += 1
+        try:
+            return await handler(request)
+        finally:
+            self.inflight -= 1
 
     # ----- life cycle
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self._count])
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions/render", self.render)
@@ -341,10 +355,21 @@ class PodServer:
         app.router.add_get("/metrics", self.metrics)
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.pod.ip, self.pod.port, reuse_address=True)
-        await site.start()
+        self.site = web.TCPSite(self.runner, self.pod.ip, self.pod.port, reuse_address=True)
+        await self.site.start()
         model = self.prefill.run() if self.pod.role is Role.PREFILL else self.decode.run()
         self.tasks.append(asyncio.create_task(model))
+
+    async def drain(self, timeout: float = DRAIN_SECONDS) -> None:
+        """A pod that left: stop listening (no new request), let the requests it holds
+        finish (as vLLM does on SIGTERM within the grace period), then stop."""
+        if self.site is not None:
+            with contextlib.suppress(Exception):
+                await self.site.stop()
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.inflight and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        await self.stop()
 
     async def stop(self) -> None:
         for task in self.tasks:
@@ -588,6 +613,7 @@ class PodServers:
         #: names its cell when its KV hand-off arrives)
         self.known_ids: dict[str, PodInfo] = {}
         self.known_addr: dict[str, PodInfo] = {}
+        self._draining: set[asyncio.Task[None]] = set()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="pods", daemon=True)
         self._thread.start()
@@ -609,8 +635,10 @@ class PodServers:
         ready = {(p.namespace, p.name): p for p in pods if p.ready and p.ip}
         for key in [k for k, s in self.servers.items() if ready.get(k) != s.pod]:
             server = self.servers.pop(key)
-            await server.stop()
-            said.append(f"{server.pod.role.value} pod {key[1]} stopped ({server.pod.address})")
+            task = asyncio.create_task(server.drain())
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+            said.append(f"{server.pod.role.value} pod {key[1]} draining ({server.pod.address})")
         for key, pod in ready.items():
             if key in self.servers:
                 continue

@@ -78,8 +78,28 @@ def kwok_argv(
     ]
 
 
+CPU_NODE = "cpu-node-0"
+
+
+def cpu_node() -> dict[str, Any]:
+    """The lab's one CPU node (no GPU, no taint), where pods that need no GPU run, such
+    as the cells' P/D routers: as on a real cluster, they do not land on GPU nodes."""
+    node = gpu_node(0, 0, "none")
+    node["metadata"]["name"] = CPU_NODE
+    labels = node["metadata"]["labels"]
+    labels["kubernetes.io/hostname"] = CPU_NODE
+    labels[NODE_SELECTOR_LABEL] = "cpu"
+    for key in ("nvidia.com/gpu.product", "nvidia.com/gpu.count"):
+        labels.pop(key, None)
+    node["spec"].pop("taints", None)
+    for key in ("allocatable", "capacity"):
+        node["status"][key].pop(GPU_RESOURCE, None)
+    return node
+
+
 def register_nodes(api: KubeAPI, cfg: LabConfig) -> list[str]:
-    """Create the missing fake nodes and delete lab nodes beyond `cfg.nodes`; names wanted."""
+    """Create the missing fake nodes (``cfg.nodes`` GPU nodes and one CPU node) and
+    delete other lab nodes; the names wanted."""
     wanted = [node_name(i) for i in range(cfg.nodes)]
     status, listing = api.request("GET", f"/api/v1/nodes?labelSelector={NODE_SELECTOR_LABEL}")
     if status != 200:
@@ -99,6 +119,11 @@ def register_nodes(api: KubeAPI, cfg: LabConfig) -> list[str]:
         status, resp = api.request("POST", "/api/v1/nodes", body)
         if status not in (200, 201):
             raise RuntimeError(f"creating node {name} failed: {status} {resp}")
+    if CPU_NODE not in existing:
+        status, resp = api.request("POST", "/api/v1/nodes", cpu_node())
+        if status not in (200, 201):
+            raise RuntimeError(f"creating node {CPU_NODE} failed: {status} {resp}")
+    wanted.append(CPU_NODE)
     for name in existing:
         if name not in wanted:
             api.request("DELETE", f"/api/v1/nodes/{name}")

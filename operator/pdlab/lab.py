@@ -172,7 +172,7 @@ class Lab:
         if not all(self.health().values()):
             return False
         try:
-            return len(self.nodes_ready()) >= self.config.nodes
+            return len(self.nodes_ready()) >= self.config.nodes + 1
         except OSError:
             return False
 
@@ -383,7 +383,7 @@ class Lab:
             left = max(10.0, timeout - (time.monotonic() - t0))
             self._wait(
                 "kwok",
-                lambda: len(self.nodes_ready()) >= self.config.nodes,
+                lambda: len(self.nodes_ready()) >= self.config.nodes + 1,
                 f"{self.config.nodes} fake nodes Ready without not-ready taints "
                 f"(needs kwok and controller-manager; see also {self.log('controller_manager')})",
                 left,

@@ -179,16 +179,22 @@ class SvcProxy:
     # ----- forwarding
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        target = self._pick()
-        if target is None:
-            writer.close()  # no ready endpoint: refused, as a Service without endpoints
+        # kube-proxy sends only to endpoints that pass their readiness probe; a lab pod is
+        # Ready by kwok's clock, maybe before its process listens: an endpoint that refuses
+        # the connection is skipped (as a failing probe would have removed it).
+        upstream = None
+        for _ in range(max(1, len(self.endpoints()))):
+            target = self._pick()
+            if target is None:
+                break
+            host, _, port = target.rpartition(":")
+            with contextlib.suppress(OSError):
+                upstream = await asyncio.open_connection(host, int(port))
+                break
+        if upstream is None:
+            writer.close()  # no endpoint answers: refused, as a Service without endpoints
             return
-        host, _, port = target.rpartition(":")
-        try:
-            up_reader, up_writer = await asyncio.open_connection(host, int(port))
-        except OSError:
-            writer.close()
-            return
+        up_reader, up_writer = upstream
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, asyncio.CancelledError):

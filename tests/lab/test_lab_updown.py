@@ -69,7 +69,7 @@ def test_warm_up_under_a_minute_idempotent_and_down_leaves_nothing(
         assert status.returncode == 0, status.stdout
         doc = json.loads(status.stdout)
         assert all(c["healthy"] for c in doc["components"].values()), doc
-        assert doc["nodes_ready"] == ["gpu-node-0", "gpu-node-1"]
+        assert doc["nodes_ready"] == ["cpu-node-0", "gpu-node-0", "gpu-node-1"]
         pids = {name: c["pid"] for name, c in doc["components"].items()}
         ticks = {name: processes.start_ticks(pid) for name, pid in pids.items()}
 
