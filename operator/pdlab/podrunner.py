@@ -53,6 +53,8 @@ ALLOWED = ("vllm-router", "sglang-router", "smg")
 ALLOWED_MODULES = ("sglang_router.launch_router",)
 PYTHONS = ("python", "python3")
 STOP_GRACE_S = 5.0
+#: How long a router whose pod left keeps running (its in-flight requests finish).
+DRAIN_S = 10.0
 
 
 class NotAllowedError(ValueError):
@@ -83,8 +85,13 @@ def resolve(command: Sequence[str], args: Sequence[str]) -> list[str]:
     return [str(found), *full[1:]]
 
 
+HOST_FLAGS = ("--host", "--prometheus-host")
+
+
 def with_host(argv: Sequence[str], ip: str) -> list[str]:
-    """``--host X`` / ``--host=X`` replaced by the pod IP, or ``--host <ip>`` added."""
+    """Every bind address (``--host X``, ``--host=X``, and the metrics server's
+    ``--prometheus-host``) replaced by the pod IP; ``--host <ip>`` added if missing.
+    In a pod, 0.0.0.0 is the pod's own address; on the lab host it would be everyone's."""
     out: list[str] = []
     found = False
     skip = False
@@ -92,14 +99,16 @@ def with_host(argv: Sequence[str], ip: str) -> list[str]:
         if skip:
             skip = False
             continue
-        if arg == "--host" and i + 1 < len(argv):
-            out += ["--host", ip]
-            found = skip = True
-        elif arg.startswith("--host="):
-            out.append(f"--host={ip}")
-            found = True
+        flag = arg.split("=", 1)[0]
+        if flag in HOST_FLAGS and "=" in arg:
+            out.append(f"{flag}={ip}")
+        elif arg in HOST_FLAGS and i + 1 < len(argv):
+            out += [arg, ip]
+            skip = True
         else:
             out.append(arg)
+            continue
+        found = found or flag == "--host"
     return out if found else [*out, "--host", ip]
 
 
@@ -148,6 +157,7 @@ class PodRunner:
         self.poll_s = poll_s
         self.say: Callable[[str], None] = say or (lambda _line: None)
         self.running: dict[tuple[str, str], Running] = {}
+        self.draining: list[Running] = []
         self.refused: dict[tuple[str, str], str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -178,9 +188,16 @@ class PodRunner:
                     wanted[(pod.metadata.namespace, pod.metadata.name)] = pod
             for key, run in list(self.running.items()):
                 pod = wanted.get(key)
-                if pod is None or pod.metadata.uid != run.uid or run.proc.poll() is not None:
-                    why = "exited" if run.proc.poll() is not None else "not Ready or gone"
-                    self._stop_one(run, why)
+                if run.proc.poll() is not None:
+                    self._stop_one(run, "exited")
+                elif pod is None or pod.metadata.uid != run.uid:
+                    # as the kubelet: SIGTERM only after the pod left its Service's endpoints
+                    # and the requests it holds had time to finish (a grace period)
+                    self.running.pop(key, None)
+                    self.draining.append(run)
+                    timer = threading.Timer(DRAIN_S, self._stop_one, (run, "not Ready or gone"))
+                    timer.daemon = True
+                    timer.start()
             for key, pod in wanted.items():
                 if key not in self.running and key not in self.refused:
                     self._start_one(key, pod)
@@ -215,7 +232,10 @@ class PodRunner:
                  f"{pod.status.pod_ip}; log {log}")  # fmt: skip
 
     def _stop_one(self, run: Running, why: str) -> None:
-        self.running.pop(run.key, None)
+        if self.running.get(run.key) is run:
+            self.running.pop(run.key, None)
+        if run in self.draining:
+            self.draining.remove(run)
         proc = run.proc
         if proc.poll() is None:
             # its own session: the group id is the PID we started
@@ -250,7 +270,7 @@ class PodRunner:
         if self._thread is not None:
             self._thread.join(timeout=10)
         with self._lock:
-            for run in list(self.running.values()):
+            for run in [*self.running.values(), *self.draining]:
                 self._stop_one(run, "runner stopping")
 
     def __enter__(self) -> PodRunner:

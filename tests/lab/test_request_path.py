@@ -303,6 +303,9 @@ def test_the_pod_runner_runs_only_allowed_routers_and_binds_the_pod_ip() -> None
         "r", "--host", ip, "--port", "8000",
     ]  # fmt: skip
     assert with_host(["r", "--host=0.0.0.0"], ip) == ["r", f"--host={ip}"]
+    assert with_host(["r", "--prometheus-host", "0.0.0.0", "--host", "0.0.0.0"], ip) == [
+        "r", "--prometheus-host", ip, "--host", ip,
+    ]  # fmt: skip
     assert with_host(["r", "--port", "8000"], ip) == ["r", "--port", "8000", "--host", ip]
 
 
