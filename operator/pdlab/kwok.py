@@ -14,6 +14,7 @@ container port 8000 is served by whatever binds 127.64.0.5:8000 on the lab host.
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,38 @@ def register_nodes(api: KubeAPI, cfg: LabConfig) -> list[str]:
         if name not in wanted:
             api.request("DELETE", f"/api/v1/nodes/{name}")
     return wanted
+
+
+WARMUP_POD = "pdlab-ip-warmup"
+
+
+def warm_ip_pool(api: KubeAPI, timeout: float = 30.0) -> None:
+    """Give one pod an address and delete it, before any test's pods exist.
+
+    kwok 0.8.0 creates its pod IP pool lazily, and two pods placed at the same moment on
+    a fresh kwok can each create one: both get the range's first address (seen: a
+    prefill and a decode pod both at 127.70.0.1, and the router refusing the second).
+    One pod alone creates the pool; every later pod draws from it."""
+    path = "/api/v1/namespaces/default/pods"
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": WARMUP_POD, "annotations": {STARTUP_DELAY_ANNOTATION: "0s"}},
+        "spec": {
+            "nodeSelector": {NODE_SELECTOR_LABEL: "cpu"},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "warmup", "image": "pdlab.invalid/none"}],
+        },
+    }
+    status, _ = api.request("POST", path, body)
+    if status not in (200, 201, 409):
+        raise RuntimeError(f"creating the IP warm-up pod failed: {status}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, pod = api.request("GET", f"{path}/{WARMUP_POD}")
+        if status == 200 and (pod.get("status") or {}).get("podIP"):
+            break
+        time.sleep(0.2)
+    else:
+        raise RuntimeError(f"kwok gave the warm-up pod no IP within {timeout:.0f}s")
+    api.request("DELETE", f"{path}/{WARMUP_POD}?gracePeriodSeconds=0")

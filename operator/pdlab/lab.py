@@ -388,6 +388,7 @@ class Lab:
                 f"(needs kwok and controller-manager; see also {self.log('controller_manager')})",
                 left,
             )
+            kwok.warm_ip_pool(api)
             self._wait(
                 "scheduler",
                 lambda: _http_ok(f"https://127.0.0.1:{p['scheduler']}/healthz", insecure=True),

@@ -190,6 +190,11 @@ class AiPerf:
             "--no-server-metrics",
             "--ui-type",
             "simple",
+            # a new connection per request: the front Service balances connections, and
+            # many real clients open many connections (one pooled connection would pin
+            # the whole replay to whichever router it first reached)
+            "--connection-reuse-strategy",
+            "never",
         ]
 
     def start(

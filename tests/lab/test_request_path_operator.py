@@ -1,0 +1,230 @@
+"""The request path as the OPERATOR deploys it, proven with real HTTP: a scaled-down
+``deploy/examples/chat.yaml`` is applied, pdscaler creates the cell (prefill, decode, and
+the real ``vllm-router`` whose discovery is scoped to the cell) and the front Service;
+requests go client -> front Service (svcproxy) -> router -> prefill -> decode.
+
+1. One streamed completion sent to the front address returns its tokens, and the engine
+   simulator's record shows it went router -> prefill -> decode of one cell with the
+   NixlConnector hand-off parameters.
+2. A rollout v1 -> v2 under load from a third-party client (aiperf, replaying a
+   constant-rate trace on its timestamps, a new connection per request as many clients
+   would open): 0 failed requests, 0 cross-version or cross-config pairs, and once both
+   cells serve, each cell's share of requests within 15 points of its share of Ready
+   prefill capacity (the router split). aiperf's client-side TTFT is logged beside
+   the server-side figure Prometheus gives the operator.
+
+Scaled down: prefill min 2 (so both cells serve together during the rollout: old 2 ->
+1 + new 1 -> new 2), decode min 1, pods Ready 2 s after creation, routers 1 s, one
+router per Ready prefill replica (prefillPerRouter 1), the operator ticking every second.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pdlab.lab import Lab
+from pdlab.loadclient import AiPerf, TraceRow
+from pdlab.svcproxy import SvcProxy
+from pdscaler import naming
+from pdscaler.observe import is_ready, labels, terminating
+from support.labkit import Kube, free_port, wait_for
+from support.opkit import create_pdd, operator_runtime, patch_spec, pod_dicts, ticking
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "chat"
+WORDS = "the quick brown fox jumps over the lazy dog " * 20  # 180 prompt words
+
+
+def scaled_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:
+    """deploy/examples/chat.yaml for the lab: small pools, fast start-up, short windows."""
+    doc: dict[str, Any] = yaml.safe_load((REPO / "deploy/examples/chat.yaml").read_text())
+    doc["metadata"] = {"name": NAME, "namespace": namespace}
+    spec = doc["spec"]
+    for role, low in (("prefill", 2), ("decode", 1)):
+        pool = spec[role]
+        pool["replicas"] = {"min": low, "max": 3}
+        tpl = pool["template"]
+        tpl["metadata"]["annotations"] = {"pdscaler.io/startup-delay": "2s"}
+        tpl["spec"]["terminationGracePeriodSeconds"] = 5
+        for c in tpl["spec"]["containers"]:
+            c["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    spec["router"].update(
+        {
+            "prefillPerRouter": 1,
+            "replicas": {"min": 1, "max": 4},
+            "template": {"metadata": {"annotations": {"pdscaler.io/startup-delay": "1s"}}},
+        }
+    )
+    spec["startupSeconds"] = 3
+    spec["metrics"] = {"prometheus": {"url": prometheus_url}, "preset": "vllm", "window": "20s"}
+    spec["scaling"].update({"interval": "1s", "maxGPUs": 12, "scaleDownStabilization": "5m"})
+    spec["rollout"] = {"maxSurgeGPUs": 2, "progressDeadline": "3m"}
+    return doc
+
+
+@pytest.fixture
+def served(lab: Lab, kube: Kube, crd: str, namespace: str) -> Iterator[tuple[int, int]]:
+    """The PDDeployment applied and the operator ticking; the engine simulator (with the
+    pod runner for router pods) and the front Service's proxy; (front port, sim port)."""
+    create_pdd(kube, namespace, scaled_chat(namespace, lab.prometheus_url))
+    control = free_port()
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "pdlab", "engine-sim", "--namespace", namespace,
+         "--port", str(control)],
+        cwd=REPO,
+    )  # fmt: skip
+    front = free_port()
+    proxy = SvcProxy(lab.kubeconfig, namespace, NAME, front, say=print)
+    proxy.start()
+    rt = operator_runtime(lab)
+    try:
+        with ticking(rt, namespace, NAME, period=1.0):
+            yield front, control
+    finally:
+        proxy.stop()
+        sim.terminate()
+        sim.wait(30)
+
+
+def completion(front: int, max_tokens: int = 8) -> str | None:
+    body = {"model": "simulated/llama-3.1-8b", "prompt": WORDS, "max_tokens": max_tokens,
+            "stream": True}  # fmt: skip
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{front}/v1/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            text = resp.read().decode()
+            return text if resp.status == 200 and "[DONE]" in text else None
+    except OSError:
+        return None
+
+
+def records(control: int, since: int = 0) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{control}/requests?since={since}", timeout=5
+    ) as resp:
+        return list(json.loads(resp.read())["records"])
+
+
+def ready_prefill_by_rev(kube: Kube, namespace: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pod in pod_dicts(kube, namespace, NAME):
+        lab_ = labels(pod)
+        if lab_.get(naming.LABEL_ROLE) == "prefill" and is_ready(pod) and not terminating(pod):
+            rev = lab_[naming.LABEL_REVISION]
+            out[rev] = out.get(rev, 0) + 1
+    return out
+
+
+def test_a_streamed_completion_goes_router_prefill_decode_of_one_cell(
+    kube: Kube, namespace: str, served: tuple[int, int]
+) -> None:
+    front, control = served
+    text = wait_for(lambda: completion(front), 120, "a streamed completion via the front")
+    tokens = [
+        json.loads(line[6:])["choices"][0]["text"]
+        for line in text.splitlines()
+        if line.startswith("data: ") and line != "data: [DONE]" and '"choices": [{' in line
+    ]
+    assert len(tokens) == 8
+    decoded = [r for r in records(control) if r["kind"] == "decode" and r["ok"]]
+    assert decoded, records(control)
+    rec = decoded[-1]
+    assert rec["kv_transfer"] is True
+    assert rec["prefill_revision"] == rec["decode_revision"]
+    assert rec["prefill_config"] == rec["decode_config"]
+    prefill = {p["metadata"]["name"]: labels(p) for p in pod_dicts(kube, namespace, NAME)}
+    assert prefill[rec["prefill_pod"]][naming.LABEL_ROLE] == "prefill"
+    assert prefill[rec["decode_pod"]][naming.LABEL_ROLE] == "decode"
+    assert prefill[rec["prefill_pod"]][naming.LABEL_REVISION] == rec["decode_revision"]
+
+
+def test_a_rollout_under_a_third_party_client_fails_no_request_and_pairs_within_cells(
+    kube: Kube, namespace: str, served: tuple[int, int], tmp_path: Path
+) -> None:
+    front, control = served
+    wait_for(lambda: completion(front), 120, "the v1 cell serves through the front")
+    wait_for(
+        lambda: ready_prefill_by_rev(kube, namespace) and min(
+            ready_prefill_by_rev(kube, namespace).values()) >= 2,
+        60, "2 Ready v1 prefill pods",
+    )  # fmt: skip
+    before = records(control)
+    start_index = before[-1]["seq"] if before else 0
+    client = AiPerf.ensure()
+    rate, seconds = 3.0, 75.0
+    rows = [TraceRow(i / rate, 180, 12) for i in range(int(rate * seconds))]
+    proc = client.start(f"http://127.0.0.1:{front}", rows, tmp_path / "aiperf")
+
+    capacity: list[tuple[float, dict[str, int]]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            capacity.append((time.time(), ready_prefill_by_rev(kube, namespace)))
+            stop.wait(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        # aiperf takes a while to start its workers: roll once its requests flow
+        wait_for(lambda: len(records(control, start_index)) >= 20, 120, "aiperf's requests")
+        patch_spec(kube, namespace, NAME, {"engine": {"version": "v2"}})
+        proc.wait(timeout=seconds + 120)
+    finally:
+        stop.set()
+        sampler.join(5)
+        if proc.poll() is None:
+            proc.kill()
+    result = client.result(tmp_path / "aiperf")
+    seen = records(control, start_index)
+    decodes = [r for r in seen if r["kind"] == "decode"]
+    print(f"aiperf: {result.requests} requests, {result.errors} errors, TTFT p50 "
+          f"{result.ttft_ms.get('p50')} ms p95 {result.ttft_ms.get('p95')} ms, ITL p50 "
+          f"{result.itl_ms.get('p50')} ms")  # fmt: skip
+
+    # 0 failed requests, every one served
+    assert result.errors == 0, result.raw.get("error_summary")
+    assert result.requests == len(rows)
+    # 0 cross-version / cross-config pairs, 0 pairing errors at the engines
+    mixed = [
+        r
+        for r in decodes
+        if r["prefill_revision"] != r["decode_revision"]
+        or r["prefill_config"] != r["decode_config"]
+        or not r["kv_transfer"]
+    ]
+    assert mixed == []
+    revs = {r["decode_revision"] for r in decodes}
+    assert len(revs) == 2, f"the rollout did not move traffic: {revs}"
+
+    # traffic share vs capacity share, in 5 s windows where both cells serve
+    windows: dict[int, list[str]] = {}
+    for r in decodes:
+        windows.setdefault(int(r["time"] // 5), []).append(r["decode_revision"])
+    checked = 0
+    for window, served_by in sorted(windows.items()):
+        caps = [c for t, c in capacity if int(t // 5) == window]
+        if len(served_by) < 8 or not caps or any(len(c) < 2 for c in caps):
+            continue
+        for rev in revs:
+            traffic = served_by.count(rev) / len(served_by)
+            cap = sum(c.get(rev, 0) / sum(c.values()) for c in caps) / len(caps)
+            print(f"window {window}: {rev} traffic {traffic:.2f} capacity {cap:.2f}")
+            assert abs(traffic - cap) <= 0.15, (window, rev, traffic, cap)
+        checked += 1
+    assert checked >= 1, "no 5 s window with both cells serving"
