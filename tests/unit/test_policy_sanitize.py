@@ -152,3 +152,108 @@ def test_a_gapped_pool_keeps_its_gpus_when_the_other_grows() -> None:
     d = run(spec, snapshot(decode_queue=None), 10, 22)
     assert d.decode == 22
     assert d.prefill == 10
+
+
+# ------------------------------------------------- the reader: up and missing signals
+
+
+def _reader_answers() -> tuple[Any, dict[Any, Any]]:
+    """The chat queries and complete answers (4 req/s), both pools fresh, 2 targets each."""
+    from pdscaler import metricsql as mq
+
+    spec = chat_spec()
+    queries = mq.build_queries(spec, "ns", "chat")
+
+    def vector(*series: tuple[dict[str, str], str]) -> dict[str, Any]:
+        result = [{"metric": m, "value": [NOW, v]} for m, v in series]
+        return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+    role = "pdscaler_io_role"
+    answers: dict[Any, Any] = {q.key: vector(({}, "1")) for q in queries}
+    answers[mq.Key.REQUEST_RATE] = vector(({}, "4"))
+    answers[mq.Key.FRESHNESS] = vector(({role: "prefill"}, str(NOW)), ({role: "decode"}, str(NOW)))
+    answers[mq.Key.TARGETS_UP] = vector(({role: "prefill"}, "2"), ({role: "decode"}, "2"))
+    answers[mq.Key.DECODE_RUNNING_BY_POD] = vector(({"pod": "d-0"}, "1"))
+    return queries, answers
+
+
+NOW = 1_700_000_000.0
+
+
+def test_the_reader_counts_targets_up_by_value_not_by_timestamp() -> None:
+    """``timestamp(up)`` is fresh while a scrape fails (up = 0); the count of up == 1
+    per pool is not: prefill 1 of its 2 targets up -> targets_up 1; a pool absent from
+    the answer (every target down or gone) -> 0."""
+    from pdscaler import metricsql as mq
+
+    queries, answers = _reader_answers()
+    role = "pdscaler_io_role"
+    answers[mq.Key.TARGETS_UP]["data"]["result"] = [
+        {"metric": {role: "prefill"}, "value": [NOW, "1"]}
+    ]
+    snap = mq.assemble(queries, answers, now=NOW)
+    assert (snap.prefill.targets_up, snap.decode.targets_up) == (1, 0)
+    assert any(q.promql.startswith("sum by (pdscaler_io_role) (up{") for q in queries)
+
+
+def test_the_reader_names_a_pools_missing_signals() -> None:
+    """Decode's TPOT answer empty, prefill's queue NaN -> missing names them per pool;
+    a stale decode pool -> every decode signal missing."""
+    from pdscaler import metricsql as mq
+
+    queries, answers = _reader_answers()
+    answers[mq.Key.DECODE_LATENCY]["data"]["result"] = []
+    answers[mq.Key.PREFILL_QUEUE]["data"]["result"][0]["value"][1] = "NaN"
+    snap = mq.assemble(queries, answers, now=NOW)
+    assert snap.decode.missing == ("latency_seconds",)
+    assert snap.prefill.missing == ("queue_depth",)
+    role = "pdscaler_io_role"
+    answers = _reader_answers()[1]
+    answers[mq.Key.FRESHNESS]["data"]["result"] = [
+        {"metric": {role: "prefill"}, "value": [NOW, str(NOW)]},
+        {"metric": {role: "decode"}, "value": [NOW, str(NOW - 600)]},
+    ]
+    snap = mq.assemble(queries, answers, now=NOW)
+    assert "queue_depth" in snap.decode.missing
+    assert "latency_seconds" in snap.decode.missing
+    assert snap.prefill.missing == ()
+
+
+def test_a_failed_up_query_leaves_targets_unknown() -> None:
+    from pdscaler import metricsql as mq
+
+    queries, answers = _reader_answers()
+    answers[mq.Key.TARGETS_UP] = {"status": "error", "errorType": "timeout", "error": "slow"}
+    snap = mq.assemble(queries, answers, now=NOW)
+    assert snap.prefill.targets_up is None
+    assert "targets_up: query failed (timeout): slow" in snap.problems
+
+
+def test_the_condition_names_the_missing_data() -> None:
+    """The decision's gaps reach the MetricsAvailable condition: False,
+    MetricsIncomplete, ``prefill targets: 15 of 30 ready pods scraped (up); no
+    scale-down of the pools concerned``."""
+    from pdscaler import status as st
+    from pdscaler.types import ConditionReason, ConditionType, PoolObservation
+
+    snap = pools(snapshot(10.0), prefill={"targets_up": 15})
+    d = run(SPEC, snap, 30, 30)
+    built = st.build_status(
+        st.StatusInput(
+            now=NOW,
+            generation=1,
+            spec=SPEC,
+            decision=d,
+            metrics=snap,
+            prefill=PoolObservation(30, 30),
+            decode=PoolObservation(30, 30),
+            active_version="v1",
+            target_version="v1",
+            progress=st.ProgressFacts(),
+        )
+    )
+    c = next(c for c in built.conditions or [] if c.type == ConditionType.METRICS_AVAILABLE)
+    assert (c.status, c.reason) == ("False", ConditionReason.METRICS_INCOMPLETE)
+    assert c.message == (
+        "prefill targets: 15 of 30 ready pods scraped (up); no scale-down of the pools concerned"
+    )
