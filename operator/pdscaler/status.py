@@ -338,17 +338,25 @@ def replace_conditions(
     return built.model_copy(update={"conditions": ordered})
 
 
+def _finite(value: float | None) -> float | None:
+    """``value`` when it is a finite number; NaN and +/-Inf are not JSON (the API server
+    refuses a status holding them), so they are left out like an unknown value."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _inputs(m: MetricsSnapshot | None) -> DecisionInputs | None:
+    """The measured inputs of a decision, finite ones only: a NaN rate from a garbage
+    exporter -> ``requestRate`` left out (the status must still be writable)."""
     if m is None:
         return None
     return DecisionInputs(
-        request_rate=m.request_rate,
-        prompt_tokens=m.prompt_tokens,
-        output_tokens=m.output_tokens,
-        prefill_queue=m.prefill.queue_depth,
-        decode_queue=m.decode.queue_depth,
-        ttft_seconds=m.prefill.latency_seconds,
-        tpot_seconds=m.decode.latency_seconds,
+        request_rate=_finite(m.request_rate),
+        prompt_tokens=_finite(m.prompt_tokens),
+        output_tokens=_finite(m.output_tokens),
+        prefill_queue=_finite(m.prefill.queue_depth),
+        decode_queue=_finite(m.decode.queue_depth),
+        ttft_seconds=_finite(m.prefill.latency_seconds),
+        tpot_seconds=_finite(m.decode.latency_seconds),
     )
 
 
@@ -376,14 +384,14 @@ def last_decision(
         message=decision.message,
         inputs=_inputs(metrics),
         model=DecisionModel(
-            n_prefill=m.n_prefill,
-            n_decode=m.n_decode,
-            ratio=m.ratio,
-            drain_seconds=m.drain_seconds,
-            prefill_tokens_per_second=m.prefill_tps,
-            decode_tokens_per_second=m.decode_tps,
-            startup_seconds=m.startup_seconds,
-            forecast_rate=m.forecast_rate,
+            n_prefill=_finite(m.n_prefill),
+            n_decode=_finite(m.n_decode),
+            ratio=_finite(m.ratio),
+            drain_seconds=_finite(m.drain_seconds),
+            prefill_tokens_per_second=_finite(m.prefill_tps),
+            decode_tokens_per_second=_finite(m.decode_tps),
+            startup_seconds=_finite(m.startup_seconds),
+            forecast_rate=_finite(m.forecast_rate),
         ),
     )
 

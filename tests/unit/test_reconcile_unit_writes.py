@@ -136,3 +136,22 @@ def test_a_refused_status_patch_or_event_does_not_fail_the_tick() -> None:
     rep = w.tick()
     assert rep is not None
     assert w.deployment(Role.DECODE)["spec"]["replicas"] == 8
+
+
+def test_a_garbage_snapshot_still_writes_a_json_status() -> None:
+    """R NaN, TTFT +Inf, a queue of -Inf: the policy holds, and the status it writes is
+    valid JSON (the API server refuses NaN/Infinity: before, every such tick failed
+    with ``400 BadRequest: error decoding patch``, and no condition told why)."""
+    import json
+    import math
+
+    from support import builders
+
+    w, kube = world()
+    w.metrics = builders.snapshot(math.nan, ttft=math.inf, decode_queue=-math.inf)
+    w.tick()
+    st = w.pdd()["status"]
+    json.dumps(st, allow_nan=False)
+    c = w.condition(ConditionType.METRICS_AVAILABLE)
+    assert (c["status"], c["reason"]) == ("False", ConditionReason.METRICS_INCOMPLETE)
+    assert "request_rate is invalid (nan)" in c["message"]
