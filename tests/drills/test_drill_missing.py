@@ -57,7 +57,7 @@ def test_drill_d9_missing_data_never_lowers_a_pool(
     phases = [
         (
             "half of prefill's targets down",
-            IDLE_LOW,
+            with_pool(IDLE_LOW, Role.PREFILL, targets_up=2),
             (Role.PREFILL, Role.DECODE),
             "prefill targets: 2 of 4 ready pods scraped (up)",
         ),
