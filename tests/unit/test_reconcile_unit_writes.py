@@ -147,7 +147,7 @@ def test_a_garbage_snapshot_still_writes_a_json_status() -> None:
 
     from support import builders
 
-    w, kube = world()
+    w, _ = world()
     w.metrics = builders.snapshot(math.nan, ttft=math.inf, decode_queue=-math.inf)
     w.tick()
     st = w.pdd()["status"]
