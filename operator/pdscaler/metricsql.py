@@ -519,6 +519,9 @@ def assemble(
     if any(q.key == Key.TARGETS_UP for q in queries):
         up, up_problems = targets_up(answers.get(Key.TARGETS_UP))
         problems.extend(up_problems)
+        for role in Role:
+            if up[role] is None:  # asked and not answered: the targets cannot be checked
+                missing[role].append("targets_up")
 
     for q in queries:
         if q.key in (Key.FRESHNESS, Key.TARGETS_UP):

@@ -227,6 +227,19 @@ def test_a_failed_up_query_leaves_targets_unknown() -> None:
     snap = mq.assemble(queries, answers, now=NOW)
     assert snap.prefill.targets_up is None
     assert "targets_up: query failed (timeout): slow" in snap.problems
+    assert "targets_up" in snap.prefill.missing
+    assert "targets_up" in snap.decode.missing
+
+
+def test_targets_that_cannot_be_checked_hold_the_pool() -> None:
+    """The up query failed (the reader marks targets_up missing): prefill's targets
+    cannot be checked, so R may be under-counted: neither pool shrinks (30 / 30). Decode's
+    alone uncheckable: prefill still goes to 20."""
+    d = run(SPEC, pools(snapshot(), prefill={"missing": ("targets_up",)}), 30, 30)
+    assert (d.prefill, d.decode) == (30, 30)
+    assert d.data_gaps == ("prefill targets up unknown",)
+    d = run(SPEC, pools(snapshot(), decode={"missing": ("targets_up",)}), 30, 30)
+    assert (d.prefill, d.decode) == (20, 30)
 
 
 def test_the_condition_names_the_missing_data() -> None:

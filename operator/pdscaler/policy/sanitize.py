@@ -242,7 +242,7 @@ def _own_gaps(role: Role, pool: PoolMetrics, ready: int, rate: float) -> list[st
         if key == "queue_depth" or (key == "latency_seconds" and rate == 0):
             continue
         name = _LATENCY[role] if key == "latency_seconds" else key.replace("_", " ")
-        gaps.append(f"{role} {name} unknown")
+        gaps.append(f"{role} {name} unknown")  # "prefill targets up unknown"
     return gaps
 
 
@@ -250,8 +250,9 @@ def down_gaps(
     snap: MetricsSnapshot, prefill: PoolObservation, decode: PoolObservation
 ) -> dict[Role, tuple[str, ...]]:
     """Per pool, why it may not scale down on ``snap`` (cleaned): its own gaps
-    (``_own_gaps``); decode also inherits prefill's missing targets, because R is
-    summed over prefill's pods (a target down under-counts R, which sizes decode).
+    (``_own_gaps``); decode also inherits prefill's missing (or uncheckable) targets,
+    because R is summed over prefill's pods (a target down under-counts R, which sizes
+    decode).
     Prefill 2 Ready with 1 target up -> both pools get
     ``"prefill targets: 1 of 2 ready pods scraped (up)"``."""
     rate = snap.request_rate or 0.0
@@ -259,7 +260,7 @@ def down_gaps(
         Role.PREFILL: _own_gaps(Role.PREFILL, snap.prefill, prefill.ready, rate),
         Role.DECODE: _own_gaps(Role.DECODE, snap.decode, decode.ready, rate),
     }
-    inherited = [g for g in own[Role.PREFILL] if " targets: " in g]
+    inherited = [g for g in own[Role.PREFILL] if g.startswith("prefill targets")]
     return {
         Role.PREFILL: tuple(own[Role.PREFILL]),
         Role.DECODE: tuple(own[Role.DECODE] + inherited),
