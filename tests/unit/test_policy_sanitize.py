@@ -270,3 +270,17 @@ def test_the_condition_names_the_missing_data() -> None:
     assert c.message == (
         "prefill targets: 15 of 30 ready pods scraped (up); no scale-down of the pools concerned"
     )
+
+
+def test_a_gapped_pool_never_pushes_the_other_below_its_min() -> None:
+    """maxGPUs 1, prefill [0, 1] running 1 with a gap, decode [1, 1] running 0: decode
+    must come up to its min 1; prefill keeping 1 would need 2 GPUs, so the spec's
+    bounds win: prefill 0, decode 1 (found by the bounds property on a random tick)."""
+    spec = chat_spec(
+        prefill={"tokensPerSecond": 100, "replicas": {"min": 0, "max": 1}},
+        decode={"tokensPerSecond": 100, "replicas": {"min": 1, "max": 1}},
+        scaling={"maxGPUs": 1, "scaleDownStabilization": "0s"},
+    )
+    snap = pools(snapshot(0.0, 0.0, 0.0), prefill={"kv_usage": math.nan})
+    d = run(spec, snap, 1, 0)
+    assert (d.prefill, d.decode) == (0, 1)

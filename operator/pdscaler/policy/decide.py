@@ -194,9 +194,10 @@ def size(
 def keep_gapped(inp: TickInput, split: Split, gaps: dict[Role, tuple[str, ...]]) -> Split:
     """A pool with a data gap ends at least at what it runs (within its [min, max]),
     even when the budget split would give its GPUs to the other pool; the other pool
-    then grows only into what is left, never below what it runs. Budget 32, decode
-    gapped at 16, prefill wanting 20 from 14 (split 17 / 15) -> 16 / 16. When even that
-    exceeds the budget (it runs above maxGPUs), the split stands: an explicit bound."""
+    then grows only into what is left, never below what it runs (nor its min). Budget
+    32, decode gapped at 16, prefill wanting 20 from 14 (split 17 / 15) -> 16 / 16.
+    When even that exceeds the budget (a pool runs above maxGPUs or below its min), the
+    split stands: the spec's bounds are explicit."""
     spec = inp.spec
     out = {Role.PREFILL: split.prefill, Role.DECODE: split.decode}
     for role in ROLES:
@@ -209,7 +210,10 @@ def keep_gapped(inp: TickInput, split: Split, gaps: dict[Role, tuple[str, ...]])
         other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
         room = split.budget_gpus - floor * pool_spec(spec, role).gpus_per_replica
         fits = room // pool_spec(spec, other).gpus_per_replica
-        held = min(observation(inp, other).replicas, out[other])
+        held = max(
+            min(observation(inp, other).replicas, out[other]),
+            pool_spec(spec, other).replicas.min,
+        )
         out[other] = max(min(out[other], fits), held)
     used = sum(out[r] * pool_spec(spec, r).gpus_per_replica for r in ROLES)
     if used > split.budget_gpus:
