@@ -40,9 +40,13 @@ Unknown is never 0: an empty answer, NaN, +/-Inf, a stale sample, several series
 one was expected, or a query error each give ``None`` plus a sentence in
 ``MetricsSnapshot.problems``. A pool whose newest scrape (``timestamp(up)``) is older
 than ``max_age`` has all its values set to ``None``: without that check a gauge would
-keep answering its last value for Prometheus' 5 min lookback. The check is per pool (the
-newest of its pods), not per pod: one pod whose target vanished without staleness
-markers (across a Prometheus restart) still adds its last gauge values for the lookback.
+keep answering its last value for Prometheus' 5 min lookback. That check is per pool (the
+newest of its pods), and ``up`` is written on every scrape, failed or not, so it cannot
+see targets that fail: ``sum by (pdscaler_io_role) (up{...})`` counts each pool's
+targets whose last scrape succeeded (``PoolMetrics.targets_up``; a pool absent from the
+answer has 0), which the policy compares with the pool's Ready pods. Each pool's own
+signals that came back unknown are named in ``PoolMetrics.missing`` (all of them for a
+stale pool), so the policy never scales that pool down on them.
 """
 
 from __future__ import annotations
@@ -387,6 +391,7 @@ class Key(StrEnum):
     """What each query measures; ``prefill.``/``decode.`` prefixes mark per-pool ones."""
 
     FRESHNESS = "freshness"
+    TARGETS_UP = "targets_up"
     REQUEST_RATE = "request_rate"
     PROMPT_TOKENS = "prompt_tokens"
     OUTPUT_TOKENS = "output_tokens"
@@ -428,7 +433,8 @@ def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Que
     """Every query of one snapshot, in the order they are run (at most 14).
 
     The first, ``max by (pdscaler_io_role) (timestamp(up{...}))``, gives the time of
-    each pool's newest scrape, for the staleness check.
+    each pool's newest scrape, for the staleness check; the second,
+    ``sum by (pdscaler_io_role) (up{...})``, each pool's targets up.
     """
     preset = preset_for(spec)
     window = promql_duration(spec.metrics.window_seconds)
@@ -445,7 +451,8 @@ def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Que
 
     deployment = selector(namespace, name, None)
     queries = [
-        Query(Key.FRESHNESS, f"max by ({PROM_ROLE}) (timestamp(up{deployment}))", by=PROM_ROLE)
+        Query(Key.FRESHNESS, f"max by ({PROM_ROLE}) (timestamp(up{deployment}))", by=PROM_ROLE),
+        Query(Key.TARGETS_UP, f"sum by ({PROM_ROLE}) (up{deployment})", by=PROM_ROLE),
     ]
     for key, template in (
         (Key.REQUEST_RATE, preset.request_rate),
@@ -602,6 +609,30 @@ def stale_pools(freshness: Mapping[str, Any], *, now: float, max_age: float) -> 
     return out
 
 
+def targets_up(answer: Mapping[str, Any] | None) -> tuple[dict[Role, int | None], list[str]]:
+    """Each pool's targets up from ``sum by (pdscaler_io_role) (up{...})``: a pool absent
+    from a successful answer has 0 up; no answer or a failed one -> None (unknown) with
+    the problem. ``{prefill: "1", decode: "2"}`` -> ``{PREFILL: 1, DECODE: 2}``."""
+    if answer is None:
+        return dict.fromkeys(Role), []
+    got, issues = parse_by_label(answer, PROM_ROLE)
+    _, failed = _samples(answer)
+    if failed is not None:
+        return dict.fromkeys(Role), [f"{Key.TARGETS_UP}: {failed}"]
+    out: dict[Role, int | None] = {r: int(got.get(r.value, 0.0)) for r in Role}
+    return out, [f"{Key.TARGETS_UP}: {i}" for i in issues]
+
+
+def _pool_field(key: Key) -> tuple[Role, str] | None:
+    """The pool and field a per-pool query fills (``PoolMetrics.missing`` names it):
+    ``Key.DECODE_LATENCY`` -> (DECODE, "latency_seconds"); R and the token means (read
+    on a pool, but the load's, not the pool's own signals) -> None."""
+    role, _, name = key.value.partition(".")
+    if not name or role not in {r.value for r in Role}:
+        return None
+    return Role(role), name
+
+
 def assemble(
     queries: Sequence[Query],
     answers: Mapping[Key, Mapping[str, Any]],
@@ -618,17 +649,30 @@ def assemble(
     problems: list[str] = [f"{role.value}: {why}" for role, why in stale.items()]
     values: dict[Key, float | None] = {}
     by_pod: dict[str, float] = {}
+    missing: dict[Role, list[str]] = {r: [] for r in Role}
+    up: dict[Role, int | None] = dict.fromkeys(Role)
+    if any(q.key == Key.TARGETS_UP for q in queries):
+        up, up_problems = targets_up(answers.get(Key.TARGETS_UP))
+        problems.extend(up_problems)
+        for role in Role:
+            if up[role] is None:  # asked and not answered: the targets cannot be checked
+                missing[role].append("targets_up")
 
     for q in queries:
-        if q.key == Key.FRESHNESS:
+        if q.key in (Key.FRESHNESS, Key.TARGETS_UP):
             continue
+        own = _pool_field(q.key)
         if q.pool in stale:
             values[q.key] = None
+            if own is not None:
+                missing[own[0]].append(own[1])
             continue
         answer = answers.get(q.key)
         if answer is None:
             values[q.key] = None
             problems.append(f"{q.key}: not queried")
+            if own is not None:
+                missing[own[0]].append(own[1])
             continue
         if q.by is not None:
             got, issues = parse_by_label(answer, q.by)
@@ -639,6 +683,8 @@ def assemble(
         values[q.key] = reading.value
         if reading.problem is not None:
             problems.append(f"{q.key}: {reading.problem}")
+            if own is not None:
+                missing[own[0]].append(own[1])
 
     return MetricsSnapshot(
         time=now,
@@ -650,6 +696,8 @@ def assemble(
             running=values.get(Key.PREFILL_RUNNING),
             latency_seconds=values.get(Key.PREFILL_LATENCY),
             tokens_per_second=values.get(Key.PREFILL_TPS),
+            targets_up=up[Role.PREFILL],
+            missing=tuple(missing[Role.PREFILL]),
         ),
         decode=PoolMetrics(
             queue_depth=values.get(Key.DECODE_QUEUE),
@@ -658,6 +706,8 @@ def assemble(
             tokens_per_second=values.get(Key.DECODE_TPS),
             kv_usage=values.get(Key.DECODE_KV),
             running_by_pod=by_pod,
+            targets_up=up[Role.DECODE],
+            missing=tuple(missing[Role.DECODE]),
         ),
         problems=tuple(problems),
     )

@@ -7,11 +7,14 @@ converged PDDeployment plans NOTHING (and the operator makes zero writes). Objec
 that exist under a name we want but are not controlled by this PDDeployment (owner
 reference uid) are never touched: the plan carries a warning instead.
 
-Order of the plan: creates (decode Service, decode, prefill, front Service as built),
-template updates, replica changes (pod-deletion-cost annotations on decode pods come
-right before the decode scale-down they steer), then deletes: a retired cell loses
-its prefill Deployment first; its decode Deployment and Service go only once no
-prefill pod of that cell is left, so a prefill pod never outlives its decode pool.
+Order of the plan: replica changes of the cells that exist (pod-deletion-cost
+annotations on decode pods come right before the decode scale-down they steer), then
+creates (as built: decode, prefill, router, Services, RBAC), template updates, then
+deletes: a retired cell loses its prefill Deployment first; its decode Deployment and
+Service go only once no prefill pod of that cell is left, so a prefill pod never
+outlives its decode pool. Serving capacity first: the shell runs every write on its
+own (a refused create never stops a later write), and the scales that keep a serving
+cell sized are the writes that matter most when the API server refuses some.
 
 Purely computational: no Kubernetes client, no clock, no I/O. Example (``describe()`` of
 each action): the decode pool of a converged cell going 4 -> 6 plans exactly one write,
@@ -192,7 +195,7 @@ def plan(
             )
 
     deletes = _deletes(uid, wanted, observed)
-    actions = (*creates, *updates, *scales, *deletes, *warnings)
+    actions = (*scales, *creates, *updates, *deletes, *warnings)
     return Plan(actions=tuple(actions), warnings=tuple(a.describe() for a in warnings))
 
 

@@ -12,8 +12,11 @@ Owns: the shell of a tick, level-triggered and idempotent (sample-controller's
    unreachable -> ``None``: the policy holds and never scales down);
 2. compute: ``tick.compute(TickFacts) -> TickEffects``, pure (decision, rollout step,
    desired objects, plan, status, Events, what to remember);
-3. apply: the writes (none in Recommend mode), the Events, the status when it changed,
-   the operator's metrics (``telemetry``).
+3. apply: the writes (none in Recommend mode), each on its own: a refused write is
+   logged, its Event dropped, a Warning ``WriteFailed`` Event published once per process
+   and the WritesFailing condition names it with the API's reason, and every other
+   write, Event and the status patch still happen; then the Events, the status when it
+   changed, the operator's metrics (``telemetry``).
 
 A converged PDDeployment costs reads only: ZERO writes (the lab test counts them through
 ``Kube.audit``). Must not: decide anything (``tick`` and the pure modules do), or write
@@ -33,10 +36,10 @@ from typing import Any
 
 import pydantic
 
-from pdscaler import rollout, tick
-from pdscaler.kube import Kube, load_api_client
+from pdscaler import rollout, status, tick
+from pdscaler.kube import Kube, KubeError, load_api_client
 from pdscaler.manifests import Meta
-from pdscaler.plan import Plan
+from pdscaler.plan import Action, Plan
 from pdscaler.prometheus import (
     DEFAULT_ALLOWED_URLS,
     DEFAULT_MAX_BODY_BYTES,
@@ -300,29 +303,85 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
     )
 
 
+#: How much of the API's message one failed write keeps (condition and Event).
+MAX_FAILURE_TEXT = 300
+
+
 def _apply(rt: Runtime, pdd: Obj, facts: tick.TickFacts, fx: tick.TickEffects) -> tuple[str, ...]:
-    """The writes, the Events (keyed ones once per process), the status when it
-    changed, and what the Runtime keeps for the next tick; the Events' log lines."""
+    """The writes, each on its own (``_write``); the Events (keyed ones once per process,
+    none for a write that failed, a ``WriteFailed`` Warning per failed write); the
+    status when it changed, with WritesFailing naming the failed writes; and what the
+    Runtime keeps for the next tick. Returns the Events' log lines."""
     meta = pdd["metadata"]
     namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
+    failed: list[tuple[Action, str]] = []
     for action in fx.writes:
-        rt.kube.execute(namespace, action, facts.observed)
-        rt.telemetry.record_write(action.verb.value, action.kind)
-    events = [_publish(rt, pdd, e) for e in fx.events if e.once is None or e.once not in rt.warned]
-    if fx.status_changed:
-        rt.kube.patch_status(namespace, name, fx.status.to_k8s(), pdd.get("status"))
-        rt.telemetry.record_write("status", "PDDeployment")
+        why = _write(rt, namespace, action, facts)
+        if why is not None:
+            failed.append((action, why))
+    failures = tuple(f"{a.verb.value} {a.kind}/{a.name}: {why}" for a, why in failed)
+    warnings = [
+        tick.Event(
+            "Warning",
+            "WriteFailed",
+            text,
+            once=("write-failed", uid, str(facts.generation), a.verb.value, a.kind, a.name),
+        )
+        for (a, _), text in zip(failed, failures, strict=True)
+    ]
+    refused = [a for a, _ in failed]
+    wanted = [e for e in fx.events if not any(e.action is a for a in refused)]
+    events = [
+        line
+        for e in [*wanted, *warnings]
+        if e.once is None or e.once not in rt.warned
+        if (line := _publish(rt, pdd, e)) is not None
+    ]
+    new_status, changed = fx.status, fx.status_changed
+    if failures:
+        previous = status.parse_status(dict(facts.raw_status) if facts.raw_status else None)
+        new_status = status.with_write_failures(
+            fx.status, failures, facts.now, facts.generation, previous
+        )
+        raw = dict(facts.raw_status) if facts.raw_status is not None else None
+        changed = status.status_changed(new_status, raw)
+    if changed:
+        try:
+            rt.kube.patch_status(namespace, name, new_status.to_k8s(), pdd.get("status"))
+            rt.telemetry.record_write("status", "PDDeployment")
+        except KubeError as err:
+            log.warning("status of %s/%s not written: %s", namespace, name, err)
     rt.memory[uid] = fx.memory
     if fx.rollout is not None:
         rt.rollouts[uid] = fx.rollout
     return tuple(events)
 
 
-def _publish(rt: Runtime, pdd: Obj, event: tick.Event) -> str:
-    """Publish one Event (a keyed one at most once per process); its log line."""
+def _write(rt: Runtime, namespace: str, action: Action, facts: tick.TickFacts) -> str | None:
+    """Carry out one write; None when it was applied, else why not: the API's status,
+    reason and message (``422 Invalid: Deployment.apps "x" is invalid: ...``), cut to
+    ``MAX_FAILURE_TEXT`` characters. Only ``KubeError`` (the API server answered) is
+    caught: a transport error fails the tick, as a read would."""
+    try:
+        rt.kube.execute(namespace, action, facts.observed)
+    except KubeError as err:
+        log.warning("%s failed: %s", action.describe(), err)
+        text = f"{err.status} {err.reason}: {err.message}".strip()
+        return text if len(text) <= MAX_FAILURE_TEXT else text[: MAX_FAILURE_TEXT - 3] + "..."
+    rt.telemetry.record_write(action.verb.value, action.kind)
+    return None
+
+
+def _publish(rt: Runtime, pdd: Obj, event: tick.Event) -> str | None:
+    """Publish one Event (a keyed one at most once per process); its log line, or None
+    when the API server refused it (an Event is never worth failing the tick for)."""
     if event.once is not None:
         rt.warned.add(event.once)
-    rt.kube.event(pdd, event.reason, event.message, event.type)
+    try:
+        rt.kube.event(pdd, event.reason, event.message, event.type)
+    except KubeError as err:
+        log.warning("event %s not published: %s", event.reason, err)
+        return None
     rt.telemetry.record_write("event", "Event")
     return event.line()
 

@@ -78,6 +78,15 @@ MSG_QUERY_SCOPE = (
     "metrics.queries templates must select with {selector} or {matchers} and must not match"
     " on namespace, pod or pdscaler_io_* labels"
 )
+#: The longest PDDeployment name: its objects are named ``<name>-<revision>-prefill``
+#: (revision at most 26 characters, ``naming.revision``), and a name must fit 63
+#: characters: 63 - 1 - 26 - len("-prefill") = 28.
+MAX_NAME_LENGTH = 28
+MSG_NAME_LENGTH = (
+    "metadata.name must be at most 28 characters (<name>-<revision>-prefill must fit 63)"
+)
+MSG_VERSION_LABEL = "engine.version must end with a letter or a digit (it is a label value)"
+_VERSION_END = re.compile(r"[A-Za-z0-9]$")
 CEL_MESSAGES = frozenset(
     {
         MSG_REPLICAS_MIN_MAX,
@@ -86,6 +95,8 @@ CEL_MESSAGES = frozenset(
         MSG_INTERVAL_MIN,
         MSG_BUDGET_FLOOR,
         MSG_QUERY_SCOPE,
+        MSG_NAME_LENGTH,
+        MSG_VERSION_LABEL,
     }
 )
 #: The CRD's CEL check of one custom query template (RE2 and Python agree on it): a
@@ -134,6 +145,14 @@ class EngineSpec(_Model):
 
     image: str = Field(min_length=1, max_length=512)
     version: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+    @model_validator(mode="after")
+    def _version_is_a_label_value(self) -> EngineSpec:
+        """The version is the cells' version label: a label value ends with a letter or
+        a digit (``v2-`` is a valid tag but not a label: every create would fail)."""
+        if not _VERSION_END.search(self.version):
+            raise ValueError(MSG_VERSION_LABEL)
+        return self
 
 
 def _pod_template_parts(value: dict[str, Any]) -> dict[str, Any]:
@@ -470,6 +489,15 @@ class PDDeployment(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: PDDeploymentSpec
     status: PDDeploymentStatus | None = None
+
+    @model_validator(mode="after")
+    def _name_fits_its_objects(self) -> PDDeployment:
+        """``metadata.name`` at most ``MAX_NAME_LENGTH`` (28) characters, so that
+        ``<name>-<revision>-prefill`` fits a 63-character name."""
+        name = self.metadata.get("name")
+        if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
+            raise ValueError(MSG_NAME_LENGTH)
+        return self
 
 
 # ------------------------------------------------------------------ lenient reading

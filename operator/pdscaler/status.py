@@ -2,9 +2,11 @@
 conditions, typed by ``ConditionType`` with a ``ConditionReason``), and the policy
 memory as persisted in status.
 
-Owns: the conditions Ready, MetricsAvailable, Progressing, CapacityLimited and
-DeadlineInfeasible (``lastTransitionTime`` kept while a condition's status does not
-change, as Kubernetes conventions ask), the printer-column strings, when
+Owns: the conditions Ready, MetricsAvailable, Progressing, CapacityLimited,
+DeadlineInfeasible and WritesFailing (the last set True by the shell, through
+``with_write_failures``, when a write the tick planned was refused)
+(``lastTransitionTime`` kept while a condition's status does not change, as
+Kubernetes conventions ask), the printer-column strings, when
 ``lastDecision`` is replaced, and the (de)serialisation of ``PolicyMemory``.
 
 Zero writes when converged: the status is built so that a steady cluster yields the
@@ -20,6 +22,7 @@ Purely computational: no Kubernetes client, no clock, no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -98,6 +101,7 @@ class StatusInput:
     metrics_error: str | None = None  # why Prometheus did not answer (metrics is None)
     #: The MetricsAvailable reason when ``metrics`` is None (default: PrometheusUnreachable).
     metrics_reason: ConditionReason | None = None
+    write_failures: tuple[str, ...] = ()  # the writes refused, with the API's reason
 
 
 def condition(
@@ -151,6 +155,7 @@ def _conditions(inp: StatusInput, published: str) -> list[Condition]:
         progressing(inp),
         capacity_limited(inp),
         deadline_infeasible(inp, published),
+        writes_failing(inp),
     ]
 
 
@@ -178,7 +183,10 @@ def metrics_available(inp: StatusInput) -> Condition:
     ``InvalidQuery`` for a custom query refused before sending) with why; a snapshot
     without R (or a decision that held for missing metrics) -> False,
     ``MetricsIncomplete`` naming the problems (``request rate: empty answer; holding
-    replicas, no scale-down``); else True, ``MetricsOK``."""
+    replicas, no scale-down``); else True, ``MetricsOK``. A decision that
+    lacked a pool's data (``Decision.data_gaps``) -> False, ``MetricsIncomplete`` naming
+    it (``prefill targets: 1 of 2 ready pods scraped (up); no scale-down of the pools
+    concerned``)."""
     metrics = inp.metrics
     if metrics is None:
         return _condition(
@@ -188,14 +196,20 @@ def metrics_available(inp: StatusInput) -> Condition:
             inp.metrics_reason or ConditionReason.PROMETHEUS_UNREACHABLE,
             f"{inp.metrics_error or 'Prometheus did not answer'}; holding replicas, no scale-down",
         )
-    if not metrics.complete or not inp.decision.metrics_available:
-        problems = "; ".join(metrics.problems) or "request rate or token lengths unknown"
+    held = not metrics.complete or not inp.decision.metrics_available
+    if held or inp.decision.data_gaps:
+        named = inp.decision.data_gaps if not held else ()
+        problems = "; ".join(named or inp.decision.data_gaps or metrics.problems)
+        problems = problems or "request rate or token lengths unknown"
+        consequence = (
+            "holding replicas, no scale-down" if held else ("no scale-down of the pools concerned")
+        )
         return _condition(
             inp,
             ConditionType.METRICS_AVAILABLE,
             False,
             ConditionReason.METRICS_INCOMPLETE,
-            f"{problems}; holding replicas, no scale-down"[:32768],
+            f"{problems}; {consequence}"[:32768],
         )
     return _condition(
         inp,
@@ -262,17 +276,92 @@ def deadline_infeasible(inp: StatusInput, published: str) -> Condition:
     )
 
 
+def writes_failing(inp: StatusInput) -> Condition:
+    """WritesFailing: True, ``WriteFailed``, naming each refused write
+    (``inp.write_failures``, cut to ``MAX_WRITE_FAILURE_MESSAGE``); else False,
+    ``WritesApplied``. The pure tick builds it False (a refused write is only known
+    after the writes); the shell sets it with ``with_write_failures``."""
+    previous = inp.previous.conditions if inp.previous else None
+    return _write_condition(inp.write_failures, inp.now, inp.generation, previous)
+
+
+def _write_condition(
+    failures: Sequence[str], now: float, generation: int, previous: list[Condition] | None
+) -> Condition:
+    if not failures:
+        return condition(
+            ConditionType.WRITES_FAILING,
+            "False",
+            ConditionReason.WRITES_APPLIED,
+            "no write failed",
+            now,
+            generation,
+            previous,
+        )
+    message = "; ".join(failures)
+    if len(message) > MAX_WRITE_FAILURE_MESSAGE:
+        message = message[: MAX_WRITE_FAILURE_MESSAGE - 3] + "..."
+    return condition(
+        ConditionType.WRITES_FAILING,
+        "True",
+        ConditionReason.WRITE_FAILED,
+        message,
+        now,
+        generation,
+        previous,
+    )
+
+
+#: The longest message WritesFailing carries (the API's messages can be long).
+MAX_WRITE_FAILURE_MESSAGE = 1024
+
+
+def with_write_failures(
+    built: PDDeploymentStatus,
+    failures: Sequence[str],
+    now: float,
+    generation: int,
+    previous: PDDeploymentStatus | None,
+) -> PDDeploymentStatus:
+    """``built`` with WritesFailing True, ``WriteFailed``, naming every refused write
+    (``create Deployment chat-v2--abcde-decode: 422 Invalid: ...``), cut to
+    ``MAX_WRITE_FAILURE_MESSAGE`` characters; its ``lastTransitionTime`` kept from
+    ``previous`` while it stays True. No failures -> ``built`` unchanged."""
+    if not failures:
+        return built
+    failing = _write_condition(failures, now, generation, previous.conditions if previous else None)
+    kept = [c for c in built.conditions or [] if c.type != ConditionType.WRITES_FAILING]
+    return replace_conditions(built, [*kept, failing])
+
+
+def replace_conditions(
+    built: PDDeploymentStatus, conditions: list[Condition]
+) -> PDDeploymentStatus:
+    """A copy of ``built`` with ``conditions``, in ``CONDITION_TYPES`` order."""
+    order: dict[str, int] = {t.value: i for i, t in enumerate(CONDITION_TYPES)}
+    ordered = sorted(conditions, key=lambda c: order.get(c.type, len(order)))
+    return built.model_copy(update={"conditions": ordered})
+
+
+def _finite(value: float | None) -> float | None:
+    """``value`` when it is a finite number; NaN and +/-Inf are not JSON (the API server
+    refuses a status holding them), so they are left out like an unknown value."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _inputs(m: MetricsSnapshot | None) -> DecisionInputs | None:
+    """The measured inputs of a decision, finite ones only: a NaN rate from a garbage
+    exporter -> ``requestRate`` left out (the status must still be writable)."""
     if m is None:
         return None
     return DecisionInputs(
-        request_rate=m.request_rate,
-        prompt_tokens=m.prompt_tokens,
-        output_tokens=m.output_tokens,
-        prefill_queue=m.prefill.queue_depth,
-        decode_queue=m.decode.queue_depth,
-        ttft_seconds=m.prefill.latency_seconds,
-        tpot_seconds=m.decode.latency_seconds,
+        request_rate=_finite(m.request_rate),
+        prompt_tokens=_finite(m.prompt_tokens),
+        output_tokens=_finite(m.output_tokens),
+        prefill_queue=_finite(m.prefill.queue_depth),
+        decode_queue=_finite(m.decode.queue_depth),
+        ttft_seconds=_finite(m.prefill.latency_seconds),
+        tpot_seconds=_finite(m.decode.latency_seconds),
     )
 
 
@@ -300,14 +389,14 @@ def last_decision(
         message=decision.message,
         inputs=_inputs(metrics),
         model=DecisionModel(
-            n_prefill=m.n_prefill,
-            n_decode=m.n_decode,
-            ratio=m.ratio,
-            drain_seconds=m.drain_seconds,
-            prefill_tokens_per_second=m.prefill_tps,
-            decode_tokens_per_second=m.decode_tps,
-            startup_seconds=m.startup_seconds,
-            forecast_rate=m.forecast_rate,
+            n_prefill=_finite(m.n_prefill),
+            n_decode=_finite(m.n_decode),
+            ratio=_finite(m.ratio),
+            drain_seconds=_finite(m.drain_seconds),
+            prefill_tokens_per_second=_finite(m.prefill_tps),
+            decode_tokens_per_second=_finite(m.decode_tps),
+            startup_seconds=_finite(m.startup_seconds),
+            forecast_rate=_finite(m.forecast_rate),
         ),
     )
 

@@ -47,12 +47,14 @@ Obj = dict[str, Any]
 @dataclass(frozen=True)
 class Event:
     """One Kubernetes Event to publish; ``once`` (when set) is a key the shell publishes
-    at most once per process (a Warning about an object we do not own)."""
+    at most once per process (a Warning about an object we do not own); ``action`` (when
+    set) is the write the Event tells of: the shell drops the Event if that write fails."""
 
     type: str
     reason: str
     message: str
     once: tuple[str, ...] | None = None
+    action: Action | None = None
 
     def line(self) -> str:
         """``Normal CreatedDeployment: Deployment chat-abcde-decode``."""
@@ -247,7 +249,7 @@ def _action_events(the_plan: Plan) -> list[Event]:
     for action in the_plan.writes:
         reason = _VERB_REASON.get(action.verb)
         if reason is not None:
-            out.append(Event("Normal", f"{reason}{action.kind}", _describe(action)))
+            out.append(Event("Normal", f"{reason}{action.kind}", _describe(action), action=action))
     if costs:
         pods = ", ".join(f"{a.name}={a.message.split('=')[-1]}" for a in costs)
         out.append(Event("Normal", "SetDeletionCost", f"decode pod-deletion-cost: {pods}"))

@@ -90,6 +90,7 @@ class ConditionType(StrEnum):
     PROGRESSING = "Progressing"
     CAPACITY_LIMITED = "CapacityLimited"
     DEADLINE_INFEASIBLE = "DeadlineInfeasible"
+    WRITES_FAILING = "WritesFailing"
 
 
 class ConditionReason(StrEnum):
@@ -111,6 +112,8 @@ class ConditionReason(StrEnum):
     CAPACITY_AVAILABLE = "CapacityAvailable"
     DEADLINE_INFEASIBLE = "RecoveryDeadlineInfeasible"
     DEADLINE_FEASIBLE = "DeadlineFeasible"
+    WRITE_FAILED = "WriteFailed"
+    WRITES_APPLIED = "WritesApplied"
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,13 @@ class PoolMetrics:
     ``latency_seconds`` is TTFT at the SLO percentile for prefill, TPOT for decode.
     ``tokens_per_second`` is the pool's observed throughput (prompt tokens/s for
     prefill, generated tokens/s for decode), used to refine the per-replica priors.
+
+    ``targets_up`` counts the pool's scrape targets whose last scrape succeeded
+    (``up == 1``); the policy compares it with the pool's Ready pods, and a pool with
+    fewer targets up than Ready pods is under-counted, so it is never scaled down.
+    None: the source does not count targets (the simulator, a test). ``missing`` names
+    the pool's own signals (field names, e.g. ``"latency_seconds"``) the source asked
+    for and did not get: an empty answer, NaN, a stale pool.
     """
 
     queue_depth: float | None = None
@@ -129,6 +139,8 @@ class PoolMetrics:
     kv_usage: float | None = None
     # per-pod running requests, pod name -> requests (for pod-deletion-cost)
     running_by_pod: dict[str, float] = field(default_factory=dict)
+    targets_up: int | None = None
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -235,6 +247,9 @@ class Decision:
     ``action`` is a machine reason such as ``ScaledDecode``, ``ScaledPrefill``,
     ``ScaledDown``, ``Hold``, ``HoldMetricsUnavailable``; ``message`` the human
     sentence, e.g. ``Scaled decode 4->6: TPOT p95 62ms > 50ms SLO; drain 38s <= 60s``.
+    ``metrics_available``: the load shape was known (False: the decision held).
+    ``data_gaps`` names the data the decision lacked (``prefill queue depth unknown``):
+    no pool a gap concerns scaled down, and the MetricsAvailable condition is False.
     """
 
     prefill: int
@@ -247,6 +262,7 @@ class Decision:
     capacity_limited: bool = False
     deadline_infeasible: bool = False
     memory: PolicyMemory = field(default_factory=PolicyMemory)
+    data_gaps: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------ one value per role

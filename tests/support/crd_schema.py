@@ -140,6 +140,10 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "duration(self.interval) >= duration('1s')": lambda s: parse_duration(s["interval"]) >= 1.0,
     "self.scaling.maxGPUs >= self.prefill.replicas.min * self.prefill.gpusPerReplica + "
     "self.decode.replicas.min * self.decode.gpusPerReplica": _budget_floor,
+    "self.metadata.name.size() <= 28": lambda s: len(s["metadata"]["name"]) <= 28,
+    "self.version.matches('[A-Za-z0-9]$')": lambda s: (
+        re.search("[A-Za-z0-9]$", s["version"]) is not None
+    ),
 }
 
 
@@ -199,4 +203,4 @@ def failing_cel_rules(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any
 def rule_error_path(path: str, rule: dict[str, Any]) -> str:
     """Where the API server reports a failing rule: its path plus its ``fieldPath``
     (``spec.prefill.replicas`` + ``.min``)."""
-    return path + str(rule.get("fieldPath", ""))
+    return (path + str(rule.get("fieldPath", ""))).lstrip(".")  # a root rule: "metadata.name"

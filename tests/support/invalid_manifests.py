@@ -395,6 +395,28 @@ CASES: list[InvalidCase] = [
         "spec.engine.version in body should be at least 1 chars long",
         "String should have at least 1 character",
     ),
+    _cel(
+        "engine-version-ending-in-a-dash",  # a valid tag, not a label value
+        set_("spec.engine.version", "v2-"),
+        "spec.engine.version",
+        pdspec.MSG_VERSION_LABEL,
+        "spec.engine",
+    ),
+    _cel(
+        "engine-version-ending-in-a-dot",
+        set_("spec.engine.version", "v0.11."),
+        "spec.engine.version",
+        pdspec.MSG_VERSION_LABEL,
+        "spec.engine",
+    ),
+    # the name fits <name>-<revision>-prefill in 63 characters (a rule on the root)
+    _cel(
+        "name-too-long-for-its-objects",
+        set_("metadata.name", "chat-with-a-name-of-forty-five-characters-xyz"),
+        "metadata.name",
+        pdspec.MSG_NAME_LENGTH,
+        "",
+    ),
     _required("decode-pool-missing", "spec.decode"),
     # the pod template's parts are objects
     InvalidCase(

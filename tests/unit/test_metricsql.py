@@ -347,6 +347,9 @@ def full_answers(s: PDDeploymentSpec) -> dict[mq.Key, dict[str, Any]]:
         ({"pdscaler_io_role": "decode"}, str(NOW - 1)),
     )
     out[mq.Key.DECODE_RUNNING_BY_POD] = vector(({"pod": "d-0"}, "25"), ({"pod": "d-1"}, "15"))
+    out[mq.Key.TARGETS_UP] = vector(
+        ({"pdscaler_io_role": "prefill"}, "1"), ({"pdscaler_io_role": "decode"}, "2")
+    )
     assert set(out) == {q.key for q in mq.build_queries(s, NS, NAME)}
     return out
 

@@ -202,3 +202,15 @@ def test_owned_by_needs_controller_reference() -> None:
 def test_deletion_costs_round_and_skip_unmeasured() -> None:
     pods = [pod("a", "r", Role.DECODE), pod("b", "r", Role.DECODE), pod("c", "r", Role.DECODE)]
     assert deletion_costs(pods, {"a": 0.2, "b": 7.0}) == {"a": "0", "b": "7"}
+
+
+def test_scales_of_the_serving_cell_come_before_the_new_cells_creates() -> None:
+    """v1 serving at 2 / 4 goes to 3 / 6 while the v2 cell is created: the two scales
+    are the first writes, so a create the API server refuses (a quota, a name too long)
+    cannot delay the capacity of the cell that serves (the shell runs each on its own)."""
+    observed = as_observed(desired(A))
+    grown = CellTarget("img", "v1", prefill=3, decode=6)
+    verbs = [a.verb for a in plan(UID, desired(grown, B), observed).writes]
+    assert verbs[:2] == [Verb.SCALE, Verb.SCALE]
+    assert Verb.CREATE in verbs[2:]
+    assert Verb.SCALE not in verbs[2:]

@@ -194,3 +194,49 @@ def test_no_scale_down_during_a_rollout(inp: TickInput) -> None:
     d = decide(inp)
     assert d.prefill >= inp.prefill.replicas
     assert d.decode >= inp.decode.replicas
+
+
+@settings(max_examples=300, deadline=None)
+@given(ticks(), st.integers(0, 3), st.integers(0, 3))
+def test_a_pool_with_a_data_gap_never_shrinks(inp: TickInput, p_up: int, d_up: int) -> None:
+    """Whatever the other pool does, a pool whose own data has a gap (garbage, unknown
+    queue, targets up below its Ready pods) ends at least at what it runs, when that is
+    within the spec and no capacity limit is known (those are explicit bounds)."""
+    from dataclasses import replace
+
+    from hypothesis import assume
+
+    from pdscaler.policy.sanitize import down_gaps, sanitize
+    from pdscaler.types import Role
+
+    assume(inp.metrics is not None)
+    spec = inp.spec
+
+    def fit(obs: PoolObservation, bounds: Any) -> PoolObservation:
+        n = min(max(obs.replicas, bounds.min), bounds.max)
+        return PoolObservation(n, min(obs.ready, n))
+
+    pre, dec = fit(inp.prefill, spec.prefill.replicas), fit(inp.decode, spec.decode.replicas)
+    if gpus(spec, pre.replicas, dec.replicas) > spec.scaling.max_gpus:
+        pre = PoolObservation(spec.prefill.replicas.min, spec.prefill.replicas.min)
+        dec = PoolObservation(spec.decode.replicas.min, spec.decode.replicas.min)
+    memory = replace(inp.memory, capacity_gpus=None, capacity_time=None)
+    inp = replace(inp, prefill=pre, decode=dec, memory=memory)
+    assert within_spec(inp)
+    snap = inp.metrics
+    assert snap is not None
+    snap = replace(
+        snap,
+        prefill=replace(snap.prefill, targets_up=inp.prefill.ready - p_up),
+        decode=replace(snap.decode, targets_up=inp.decode.ready - d_up),
+    )
+    inp = replace(inp, metrics=snap)
+    d = decide(inp)
+    clean = sanitize(snap, inp.spec)
+    if not clean.usable or clean.snapshot is None:
+        return
+    gaps = down_gaps(clean.snapshot, inp.prefill, inp.decode)
+    if gaps[Role.PREFILL]:
+        assert d.prefill >= inp.prefill.replicas, gaps
+    if gaps[Role.DECODE]:
+        assert d.decode >= inp.decode.replicas, gaps

@@ -107,6 +107,7 @@ def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> No
         inp(decode=PoolObservation(replicas=6, ready=4, unschedulable=2)),
         inp(decision=replace(SCALE, deadline_infeasible=True)),
         inp(prefill=PoolObservation(replicas=2, ready=1)),
+        replace(inp(), write_failures=("create Deployment x: 403 Forbidden: quota",)),
         *(inp(progress=st.ProgressFacts(phase=phase)) for phase in RolloutPhase),
     ]
     seen: set[str] = set()

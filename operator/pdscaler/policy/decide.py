@@ -7,11 +7,16 @@ Must not: do I/O, touch Kubernetes or Prometheus objects, or hold state outside
 
 The steps, each in its own module:
 
-1. ``sanitize``: None/NaN/negative measurements are unknown. Without R (or with R > 0
-   but L_p/L_d unknown) the policy holds what runs: ``HoldMetricsUnavailable``,
-   ``metrics_available=False``, no scale-down (a pool below its min is still raised,
-   and a pool above the spec's max or a total above maxGPUs is still lowered: those are
-   the user's explicit bounds, not a guess from missing data).
+1. ``sanitize``: None/NaN/negative measurements, and finite ones beyond the spec's
+   bounds (``sanitize.Bounds``), are unknown. Without R (or with R > 0 but L_p/L_d
+   unknown, or R = 0 beside queued or running requests) the policy holds what runs:
+   ``HoldMetricsUnavailable``, ``metrics_available=False``, no scale-down (a pool below
+   its min is still raised, and a pool above the spec's max or a total above maxGPUs is
+   still lowered: those are the user's explicit bounds, not a guess from missing data).
+   With a usable load, each pool whose own data has a gap (``sanitize.down_gaps``:
+   targets down, queue or latency unknown, a garbage signal) still grows but does not
+   shrink, and the decision names the gap (``Decision.data_gaps``). A model that
+   overflows on finite but huge input holds the same way, saying so.
 2. ``refine``: P_prefill / P_decode from observed tokens/s per replica (ready count
    averaged over the window, ``history``): raised by what was served, lowered only by
    what the saturated share of the window proves (EWMA, within [0.5x, 1.5x] of the
@@ -43,7 +48,7 @@ from pdscaler.policy.explain import explain, infeasible
 from pdscaler.policy.forecast import forecast_rate
 from pdscaler.policy.limits import Capacity, Split, capacity, clamp, fit
 from pdscaler.policy.refine import refine_startup, refine_tps
-from pdscaler.policy.sanitize import CleanMetrics, sanitize
+from pdscaler.policy.sanitize import CleanMetrics, down_gaps, sanitize
 from pdscaler.policy.sizing import (
     Attribution,
     PoolFacts,
@@ -109,11 +114,17 @@ def decide(inp: TickInput) -> Decision:
     ``ScaledBoth``.
     """
     startup = startup_seconds(inp)
-    clean = sanitize(inp.metrics)
+    clean = sanitize(inp.metrics, inp.spec)
     if not clean.usable or clean.snapshot is None:
         return _hold_unavailable(inp, clean, startup)
-    tick = size(inp, clean.snapshot, startup)
-    action, pool, message = explain(tick)
+    gaps = down_gaps(clean.snapshot, inp.prefill, inp.decode)
+    try:
+        tick = size(inp, clean.snapshot, startup, gaps)
+        action, pool, message = explain(tick)
+    except (ArithmeticError, ValueError) as err:
+        why = f"the models cannot size this load ({type(err).__name__}: {err})"
+        return _hold_unavailable(inp, CleanMetrics(clean.snapshot, (why,)), startup)
+    named = tuple(dict.fromkeys(g for r in ROLES for g in gaps[r]))
     return Decision(
         prefill=tick.final[Role.PREFILL],
         decode=tick.final[Role.DECODE],
@@ -125,17 +136,25 @@ def decide(inp: TickInput) -> Decision:
         capacity_limited=tick.split.capacity_limited,
         deadline_infeasible=bool(infeasible(tick)),
         memory=_memory(tick, startup),
+        data_gaps=named,
     )
 
 
 # ------------------------------------------------------------------- the steps
 
 
-def size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
+def size(
+    inp: TickInput,
+    snap: MetricsSnapshot,
+    startup: float,
+    gaps: dict[Role, tuple[str, ...]] | None = None,
+) -> Tick:
     """Steps 2-6 on usable metrics, in order, each one function below. The golden chat
     tick (R 20 req/s, pools at 14 / 13 ready, no tokens/s observed, no trend) keeps the
     priors, forecasts 20 req/s, sizes N_P 19.05 / N_D 17.86, lets both pools grow (both
-    over their target utilisation) and nothing stabilizes or limits them: 20 / 18."""
+    over their target utilisation) and nothing stabilizes or limits them: 20 / 18.
+    A pool with ``gaps`` (``sanitize.down_gaps``) never ends below what it runs."""
+    gaps = gaps or {}
     pools = remember_pools(inp, snap)
     recent = history.in_window(pools, inp.now, inp.spec.metrics.window_seconds)
     rate = arrival_rate(snap.request_rate or 0.0, recent)
@@ -151,8 +170,9 @@ def size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
         prefill_drained=history.drained_since_rise(recent, Role.PREFILL),
     )
     wants = size_pools(inp, facts, attribution, ratio, recent, rate, forecast, startup)
-    window, stabilized = stabilize_pools(inp, facts, wants)
+    window, stabilized = stabilize_pools(inp, facts, wants, gaps)
     cap, split = apply_limits(inp, ratio, attribution, wants, stabilized)
+    split = keep_gapped(inp, split, gaps)
     return Tick(
         inp=inp,
         rate=rate,
@@ -167,6 +187,43 @@ def size(inp: TickInput, snap: MetricsSnapshot, startup: float) -> Tick:
         capacity=cap,
         final={Role.PREFILL: split.prefill, Role.DECODE: split.decode},
         pools=pools,
+        gaps=gaps,
+    )
+
+
+def keep_gapped(inp: TickInput, split: Split, gaps: dict[Role, tuple[str, ...]]) -> Split:
+    """A pool with a data gap ends at least at what it runs (within its [min, max]),
+    even when the budget split would give its GPUs to the other pool; the other pool
+    then grows only into what is left, never below what it runs (nor its min). Budget
+    32, decode gapped at 16, prefill wanting 20 from 14 (split 17 / 15) -> 16 / 16.
+    When even that exceeds the budget (a pool runs above maxGPUs or below its min), the
+    split stands: the spec's bounds are explicit."""
+    spec = inp.spec
+    out = {Role.PREFILL: split.prefill, Role.DECODE: split.decode}
+    for role in ROLES:
+        if not gaps.get(role):
+            continue
+        floor = _bounded(spec, role, observation(inp, role).replicas)
+        if out[role] >= floor:
+            continue
+        out[role] = floor
+        other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
+        room = split.budget_gpus - floor * pool_spec(spec, role).gpus_per_replica
+        fits = room // pool_spec(spec, other).gpus_per_replica
+        held = max(
+            min(observation(inp, other).replicas, out[other]),
+            pool_spec(spec, other).replicas.min,
+        )
+        out[other] = max(min(out[other], fits), held)
+    used = sum(out[r] * pool_spec(spec, r).gpus_per_replica for r in ROLES)
+    if used > split.budget_gpus:
+        return split
+    return Split(
+        prefill=out[Role.PREFILL],
+        decode=out[Role.DECODE],
+        budget_gpus=split.budget_gpus,
+        budget_limited=split.budget_limited,
+        capacity_limited=split.capacity_limited,
     )
 
 
@@ -313,21 +370,25 @@ def size_pools(
 
 
 def stabilize_pools(
-    inp: TickInput, facts: dict[Role, PoolFacts], wants: dict[Role, Want]
+    inp: TickInput,
+    facts: dict[Role, PoolFacts],
+    wants: dict[Role, Want],
+    gaps: dict[Role, tuple[str, ...]] | None = None,
 ) -> tuple[tuple[Record, ...], dict[Role, Stabilized]]:
     """Step 5, ``stabilize``: the wants within [min, max] are this tick's
     recommendation; up applies at once, down only to the highest recommendation of the
     window once it is covered, a third of the pool at a time, and a pool left above its
     recommendation records that size (``window_record``). Returns the window to keep and
     each pool's stabilized size. 4 -> 6: 6; 6 -> 4 with [6, 5, 4] in the window: 6;
-    22 -> 8 with [8, 9] covered: 15, recorded as 15."""
+    22 -> 8 with [8, 9] covered: 15, recorded as 15; 6 -> 4 with a gap in the pool's
+    data: 6, recorded as 6 (the window holds no low it did not see)."""
     spec, now = inp.spec, inp.now
     recommended = {r: _bounded(spec, r, wants[r].replicas) for r in ROLES}
     record = (now, recommended[Role.PREFILL], recommended[Role.DECODE])
     window = prune(
         (*inp.memory.recommendations, record), now, spec.scaling.scale_down_stabilization_seconds
     )
-    stabilized = _stabilize(inp, recommended, window)
+    stabilized = _stabilize(inp, recommended, window, gaps or {})
     applied = window_record(
         now,
         (recommended[Role.PREFILL], recommended[Role.DECODE]),
@@ -338,7 +399,10 @@ def stabilize_pools(
 
 
 def _stabilize(
-    inp: TickInput, recommended: dict[Role, int], records: tuple[Record, ...]
+    inp: TickInput,
+    recommended: dict[Role, int],
+    records: tuple[Record, ...],
+    gaps: dict[Role, tuple[str, ...]],
 ) -> dict[Role, Stabilized]:
     """Stabilize each pool against ``records``: the window's recommendations (this tick's
     included, and the anchor at or before the window start that proves it covered)."""
@@ -353,6 +417,7 @@ def _stabilize(
             covered=covered,
             window_seconds=window,
             frozen=inp.rollout_in_progress,
+            blocked="; ".join(gaps.get(role, ())) or None,
         )
     return out
 
@@ -488,4 +553,5 @@ def _hold_unavailable(inp: TickInput, clean: CleanMetrics, startup: float) -> De
         metrics_available=False,
         capacity_limited=inp.prefill.unschedulable + inp.decode.unschedulable > 0,
         memory=memory,
+        data_gaps=clean.problems or ("request rate or token lengths unknown",),
     )

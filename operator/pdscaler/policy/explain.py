@@ -13,7 +13,7 @@ it gets here), read clocks or do I/O.
 from __future__ import annotations
 
 from pdscaler.policy import reasons
-from pdscaler.policy.stabilize import HELD_ROLLOUT, HELD_WINDOW
+from pdscaler.policy.stabilize import HELD_DATA, HELD_ROLLOUT, HELD_WINDOW
 from pdscaler.policy.tick import ROLES, Tick, pool_spec
 from pdscaler.types import Action, Role
 
@@ -134,6 +134,8 @@ def _explain_hold(tick: Tick, notes: list[str]) -> tuple[Action, Role | None, st
     action = Action.HOLD
     if any(s.held_by == HELD_ROLLOUT for s in held):
         action = Action.HOLD_ROLLOUT
+    elif any(s.held_by == HELD_DATA for s in held):
+        action = Action.HOLD_METRICS_UNAVAILABLE
     elif any(s.held_by == HELD_WINDOW for s in held):
         action = Action.HOLD_STABILIZING
     n_p, n_d = tick.ratio.n_prefill, tick.ratio.n_decode

@@ -51,6 +51,7 @@ def prune(records: Sequence[Record], now: float, window: float) -> tuple[Record,
 HELD_ROLLOUT = "rollout"
 HELD_WINDOW = "window"
 HELD_TOLERANCE = "tolerance"
+HELD_DATA = "data"
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ def stabilize(
     covered: bool,
     window_seconds: float,
     frozen: bool = False,
+    blocked: str | None = None,
 ) -> Stabilized:
     """Apply ``recommended`` for a pool currently at ``current``.
 
@@ -80,6 +82,7 @@ def stabilize(
     * 6 -> 4 with the window's values [6, 5, 4]: stays 6 (max of the window).
     * 6 -> 4 with window [4, 4] covered: 4. Not covered: stays 6 ("not yet observed").
     * 20 -> 19: ignored (tolerance); ``frozen`` (rollout): stays.
+    * 6 -> 4 ``blocked`` by missing data (``"prefill queue depth unknown"``): stays.
     * 22 -> 8 with window [8, 9] covered: 15 (at most a third, ``down_step``).
     """
     if recommended >= current:
@@ -89,6 +92,8 @@ def stabilize(
         return Stabilized(
             current, f"scale-down to {recommended} deferred: rollout in progress", HELD_ROLLOUT
         )
+    if blocked:
+        return Stabilized(current, f"scale-down to {recommended} deferred: {blocked}", HELD_DATA)
     target = max([recommended, *window_values])
     if target >= current:
         return Stabilized(

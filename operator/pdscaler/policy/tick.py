@@ -10,7 +10,7 @@ modules it names), read clocks or do I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pdscaler.models import RatioResult
 from pdscaler.policy import history
@@ -52,6 +52,7 @@ class Tick:
     capacity: Capacity
     final: dict[Role, int]
     pools: tuple[history.Point, ...] = ()
+    gaps: dict[Role, tuple[str, ...]] = field(default_factory=dict)
 
     def current(self, role: Role) -> int:
         return self.facts[role].current

@@ -1,0 +1,172 @@
+"""Drill D8, garbage exporter: NaN, +/-Inf, -1, 1e12, 1e300, a counter reset and a
+duplicate target reach the operator; no pool is ever lowered on them, an increase stays
+within the spec, and no tick raises (the reconcile error counter stays flat).
+
+Against the lab's API server (real Deployments, kwok pods Ready 1 s after creation), with
+the operator in-process (``opkit.ticking``, one tick a second). The values come through
+the operator's ``metrics_source`` hook (``reconcile.Runtime``), not the exporter: the
+drill needs exact garbage in each field of the snapshot, which Prometheus would already
+have turned into "no data" (NaN and Inf samples are dropped by its functions). Windows
+shortened: scaleDownStabilization 4 s, each garbage phase 3 s (almost a window; the
+whole drill takes ~45 s).
+
+Worked numbers: at R = 4 req/s of 2000 / 500 tokens (prefill 3000, decode 800 tok/s,
+u 0.7) the pools size to ceil(3.81) = 4 and ceil(3.57) = 4; complete data at R = 1
+would lower them to 1 / 1 after one window, so any decrease during a phase is the
+garbage's doing.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from pdlab.lab import Lab
+from pdscaler.reconcile import Runtime
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import MetricsSnapshot, Role
+from support.builders import snapshot
+from support.labkit import Kube, wait_for
+from support.opkit import create_pdd, operator_runtime, pdd_manifest, ticking, total, wait_stable
+
+MAX_REPLICAS = 12
+STABILIZATION = "4s"
+PHASE_SECONDS = 3.0
+
+Source = Callable[[PDDeploymentSpec, str, str, float], MetricsSnapshot]
+
+
+class Feed:
+    """The snapshot the operator reads next (``source`` is the Runtime's hook)."""
+
+    def __init__(self, first: MetricsSnapshot) -> None:
+        self._snap = first
+        self._lock = threading.Lock()
+
+    def set(self, snap: MetricsSnapshot) -> None:
+        with self._lock:
+            self._snap = snap
+
+    def source(self, spec: PDDeploymentSpec, ns: str, name: str, now: float) -> MetricsSnapshot:
+        with self._lock:
+            return replace(self._snap, time=now)
+
+
+@dataclass
+class Sampler:
+    """Both pools' Deployment replicas every 0.2 s: the lowest and highest seen since
+    ``reset``."""
+
+    kube: Kube
+    namespace: str
+    name: str
+    low: dict[Role, int] = field(default_factory=dict)
+    high: dict[Role, int] = field(default_factory=dict)
+    samples: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def reset(self) -> None:
+        self.low, self.high = {}, {}
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for role in Role:
+                n = total(self.kube, self.namespace, self.name, role)
+                self.low[role] = min(self.low.get(role, n), n)
+                self.high[role] = max(self.high.get(role, n), n)
+            self.samples += 1
+            self._stop.wait(0.2)
+
+    @contextmanager
+    def running(self) -> Iterator[Sampler]:
+        thread = threading.Thread(target=self._run, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            thread.join(timeout=10)
+
+
+def errors(rt: Runtime, namespace: str, name: str) -> float:
+    """The operator's reconcile error counter of this PDDeployment."""
+    value = rt.telemetry.errors.labels(namespace, name)._value.get()
+    return float(value)
+
+
+def fed_runtime(lab: Lab) -> tuple[Runtime, Feed]:
+    """An operator Runtime on the lab whose metrics come from a Feed, at R = 4 req/s."""
+    feed = Feed(snapshot(4.0, ttft=0.3, tpot=0.02, running=0.0))
+    rt = operator_runtime(lab)
+    rt.metrics_source = feed.source
+    return rt, feed
+
+
+def manifest(name: str, lab: Lab) -> dict[str, object]:
+    return pdd_manifest(
+        name, lab.prometheus_url, interval="1s", stabilization=STABILIZATION,
+        max_replicas=MAX_REPLICAS, max_gpus=32,
+    )  # fmt: skip
+
+
+IDLE_LOW = snapshot(1.0, ttft=0.3, tpot=0.02, running=0.0)  # complete: wants 1 / 1
+
+
+def garbage_phases() -> list[tuple[str, MetricsSnapshot]]:
+    """(label, snapshot) of each garbage phase, on a load (R 1) that would otherwise
+    lower both pools."""
+    base = IDLE_LOW
+    nan, inf = math.nan, math.inf
+    return [
+        ("rate NaN", replace(base, request_rate=nan)),
+        ("rate +Inf", replace(base, request_rate=inf)),
+        ("rate -Inf", replace(base, request_rate=-inf)),
+        ("rate -1", replace(base, request_rate=-1.0)),
+        ("rate 1e12", replace(base, request_rate=1e12)),
+        ("rate 1e300", replace(base, request_rate=1e300)),
+        ("queues NaN / -1", snapshot(1.0, ttft=0.3, tpot=0.02, prefill_queue=nan,
+                                     decode_queue=-1.0)),
+        ("queues 1e12 / 1e300", snapshot(1.0, ttft=0.3, tpot=0.02, prefill_queue=1e12,
+                                         decode_queue=1e300)),
+        ("latencies +Inf / 1e300", snapshot(1.0, ttft=inf, tpot=1e300)),
+        # a counter reset: rate() over the reset reads 0 completions while requests run
+        ("counter reset", snapshot(0.0, None, None, ttft=0.3, tpot=0.02, running=6.0)),
+    ]  # fmt: skip
+
+
+def test_drill_d8_garbage_never_lowers_and_never_raises(
+    lab: Lab, kube: Kube, crd: str, namespace: str
+) -> None:
+    name = "garbage"
+    rt, feed = fed_runtime(lab)
+    sampler = Sampler(kube, namespace, name)
+    with ticking(rt, namespace, name), sampler.running():
+        create_pdd(kube, namespace, manifest(name, lab))
+        wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 4, 45, "decode at 4")
+        start = wait_stable(kube, namespace, name, hold=2.0, timeout=45)
+        assert start == (4, 4)
+        errors_before = errors(rt, namespace, name)
+        for label, snap in garbage_phases():
+            sampler.reset()
+            feed.set(snap)
+            time.sleep(PHASE_SECONDS)
+            low = (sampler.low[Role.PREFILL], sampler.low[Role.DECODE])
+            high = (sampler.high[Role.PREFILL], sampler.high[Role.DECODE])
+            assert low >= start, f"{label}: lowered to {low}"
+            assert max(high) <= MAX_REPLICAS, f"{label}: above the spec's max: {high}"
+        # a duplicate target: every series counted twice (R 8 instead of 4): the rise
+        # stays within the spec (the models size 8 req/s: 8 / 8, max 12)
+        sampler.reset()
+        feed.set(replace(snapshot(8.0, ttft=0.3, tpot=0.02, running=0.0)))
+        time.sleep(PHASE_SECONDS)
+        assert max(sampler.high.values()) <= MAX_REPLICAS
+        assert min(sampler.low.values()) >= 4
+        assert errors(rt, namespace, name) == errors_before, "a tick raised"
+        # the drill is not vacuous: complete data at R 1 does lower the pools
+        feed.set(IDLE_LOW)
+        wait_for(lambda: total(kube, namespace, name, Role.DECODE) < 4, 30, "decode lowered")
+    assert sampler.samples > 50
