@@ -372,15 +372,33 @@ class Condition(_Model):
     observed_generation: int | None = Field(default=None, ge=0)
 
 
+class RolloutRequired(_Model):
+    """The required totals of the rollout's last step (what the cells serve together)."""
+
+    prefill: int = Field(ge=0)
+    decode: int = Field(ge=0)
+
+
 class RolloutStatus(_Model):
     """The version rollout in flight (or the last one): ``phase`` e.g. ``Progressing``,
-    ``Complete``, ``RollingBack``; ``step`` counts capacity-shift steps taken."""
+    ``Complete``, ``RollingBack``; ``step`` counts capacity-shift steps taken.
+
+    What a restarted operator resumes from: ``fromRevision``/``toRevision`` (the cells),
+    ``required`` (the totals the cells serve together), ``progressAt``/``progressMark``
+    (the progress clock) and ``checkedAt`` (the last tick that ran: time without ticks
+    does not count against the progress deadline)."""
 
     phase: str | None = None
     from_version: str | None = None
     to_version: str | None = None
+    from_revision: str | None = None
+    to_revision: str | None = None
     started_at: AwareDatetime | None = None
     step: int | None = Field(default=None, ge=0)
+    required: RolloutRequired | None = None
+    progress_at: AwareDatetime | None = None
+    progress_mark: int | None = None
+    checked_at: AwareDatetime | None = None
 
 
 class PDDeploymentStatus(_Model):

@@ -199,3 +199,98 @@ def test_a_rollout_replayed_with_an_operator_restart_every_third_tick_completes(
     assert problems == []
     assert effects[-1].step.phase == RolloutPhase.COMPLETE
     assert (effects[-1].decision.prefill, effects[-1].decision.decode) == (3, 3)
+
+
+# ---------------------------------------------------------------- restarts, Prometheus down
+
+
+WIDE = (16, 15)
+
+
+def wide_spec(version: str) -> PDDeploymentSpec:
+    """Room for the 16 / 15 the policy wants at R = 12 req/s, with a 4-GPU surge, so a
+    rollout takes several levels."""
+    return PDDeploymentSpec.model_validate(
+        {
+            "engine": {"image": "img", "version": version},
+            "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 1, "max": 32}},
+            "decode": {"tokensPerSecond": 800, "replicas": {"min": 1, "max": 32}},
+            "scaling": {"mode": "Auto", "interval": "5s", "maxGPUs": 64},
+            "rollout": {"maxSurgeGPUs": 4, "progressDeadline": "10m"},
+        }
+    )
+
+
+def serving(cluster: SimCluster) -> tuple[int, int]:
+    """Ready prefill in cells with a Ready decode pod, Ready decode, over all cells."""
+    ready = cluster.ready_pods()
+    by_rev: dict[str, dict[str, int]] = {}
+    for pod in ready:
+        lab = pod["metadata"]["labels"]
+        role = by_rev.setdefault(lab[naming.LABEL_REVISION], {})
+        role[lab[naming.LABEL_ROLE]] = role.get(lab[naming.LABEL_ROLE], 0) + 1
+    prefill = sum(r.get("prefill", 0) for r in by_rev.values() if r.get("decode", 0) >= 1)
+    return prefill, sum(r.get("decode", 0) for r in by_rev.values())
+
+
+def faulty_replay(
+    restarts: set[int], down: set[int]
+) -> tuple[list[tick.TickEffects], list[tuple[int, int]], SimCluster]:
+    """v1 serving at R = 12, then v2 rolled out over 80 ticks; at the ticks in
+    ``restarts`` the process memory is dropped, at those in ``down`` Prometheus does not
+    answer (metrics None). Returns the effects and the serving capacity per tick."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, wide_spec("v1"), 1000.0, 8, state, rate=12.0)
+    effects: list[tick.TickEffects] = []
+    capacity: list[tuple[int, int]] = []
+    for i in range(80):
+        now = 1040.0 + i * INTERVAL
+        cluster.advance(now)
+        if i in restarts:
+            state["memory"], state["rollout"] = None, None
+        fx = tick.compute(
+            tick.TickFacts(
+                now=now,
+                owner=OWNER,
+                generation=1,
+                spec=wide_spec("v2"),
+                observed=cluster.observed(),
+                metrics=None if i in down else snapshot(now, 12.0),
+                metrics_error="connection refused" if i in down else None,
+                raw_status=state.get("status"),
+                memory=state.get("memory"),
+                rollout=state.get("rollout"),
+            )
+        )
+        cluster.apply(fx.writes, now)
+        state["memory"] = fx.memory
+        state["rollout"] = fx.rollout
+        if fx.status_changed:
+            state["status"] = fx.status.to_k8s()
+        effects.append(fx)
+        capacity.append(serving(cluster))
+    return effects, capacity, cluster
+
+
+def test_a_restart_with_prometheus_down_mid_rollout_keeps_the_totals() -> None:
+    """16 / 15 rolling v1 -> v2; from tick 6 on Prometheus is down for 30 ticks and the
+    operator restarts at ticks 6, 9, 12, 15: the policy holds 16 / 15 (restored from
+    ``status.rollout.required``, not one cell's size), Ready capacity never drops below
+    16 / 15 once the rollout shifted capacity, and the rollout completes on v2."""
+    effects, capacity, cluster = faulty_replay({6, 9, 12, 15}, set(range(6, 36)))
+    assert (effects[5].decision.prefill, effects[5].decision.decode) == WIDE
+    both = {d["metadata"]["labels"][naming.LABEL_REVISION] for d in cluster.deployments.values()}
+    held = [(fx.decision.prefill, fx.decision.decode) for fx in effects[6:36]]
+    assert set(held) == {WIDE}
+    assert all(p >= WIDE[0] and d >= WIDE[1] for p, d in capacity[3:]), capacity
+    assert effects[-1].step.phase == RolloutPhase.COMPLETE
+    assert both == {naming.revision("img", "v2")}
+
+
+def test_a_restart_every_tick_with_prometheus_down_completes_the_rollout() -> None:
+    """The operator restarts before every tick and Prometheus is down for the whole
+    rollout: totals held at 16 / 15 from status, capacity kept, rollout complete."""
+    effects, capacity, _cluster = faulty_replay(set(range(80)), set(range(80)))
+    assert {(fx.decision.prefill, fx.decision.decode) for fx in effects} == {WIDE}
+    assert all(p >= WIDE[0] and d >= WIDE[1] for p, d in capacity[3:]), capacity
+    assert effects[-1].step.phase == RolloutPhase.COMPLETE

@@ -147,7 +147,10 @@ def _finish(
         reason = RolloutReason.NO_ROLLBACK
     changed = any(view.get(cp.rev) is None or view[cp.rev].replicas != cp.replicas for cp in plans)
     steps = state.steps + int(changed and state.phase.moving)
-    new_state = replace(state, phase=phase, steps=steps, required=totals.replicas)
+    checked = now if state.phase.moving else state.checked_at
+    new_state = replace(
+        state, phase=phase, steps=steps, required=totals.replicas, checked_at=checked
+    )
     return RolloutStep(
         phase=phase,
         reason=reason,
