@@ -94,10 +94,14 @@ class _Model(BaseModel):
 
 
 class EngineSpec(_Model):
-    """The ONE engine version both pools run: a P/D version mismatch cannot be written."""
+    """The ONE engine version both pools run: a P/D version mismatch cannot be written.
+    ``version`` is a tag (``v0.11.0``) or an image digest (``sha256:<64 hex>``, rendered
+    as ``image@sha256:...``)."""
 
     image: str = Field(min_length=1, max_length=512)
-    version: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    version: str = Field(
+        min_length=1, max_length=71, pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*|sha256:[a-f0-9]{64})$"
+    )
 
 
 def _pod_template_parts(value: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdscaler import invariants, naming, tick
+from pdscaler import invariants, manifests, naming, tick
 from pdscaler.manifests import Meta
 from pdscaler.plan import Observed, Verb
 from pdscaler.rollout import RolloutState
@@ -81,7 +81,7 @@ def test_a_new_pddeployment_gets_its_first_cell_created_and_a_status() -> None:
         (Verb.CREATE, "RoleBinding"),
         (Verb.CREATE, "Service"),
     ]
-    rev = naming.revision("img", "v1")
+    rev = manifests.spec_revision(spec("v1"))
     assert fx.writes[0].name == naming.pool_name("chat", rev, Role.DECODE)
     assert fx.writes[2].name == naming.router_name("chat", rev)
     assert fx.writes[2].body is not None
@@ -158,7 +158,7 @@ def test_a_converged_pddeployment_costs_no_writes() -> None:
 def _replay_rollout(restart_every: int) -> tuple[list[tick.TickEffects], list[str], SimCluster]:
     cluster, state = SimCluster(startup_seconds=10.0), {}
     run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
-    v1 = naming.revision("img", "v1")
+    v1 = manifests.spec_revision(spec("v1"))
     assert {
         d["metadata"]["labels"][naming.LABEL_REVISION] for d in cluster.deployments.values()
     } == {v1}
@@ -179,7 +179,7 @@ def test_the_simulator_replays_a_rollout_through_the_pure_tick() -> None:
     ready prefill without a ready decode of its version, capacity >= min, GPUs within
     maxGPUs + surge)."""
     effects, problems, cluster = _replay_rollout(restart_every=0)
-    v2 = naming.revision("img", "v2")
+    v2 = manifests.spec_revision(spec("v2"))
     assert problems == []
     revs = {d["metadata"]["labels"][naming.LABEL_REVISION] for d in cluster.deployments.values()}
     assert revs == {v2}
@@ -284,7 +284,7 @@ def test_a_restart_with_prometheus_down_mid_rollout_keeps_the_totals() -> None:
     assert set(held) == {WIDE}
     assert all(p >= WIDE[0] and d >= WIDE[1] for p, d in capacity[3:]), capacity
     assert effects[-1].step.phase == RolloutPhase.COMPLETE
-    assert both == {naming.revision("img", "v2")}
+    assert both == {manifests.spec_revision(wide_spec("v2"))}
 
 
 def test_a_restart_every_tick_with_prometheus_down_completes_the_rollout() -> None:
@@ -293,4 +293,52 @@ def test_a_restart_every_tick_with_prometheus_down_completes_the_rollout() -> No
     effects, capacity, _cluster = faulty_replay(set(range(80)), set(range(80)))
     assert {(fx.decision.prefill, fx.decision.decode) for fx in effects} == {WIDE}
     assert all(p >= WIDE[0] and d >= WIDE[1] for p, d in capacity[3:]), capacity
+    assert effects[-1].step.phase == RolloutPhase.COMPLETE
+
+
+# ---------------------------------------------------------------- drift
+
+
+def _engine_image(dep: dict[str, Any]) -> str:
+    return str(dep["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def _set_image(dep: dict[str, Any], image: str) -> None:
+    """What ``kubectl set image`` does: the template changes, the annotations do not."""
+    dep["spec"]["template"]["spec"]["containers"][0]["image"] = image
+
+
+def test_kubectl_set_image_on_the_spec_cell_is_reverted_and_reported() -> None:
+    """Converged on v1; someone sets the decode Deployment's image to another tag: the
+    next tick applies the rendered Deployment again (a Warning Event DriftReverted),
+    the image is back, and the tick after that leaves it alone."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, spec(), 1000.0, 12, state)
+    name = f"chat-{manifests.spec_revision(spec())}-decode"
+    rendered = _engine_image(cluster.deployments[name])
+    _set_image(cluster.deployments[name], "img:v9")
+    fx = run(cluster, spec(), 1100.0, 1, state)[0]
+    assert [(a.verb, a.name) for a in fx.writes] == [(Verb.UPDATE, name)]
+    assert [e.reason for e in fx.events if e.type == "Warning"] == ["DriftReverted"]
+    assert _engine_image(cluster.deployments[name]) == rendered
+    later = run(cluster, spec(), 1105.0, 3, state)
+    assert [e.reason for e in later[-1].events if e.type == "Warning"] == []
+    assert later[-1].writes == ()
+
+
+def test_kubectl_set_image_on_an_old_cell_mid_rollout_is_reverted() -> None:
+    """Rolling v1 -> v2; someone sets v1's decode image to v2's: the old cell keeps the
+    template it was rendered with, its image put back (no v1 prefill pairs with a v2
+    decode of the v1 cell), reported once, and the rollout completes."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
+    name = f"chat-{manifests.spec_revision(spec('v1'))}-decode"
+    rendered = _engine_image(cluster.deployments[name])
+    run(cluster, spec("v2"), 1040.0, 2, state, rate=3.0)
+    _set_image(cluster.deployments[name], "img:v2")
+    fx = run(cluster, spec("v2"), 1050.0, 1, state, rate=3.0)[0]
+    assert (Verb.UPDATE, name) in [(a.verb, a.name) for a in fx.writes]
+    assert "DriftReverted" in [e.reason for e in fx.events]
+    assert _engine_image(cluster.deployments[name]) == rendered
+    effects = run(cluster, spec("v2"), 1055.0, 60, state, rate=3.0)
     assert effects[-1].step.phase == RolloutPhase.COMPLETE

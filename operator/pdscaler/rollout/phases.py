@@ -10,7 +10,8 @@ clocks (``now`` is passed in), size cells (``levels``) or talk to Kubernetes.
 Phases (``RolloutPhase``): Stable (no rollout), Progressing, RollingBack, Complete (the
 last rollout finished), RolledBack (the last rollout was rolled back).
 
-* The target cell is the spec's revision (``naming.revision(image, version)``), or,
+* The target cell is the spec's revision (``manifests.spec_revision``: image, version
+  and the engine configuration that decides KV compatibility), or,
   after a rollback, the cell rolled back to while the spec still names the failed one.
 * No progress (new Ready pods or old pods gone) for ``rollout.progressDeadline``
   (the clock pauses while the required totals are zero) -> roll back: the cell the
@@ -34,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from pdscaler import naming
+from pdscaler import manifests, naming
 from pdscaler.rollout.cells import (
     NEEDS_READY_DECODE,
     Cell,
@@ -130,8 +131,8 @@ def gap_counted(spec: PDDeploymentSpec) -> float:
 
 
 def spec_revision(spec: PDDeploymentSpec) -> str:
-    """The revision the spec names."""
-    return naming.revision(spec.engine.image, spec.engine.version)
+    """The revision the spec names (its image, version and engine configuration)."""
+    return manifests.spec_revision(spec)
 
 
 def target(spec_rev: str, view: Mapping[str, Cell], state: RolloutState) -> tuple[str, bool]:
@@ -229,7 +230,11 @@ def state_from_status(
         if version is None:
             return None
         matches = sorted(c.rev for c in view.values() if c.version == version)
-        own = naming.revision(spec.engine.image, version)
+        own = (
+            spec_revision(spec)
+            if version == spec.engine.version
+            else naming.revision(spec.engine.image, version)
+        )
         if own in matches or not matches:
             return own
         return matches[0]
@@ -308,7 +313,7 @@ def resolve(
         ):
             state = replace(state, phase=RolloutPhase.STABLE)
         return state, rev
-    new = view.get(rev) or Cell(rev, spec.engine.version, None, now)
+    new = view.get(rev) or Cell(rev, spec.engine.version, None, now)  # not created yet
     mark = _mark(new, olds)
     best = state.progress_mark
     if best is None or state.progress_at is None or mark > best or idle:
