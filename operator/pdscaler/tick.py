@@ -163,6 +163,8 @@ def compute(facts: TickFacts) -> TickEffects:
             metrics_error=facts.metrics_error,
         )
     )
+    if not auto:  # nothing is applied in Recommend mode: the drift is only reported
+        reverted, stuck = [], [*reverted, *stuck]
     events = [*_foreign_events(owner.uid, the_plan), *_drift_events(owner.uid, reverted, stuck)]
     if auto:
         events += _action_events(the_plan)
@@ -277,8 +279,8 @@ def _drift_events(uid: str, reverted: list[str], stuck: list[str]) -> list[Event
             "Warning",
             "DriftDetected",
             f"Deployment {name}: engine container changed "
-            "outside pdscaler and cannot be restored (an old cell); it retires with the "
-            "rollout",
+            "outside pdscaler and is not restored (an old cell's args/env, or Recommend "
+            "mode)",
             once=("drift", uid, name),
         )
         for name in stuck

@@ -342,3 +342,16 @@ def test_kubectl_set_image_on_an_old_cell_mid_rollout_is_reverted() -> None:
     assert _engine_image(cluster.deployments[name]) == rendered
     effects = run(cluster, spec("v2"), 1055.0, 60, state, rate=3.0)
     assert effects[-1].step.phase == RolloutPhase.COMPLETE
+
+
+def test_drift_in_recommend_mode_is_reported_not_reverted() -> None:
+    """Recommend mode applies nothing: the drift is a DriftDetected Warning, not a
+    DriftReverted one."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, spec(), 1000.0, 12, state)
+    name = f"chat-{manifests.spec_revision(spec())}-decode"
+    _set_image(cluster.deployments[name], "img:v9")
+    fx = run(cluster, spec(mode="Recommend"), 1100.0, 1, state)[0]
+    assert fx.writes == ()
+    assert [e.reason for e in fx.events if e.type == "Warning"] == ["DriftDetected"]
+    assert _engine_image(cluster.deployments[name]) == "img:v9"
