@@ -8,8 +8,17 @@ spec-hash stamp (``objects``).
 
 Rules the builders enforce, whatever the user's template says:
 
-* the engine image is ``spec.engine.image:spec.engine.version`` on the engine
-  container (the one named ``engine``, else the first); a template's image is ignored;
+* the engine image is ``spec.engine.image:spec.engine.version`` (``@sha256:...`` for
+  a digest) on the engine container (the one named ``engine``, else the first); a
+  template's image is ignored;
+* a cell's revision covers KV compatibility: ``kv_config`` fingerprints both pools'
+  engine command, args, env, resources and gpusPerReplica, so changing any of them
+  makes a new cell (a rollout); other template changes (labels, annotations,
+  tolerations, probes) update the cell in place;
+* every pool Deployment carries its cell's fingerprint (``pdscaler.io/engine-config``)
+  and the hash of its engine container as rendered (``pdscaler.io/engine-hash``):
+  ``drifted`` tells a Deployment whose engine container was changed behind the
+  operator's back (``kubectl set image``);
 * every pod asks for ``gpusPerReplica`` ``nvidia.com/gpu`` (limits = requests) and
   tolerates the usual ``nvidia.com/gpu`` node taint;
 * template labels/annotations pass through (``pdscaler.io/startup-delay`` for the lab).
@@ -24,6 +33,9 @@ Purely computational: no Kubernetes client, no clock, no I/O.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +59,10 @@ PORT_NAME = "http"
 class CellTarget:
     """One cell the operator wants to exist: its engine version and pool sizes.
 
-    ``rev`` is ``naming.revision(image, version)``; ``prefill``/``decode`` are the
-    Deployments' desired replicas (0 keeps the Deployment but runs no pods).
+    ``rev`` is ``naming.revision(image, version, config)`` (``config``: the cell's
+    ``kv_config`` fingerprint, empty for a cell rendered before it existed);
+    ``prefill``/``decode`` are the Deployments' desired replicas (0 keeps the Deployment
+    but runs no pods).
     """
 
     image: str
@@ -56,10 +70,70 @@ class CellTarget:
     prefill: int
     decode: int
     router: int = 0
+    config: str = ""
 
     @property
     def rev(self) -> str:
-        return naming.revision(self.image, self.version)
+        return naming.revision(self.image, self.version, self.config)
+
+
+def _engine_of(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    containers = (template.get("spec") or {}).get("containers") or []
+    idx = _engine_index(list(containers))
+    return containers[idx] if idx is not None else {}
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def kv_config(spec: PDDeploymentSpec) -> str:
+    """The fingerprint of the engine configuration both pools must share to exchange
+    KV: per pool the engine container's command, args, env, envFrom and resources, and
+    gpusPerReplica. Labels, annotations, probes, tolerations do not count."""
+    parts: dict[str, Any] = {}
+    for role in Role:
+        pool = spec.prefill if role is Role.PREFILL else spec.decode
+        engine = _engine_of(pool.template)
+        parts[role.value] = {
+            "command": engine.get("command"),
+            "args": engine.get("args"),
+            "env": engine.get("env"),
+            "envFrom": engine.get("envFrom"),
+            "resources": engine.get("resources"),
+            "gpus": pool.gpus_per_replica,
+        }
+    return _digest(parts)
+
+
+def spec_cell(spec: PDDeploymentSpec, prefill: int = 0, decode: int = 0) -> CellTarget:
+    """The cell the spec names: its image, version and engine configuration."""
+    return CellTarget(spec.engine.image, spec.engine.version, prefill, decode, 0, kv_config(spec))
+
+
+def spec_revision(spec: PDDeploymentSpec) -> str:
+    """The revision of the cell the spec names."""
+    return spec_cell(spec).rev
+
+
+def engine_hash(template: Mapping[str, Any]) -> str:
+    """The hash of what a pod template's engine container runs: image, command, args
+    and env (name and value; ``valueFrom`` is left out, the API server fills in
+    defaults there)."""
+    engine = _engine_of(template)
+    env = [(e.get("name"), e.get("value")) for e in engine.get("env") or []]
+    return _digest([engine.get("image"), engine.get("command"), engine.get("args"), env])
+
+
+def drifted(deployment: Mapping[str, Any]) -> bool:
+    """True when a pool Deployment's engine container no longer is what the operator
+    rendered (its ``engine-hash`` annotation); one without the annotation (rendered
+    before it existed) never counts as drifted."""
+    annotations = (deployment.get("metadata") or {}).get("annotations") or {}
+    rendered = annotations.get(naming.ANNOTATION_ENGINE)
+    template = (deployment.get("spec") or {}).get("template") or {}
+    return rendered is not None and rendered != engine_hash(template)
 
 
 def pool_labels(name: str, role: Role, rev: str, version: str) -> dict[str, str]:
@@ -109,7 +183,7 @@ def _pod_template(
         containers.append({"name": ENGINE_CONTAINER})
         idx = 0
     engine = containers[idx]
-    engine["image"] = f"{cell.image}:{cell.version}"
+    engine["image"] = naming.image_ref(cell.image, cell.version)
     if not engine.get("ports"):
         engine["ports"] = [{"name": PORT_NAME, "containerPort": DEFAULT_PORT}]
     resources = engine.setdefault("resources", {})
@@ -130,6 +204,7 @@ def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: 
     """
     replicas = cell.prefill if role is Role.PREFILL else cell.decode
     labels = pool_labels(meta.name, role, cell.rev, cell.version)
+    template = _pod_template(meta, spec, cell, role)
     obj: Manifest = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -148,9 +223,14 @@ def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: 
                 "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
             },
             "revisionHistoryLimit": 2,
-            "template": _pod_template(meta, spec, cell, role),
+            "template": template,
         },
     }
+    annotations = obj["metadata"]["annotations"]
+    annotations[naming.ANNOTATION_ENGINE] = engine_hash(template)
+    annotations[naming.ANNOTATION_IMAGE] = cell.image
+    if cell.config:
+        annotations[naming.ANNOTATION_CONFIG] = cell.config
     return stamp(obj)
 
 
@@ -227,4 +307,58 @@ def frozen_pool(observed: Manifest, replicas: int) -> Manifest:
         k: v for k, v in annotations.items() if not k.startswith("deployment.kubernetes.io/")
     }
     body["spec"]["replicas"] = replicas
+    if drifted(body):
+        _restore_image(body)
     return body
+
+
+def _restore_image(body: Manifest) -> None:
+    """Put back the engine image a drifted pool Deployment was rendered with (its
+    ``engine-image`` and ``engine-version`` annotations), in place."""
+    annotations = body["metadata"].get("annotations") or {}
+    image, version = (
+        annotations.get(naming.ANNOTATION_IMAGE),
+        annotations.get(naming.ANNOTATION_VERSION),
+    )
+    containers = ((body["spec"].get("template") or {}).get("spec") or {}).get("containers") or []
+    idx = _engine_index(containers)
+    if image and version and idx is not None:
+        containers[idx]["image"] = naming.image_ref(str(image), str(version))
+
+
+def revert_drift(
+    desired: list[Manifest], observed: list[Mapping[str, Any]]
+) -> tuple[list[Manifest], list[str], list[str]]:
+    """Desired objects that put back every drifted pool Deployment, and the names of the
+    drifted Deployments (reverted, and not revertible).
+
+    A Deployment is drifted when its engine container is not what was rendered
+    (``drifted``). When the desired object restores it (the spec's cell is re-rendered;
+    an old cell's frozen copy gets its image back), its spec-hash is marked so the
+    planner applies it even though the template it stamped did not change (``kubectl
+    set image`` leaves the annotation alone). An old cell whose args or env were
+    changed cannot be restored (the operator keeps no copy of its template): reported.
+    """
+    have = {str((o.get("metadata") or {}).get("name")): o for o in observed}
+    out: list[Manifest] = []
+    reverted: list[str] = []
+    stuck: list[str] = []
+    for obj in desired:
+        name = str(obj["metadata"]["name"])
+        old = have.get(name)
+        if obj.get("kind") != "Deployment" or old is None or not drifted(old):
+            out.append(obj)
+            continue
+        if drifted(obj):
+            stuck.append(name)
+            out.append(obj)
+            continue
+        reverted.append(name)
+        obj = copy.deepcopy(obj)
+        annotations = obj["metadata"].setdefault("annotations", {})
+        stamp_now = annotations.get(SPEC_HASH_ANNOTATION)
+        stamp_old = ((old.get("metadata") or {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+        if stamp_now == stamp_old:
+            annotations[SPEC_HASH_ANNOTATION] = f"{stamp_now}-r"
+        out.append(obj)
+    return out, reverted, stuck

@@ -49,6 +49,10 @@ def _meta(obj: Obj) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
+def _name(obj: Obj) -> str:
+    return str(_meta(obj).get("name", ""))
+
+
 def labels(obj: Obj) -> Mapping[str, str]:
     return _meta(obj).get("labels") or {}
 
@@ -128,6 +132,7 @@ class CellObservation:
     has_prefill: bool = False
     has_decode: bool = False
     image: str | None = None  # the engine image (without ``:version``), when readable
+    config: str = ""  # the cell's engine-config fingerprint (``manifests.kv_config``)
 
     def pool(self, role: Role) -> PoolObservation:
         return self.prefill if role is Role.PREFILL else self.decode
@@ -146,6 +151,39 @@ def _engine_image(dep: Obj) -> str | None:
     named = [c for c in containers if c.get("name") == "engine"] or containers[:1]
     image = named[0].get("image") if named else None
     return str(image) if image else None
+
+
+def _cell_image(by_role: Mapping[Role, Obj], version: str) -> str | None:
+    """The engine image repository of a cell: the ``engine-image`` annotation, else
+    read off a Deployment whose engine image is ``<repo>:<version>`` (``@`` for a
+    digest); a Deployment whose image was changed behind the operator's back is
+    not believed."""
+    for dep in by_role.values():
+        image = (_meta(dep).get("annotations") or {}).get(naming.ANNOTATION_IMAGE)
+        if image:
+            return str(image)
+    for dep in by_role.values():
+        ref = _engine_image(dep)
+        repo = naming.split_image_ref(ref, version) if ref else None
+        if repo:
+            return repo
+    return None
+
+
+def _owned_pod(pod: Obj, deployment: str | None) -> bool:
+    """A pod counts for a pool when its controller is a ReplicaSet of the pool's
+    Deployment (``<deployment>-<pod-template-hash>``); a pod without owner references
+    (a bare pod, as in test fakes) counts by its labels alone."""
+    refs = _meta(pod).get("ownerReferences") or []
+    if not refs:
+        return True
+    if deployment is None:
+        return False
+    return any(
+        r.get("kind") == "ReplicaSet" and str(r.get("name", "")).startswith(f"{deployment}-")
+        for r in refs
+        if r.get("controller", True)
+    )
 
 
 def _replicas(dep: Obj) -> int:
@@ -175,14 +213,28 @@ def cells(observed: Observed, uid: str) -> dict[str, CellObservation]:
             (_meta(any_dep).get("annotations") or {}).get(naming.ANNOTATION_VERSION)
             or labels(any_dep).get(naming.LABEL_VERSION, "")
         )
-        image = next((i for i in map(_engine_image, by_role.values()) if i), None)
-        image = image[: -len(version) - 1] if image and image.endswith(f":{version}") else None
+        image = _cell_image(by_role, version)
+        config = next(
+            (
+                str(c)
+                for c in (
+                    (_meta(d).get("annotations") or {}).get(naming.ANNOTATION_CONFIG)
+                    for d in by_role.values()
+                )
+                if c
+            ),
+            "",
+        )
         created = [parse_time(_meta(d).get("creationTimestamp")) for d in by_role.values()]
         known = [c for c in created if c is not None]
         pools = {
             role: pool_observation(
                 _replicas(by_role[role]) if role in by_role else 0,
-                pods.get((rev, role.value), []),
+                [
+                    p
+                    for p in pods.get((rev, role.value), [])
+                    if _owned_pod(p, _name(by_role[role]) if role in by_role else None)
+                ],
             )
             for role in Role
         }
@@ -195,6 +247,7 @@ def cells(observed: Observed, uid: str) -> dict[str, CellObservation]:
             has_prefill=Role.PREFILL in by_role,
             has_decode=Role.DECODE in by_role,
             image=image,
+            config=config,
         )
     return out
 

@@ -141,10 +141,14 @@ class _Model(BaseModel):
 
 
 class EngineSpec(_Model):
-    """The ONE engine version both pools run: a P/D version mismatch cannot be written."""
+    """The ONE engine version both pools run: a P/D version mismatch cannot be written.
+    ``version`` is a tag (``v0.11.0``) or an image digest (``sha256:<64 hex>``, rendered
+    as ``image@sha256:...``)."""
 
     image: str = Field(min_length=1, max_length=512)
-    version: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    version: str = Field(
+        min_length=1, max_length=71, pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*|sha256:[a-f0-9]{64})$"
+    )
 
     @model_validator(mode="after")
     def _version_is_a_label_value(self) -> EngineSpec:
@@ -442,15 +446,33 @@ class Condition(_Model):
     observed_generation: int | None = Field(default=None, ge=0)
 
 
+class RolloutRequired(_Model):
+    """The required totals of the rollout's last step (what the cells serve together)."""
+
+    prefill: int = Field(ge=0)
+    decode: int = Field(ge=0)
+
+
 class RolloutStatus(_Model):
     """The version rollout in flight (or the last one): ``phase`` e.g. ``Progressing``,
-    ``Complete``, ``RollingBack``; ``step`` counts capacity-shift steps taken."""
+    ``Complete``, ``RollingBack``; ``step`` counts capacity-shift steps taken.
+
+    What a restarted operator resumes from: ``fromRevision``/``toRevision`` (the cells),
+    ``required`` (the totals the cells serve together), ``progressAt``/``progressMark``
+    (the progress clock) and ``checkedAt`` (the last tick that ran: time without ticks
+    does not count against the progress deadline)."""
 
     phase: str | None = None
     from_version: str | None = None
     to_version: str | None = None
+    from_revision: str | None = None
+    to_revision: str | None = None
     started_at: AwareDatetime | None = None
     step: int | None = Field(default=None, ge=0)
+    required: RolloutRequired | None = None
+    progress_at: AwareDatetime | None = None
+    progress_mark: int | None = None
+    checked_at: AwareDatetime | None = None
 
 
 class PDDeploymentStatus(_Model):

@@ -109,7 +109,7 @@ def wanted_objects(owner: Meta, spec: PDDeploymentSpec) -> list[tuple[str, str]]
     """(kind, name) of the objects the spec's own cell would render: what the edge must
     read beside everything the PDDeployment owns (a squatter holding one of these names
     is refused with a Warning, never adopted)."""
-    target = CellTarget(spec.engine.image, spec.engine.version, 0, 0)
+    target = manifests.spec_cell(spec)
     return [
         (str(o["kind"]), str(o["metadata"]["name"]))
         for o in manifests.desired_objects(owner, spec, [target])
@@ -144,6 +144,7 @@ def compute(facts: TickFacts) -> TickEffects:
         spec,
         owner.uid,
     )
+    desired, reverted, stuck = manifests.revert_drift(desired, list(facts.observed.deployments))
     running = facts.metrics.decode.running_by_pod if facts.metrics else {}
     the_plan = plan(owner.uid, desired, facts.observed, running)
 
@@ -173,7 +174,9 @@ def compute(facts: TickFacts) -> TickEffects:
             metrics_reason=facts.metrics_reason,
         )
     )
-    events = [*_foreign_events(owner.uid, the_plan)]
+    if not auto:  # nothing is applied in Recommend mode: the drift is only reported
+        reverted, stuck = [], [*reverted, *stuck]
+    events = [*_foreign_events(owner.uid, the_plan), *_drift_events(owner.uid, reverted, stuck)]
     if auto:
         events += _action_events(the_plan)
     events += _decision_events(new_status, previous, auto)
@@ -218,7 +221,7 @@ def _freeze_other_versions(
 ) -> list[Obj]:
     """Pool Deployments of cells other than the spec's version keep the template they
     were rendered with (``manifests.frozen_pool``); only their replicas follow the plan."""
-    spec_rev = naming.revision(spec.engine.image, spec.engine.version)
+    spec_rev = manifests.spec_revision(spec)
     have = {str(d["metadata"]["name"]): d for d in observed.deployments if owned_by(d, uid)}
     out: list[Obj] = []
     for obj in desired:
@@ -268,6 +271,32 @@ def _foreign_events(uid: str, the_plan: Plan) -> list[Event]:
         for a in the_plan.actions
         if a.verb is Verb.WARN
     ]
+
+
+def _drift_events(uid: str, reverted: list[str], stuck: list[str]) -> list[Event]:
+    """A Warning per pool Deployment whose engine container was changed outside the
+    operator: reverted this tick, or (an old cell's args/env) not revertible."""
+    out = [
+        Event(
+            "Warning",
+            "DriftReverted",
+            f"Deployment {name}: engine container changed "
+            "outside pdscaler (image/args/env); reverted to what was rendered",
+        )
+        for name in reverted
+    ]
+    out += [
+        Event(
+            "Warning",
+            "DriftDetected",
+            f"Deployment {name}: engine container changed "
+            "outside pdscaler and is not restored (an old cell's args/env, or Recommend "
+            "mode)",
+            once=("drift", uid, name),
+        )
+        for name in stuck
+    ]
+    return out
 
 
 def _decision_events(

@@ -13,7 +13,7 @@ import os
 import subprocess
 
 from pdlab.lab import Lab
-from pdscaler import naming
+from pdscaler import manifests, naming
 from pdscaler.types import Role
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
@@ -29,11 +29,12 @@ from support.opkit import (
     ready_count,
     replicas,
     serve_light,
+    spec_of,
     strip_finalizers,
 )
 
 NAME = "chat"
-REV = naming.revision("pdlab.invalid/engine", "v1")
+REV = manifests.spec_revision(spec_of(pdd_manifest(NAME, "http://unused")))
 
 
 def resource_versions(kube: Kube, namespace: str) -> dict[str, str]:

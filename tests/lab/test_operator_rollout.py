@@ -14,13 +14,12 @@ from __future__ import annotations
 import time
 
 from pdlab.lab import Lab
-from pdscaler import naming
+from pdscaler import manifests, naming
 from pdscaler.observe import is_ready, labels
 from pdscaler.types import ConditionReason, ConditionType, Role
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
-    IMAGE,
     InvariantChecker,
     condition,
     create_pdd,
@@ -132,7 +131,7 @@ def test_never_ready_version_rolls_back_by_itself(
             )
             wait_for(
                 lambda: replicas(kube, namespace, name, Role.DECODE).get(
-                    naming.revision(IMAGE, "v9")
+                    manifests.spec_revision(spec_of(get_pdd(kube, namespace, name)))
                 ),
                 30,
                 "the v9 cell's decode Deployment",

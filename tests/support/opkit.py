@@ -183,9 +183,16 @@ def total(kube: Kube, namespace: str, name: str, role: Role) -> int:
 
 def wait_cell_gone(kube: Kube, namespace: str, name: str, version: str, timeout: float) -> None:
     """Until neither pool has a Deployment of ``version``'s cell (deleted ones count as gone)."""
-    rev = naming.revision(IMAGE, version)
+    label = naming.version_label(version)  # a cell's revision also hashes its engine config
     wait_for(
-        lambda: all(rev not in replicas(kube, namespace, name, role) for role in Role),
+        lambda: (
+            not any(
+                d["metadata"]["labels"].get(naming.LABEL_VERSION) == label
+                and not d["metadata"].get("deletionTimestamp")
+                for d in deployments(kube, namespace, name)
+                if d["metadata"]["labels"].get(naming.LABEL_ROLE) in {r.value for r in Role}
+            )
+        ),
         timeout,
         f"the {version} cell removed",
     )

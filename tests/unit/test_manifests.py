@@ -5,6 +5,7 @@ replicas but sees every other managed field."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -269,3 +270,53 @@ def test_frozen_pool_keeps_template_and_hash_changes_only_replicas() -> None:
     assert out["metadata"]["annotations"] == dep["metadata"]["annotations"]
     assert set(out["metadata"]) == {"name", "namespace", "labels", "annotations", "ownerReferences"}
     assert "status" not in out
+
+
+# ----------------------------------------------------------- drift and pod ownership
+
+
+def test_drifted_sees_a_changed_engine_image_or_args_not_replicas() -> None:
+    dep = manifests.pool_deployment(META, spec(), CELL, Role.DECODE)
+    assert not manifests.drifted(dep)
+    scaled = {**dep, "spec": {**dep["spec"], "replicas": 9}}
+    assert not manifests.drifted(scaled)
+    for key, value in (("image", "vllm/vllm-openai:v9"), ("args", ["--x"])):
+        changed = copy.deepcopy(dep)
+        changed["spec"]["template"]["spec"]["containers"][0][key] = value
+        assert manifests.drifted(changed), key
+
+
+def test_a_frozen_pool_gets_its_rendered_image_back() -> None:
+    dep = manifests.pool_deployment(META, spec(), CELL, Role.DECODE)
+    changed = copy.deepcopy(dep)
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v9"
+    frozen = manifests.frozen_pool(changed, 2)
+    assert engine(frozen)["image"] == "vllm/vllm-openai:v0.11.0"
+    assert not manifests.drifted(frozen)
+
+
+def test_pods_count_only_under_their_own_deployment() -> None:
+    """A pod with a cell's labels whose controller is a ReplicaSet of another
+    Deployment is not counted; one of the pool's own ReplicaSet is."""
+    from pdscaler import observe
+    from pdscaler.plan import Observed
+
+    dep = manifests.pool_deployment(META, spec(), CELL, Role.DECODE)
+    dep["metadata"]["uid"] = "d-1"
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    name = dep["metadata"]["name"]
+
+    def pod(owner: str) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": f"p-{owner}",
+                "labels": dict(labels),
+                "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}],
+            },
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+
+    seen = observe.cells(
+        Observed(deployments=(dep,), pods=(pod(f"{name}-7d9f"), pod("squatter-5c4b"))), "uid-1"
+    )
+    assert seen[CELL.rev].decode.ready == 1

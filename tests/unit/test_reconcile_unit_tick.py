@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pdscaler import manifests, naming, status
+from pdscaler import manifests, status
 from pdscaler.prometheus import MetricsUnavailableError
 from pdscaler.reconcile import Runtime, reconcile_once
 from pdscaler.spec import PDDeploymentSpec
@@ -23,7 +23,6 @@ from support.fakekube import FakeKube
 
 NS, NAME = "serving", "chat"
 PDD_PATH = f"/apis/pdscaler.io/v1alpha1/namespaces/{NS}/pddeployments/{NAME}"
-REV = naming.revision("img", "v1")
 
 
 def manifest(mode: str = "Auto") -> dict[str, Any]:
@@ -38,6 +37,16 @@ def manifest(mode: str = "Auto") -> dict[str, Any]:
             "scaling": {"mode": mode, "interval": "5s", "maxGPUs": 16},
         },
     }
+
+
+def rev_of(version: str) -> str:
+    """The cell revision of ``version`` with the test manifest's engine configuration."""
+    doc = manifest()["spec"]
+    doc["engine"]["version"] = version
+    return manifests.spec_revision(PDDeploymentSpec.model_validate(doc))
+
+
+REV = rev_of("v1")
 
 
 def snapshot(rate: float = 1.0) -> MetricsSnapshot:
@@ -218,16 +227,41 @@ def test_deleted_or_missing_pdd_is_a_no_op() -> None:
 
 
 def test_template_change_updates_the_deployment() -> None:
+    """A template change that does not touch KV compatibility (an annotation) is an
+    in-place update of the pool's Deployment."""
     w = World()
     w.tick()
     w.converge()
+    pdd = w.kube.store[PDD_PATH]
+    pdd["spec"]["decode"]["template"] = {"metadata": {"annotations": {"x": "new"}}}
+    count = w.kube.audit.count
+    w.tick()
+    applied = [(r.verb, r.name) for r in w.kube.audit.since(count) if r.kind == "Deployment"]
+    assert applied == [("update", f"{NAME}-{REV}-decode")]
+    template = w.deployment(Role.DECODE)["spec"]["template"]
+    assert template["metadata"]["annotations"]["x"] == "new"
+
+
+def test_a_kv_config_change_makes_a_new_cell() -> None:
+    """gpusPerReplica (like the engine's args, env, resources) decides KV compatibility:
+    changing it creates a new cell rolled to like a new version; the old cell's
+    Deployments keep their template."""
+    w = World()
+    w.tick()
+    w.converge()
+    before = copy.deepcopy(w.deployment(Role.DECODE)["spec"]["template"])
     pdd = w.kube.store[PDD_PATH]
     pdd["spec"]["decode"]["gpusPerReplica"] = 2
     count = w.kube.audit.count
     w.tick()
     applied = [(r.verb, r.name) for r in w.kube.audit.since(count) if r.kind == "Deployment"]
-    assert applied == [("update", f"{NAME}-{REV}-decode")]
-    engine = w.deployment(Role.DECODE)["spec"]["template"]["spec"]["containers"][0]
+    assert ("update", f"{NAME}-{REV}-decode") not in applied
+    assert w.deployment(Role.DECODE)["spec"]["template"] == before
+    doc = copy.deepcopy(pdd["spec"])
+    new_rev = manifests.spec_revision(PDDeploymentSpec.model_validate(doc))
+    assert new_rev != REV
+    new = w.kube.store[f"/apis/apps/v1/namespaces/{NS}/deployments/{NAME}-{new_rev}-decode"]
+    engine = new["spec"]["template"]["spec"]["containers"][0]
     assert engine["resources"]["limits"][manifests.GPU_RESOURCE] == "2"
 
 
@@ -252,7 +286,7 @@ def test_version_change_keeps_the_old_cells_template() -> None:
     rep = w.tick()
     assert rep.decision is not None
     assert w.deployment(Role.DECODE)["spec"]["template"] == v1_template
-    rev2 = naming.revision("img", "v2")
+    rev2 = manifests.spec_revision(PDDeploymentSpec.model_validate(pdd["spec"]))
     new = w.kube.store[f"/apis/apps/v1/namespaces/{NS}/deployments/{NAME}-{rev2}-decode"]
     assert new["spec"]["template"]["metadata"]["annotations"]["x"] == "new"
     assert new["spec"]["replicas"] >= 1

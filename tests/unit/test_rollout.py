@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 from test_rollout_support import IMAGE, Cluster, Pool, View, rev, spec_for
 
-from pdscaler import rollout
+from pdscaler import manifests, rollout
 from pdscaler.manifests import CellTarget
 from pdscaler.spec import RolloutStatus
 from pdscaler.types import PerRole, PoolObservation, RolloutPhase, RolloutReason
@@ -312,9 +312,10 @@ def test_cell_plans_render_to_manifest_targets() -> None:
     image is unknown (not the spec's, none observed or remembered) refuses to render."""
     c = rolling()
     step = c.tick(CHAT)
+    config = manifests.kv_config(c.spec)
     assert step.targets() == (
-        CellTarget(IMAGE, "v2", 0, 4),
-        CellTarget(IMAGE, "v1", 20, 18),
+        CellTarget(IMAGE, "v2", 0, 4, config=config),
+        CellTarget(IMAGE, "v1", 20, 18, config=config),
     )
     stranger = rollout.CellPlan("v1-zzzzz", "v1", None, PerRole(prefill=1, decode=1))
     with pytest.raises(ValueError, match="engine image unknown"):

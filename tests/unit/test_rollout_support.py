@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdscaler import naming, rollout
+from pdscaler import manifests, naming, rollout
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import PoolObservation
 
@@ -30,8 +30,10 @@ def spec_for(version: str, **overrides: Any) -> PDDeploymentSpec:
     return PDDeploymentSpec.model_validate(doc)
 
 
-def rev(version: str) -> str:
-    return naming.revision(IMAGE, version)
+def rev(version: str, spec: PDDeploymentSpec | None = None) -> str:
+    """The revision of ``version`` run with ``spec``'s engine configuration (the
+    chat service's by default)."""
+    return naming.revision(IMAGE, version, manifests.kv_config(spec or spec_for(version)))
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Cell:
     created: float
     prefill: Pool = field(default_factory=Pool)
     decode: Pool = field(default_factory=Pool)
+    config: str = ""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class View:
     created: float | None
     prefill: PoolObservation
     decode: PoolObservation
+    config: str = ""
 
 
 @dataclass
@@ -78,7 +82,11 @@ class Cluster:
     @staticmethod
     def serving(spec: PDDeploymentSpec, version: str, prefill: int, decode: int) -> Cluster:
         """A cluster already serving ``version`` at prefill/decode, all Ready."""
-        cell = Cell(rev(version), version, IMAGE, 0.0, Pool(prefill, prefill), Pool(decode, decode))
+        config = manifests.kv_config(spec)
+        cell = Cell(
+            rev(version, spec), version, IMAGE, 0.0, Pool(prefill, prefill), Pool(decode, decode)
+        )
+        cell.config = config
         return Cluster(spec=spec, cells={cell.rev: cell}, served=True)
 
     def views(self) -> dict[str, View]:
@@ -86,7 +94,9 @@ class Cluster:
             return PoolObservation(p.replicas, p.ready, terminating=p.terminating)
 
         return {
-            c.rev: View(c.rev, c.version, c.image, c.created, obs(c.prefill), obs(c.decode))
+            c.rev: View(
+                c.rev, c.version, c.image, c.created, obs(c.prefill), obs(c.decode), c.config
+            )
             for c in self.cells.values()
         }
 
@@ -103,6 +113,7 @@ class Cluster:
             if cell is None:
                 assert plan.image is not None
                 cell = self.cells[plan.rev] = Cell(plan.rev, plan.version, plan.image, self.now)
+                cell.config = plan.config
             _scale(cell.prefill, plan.replicas.prefill)
             _scale(cell.decode, plan.replicas.decode)
         for gone in step.delete:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdscaler import invariants, naming, tick
+from pdscaler import invariants, manifests, naming, tick
 from pdscaler.manifests import Meta
 from pdscaler.plan import Observed, Verb
 from pdscaler.rollout import RolloutState
@@ -81,7 +81,7 @@ def test_a_new_pddeployment_gets_its_first_cell_created_and_a_status() -> None:
         (Verb.CREATE, "RoleBinding"),
         (Verb.CREATE, "Service"),
     ]
-    rev = naming.revision("img", "v1")
+    rev = manifests.spec_revision(spec("v1"))
     assert fx.writes[0].name == naming.pool_name("chat", rev, Role.DECODE)
     assert fx.writes[2].name == naming.router_name("chat", rev)
     assert fx.writes[2].body is not None
@@ -158,7 +158,7 @@ def test_a_converged_pddeployment_costs_no_writes() -> None:
 def _replay_rollout(restart_every: int) -> tuple[list[tick.TickEffects], list[str], SimCluster]:
     cluster, state = SimCluster(startup_seconds=10.0), {}
     run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
-    v1 = naming.revision("img", "v1")
+    v1 = manifests.spec_revision(spec("v1"))
     assert {
         d["metadata"]["labels"][naming.LABEL_REVISION] for d in cluster.deployments.values()
     } == {v1}
@@ -179,7 +179,7 @@ def test_the_simulator_replays_a_rollout_through_the_pure_tick() -> None:
     ready prefill without a ready decode of its version, capacity >= min, GPUs within
     maxGPUs + surge)."""
     effects, problems, cluster = _replay_rollout(restart_every=0)
-    v2 = naming.revision("img", "v2")
+    v2 = manifests.spec_revision(spec("v2"))
     assert problems == []
     revs = {d["metadata"]["labels"][naming.LABEL_REVISION] for d in cluster.deployments.values()}
     assert revs == {v2}
@@ -199,3 +199,159 @@ def test_a_rollout_replayed_with_an_operator_restart_every_third_tick_completes(
     assert problems == []
     assert effects[-1].step.phase == RolloutPhase.COMPLETE
     assert (effects[-1].decision.prefill, effects[-1].decision.decode) == (3, 3)
+
+
+# ---------------------------------------------------------------- restarts, Prometheus down
+
+
+WIDE = (16, 15)
+
+
+def wide_spec(version: str) -> PDDeploymentSpec:
+    """Room for the 16 / 15 the policy wants at R = 12 req/s, with a 4-GPU surge, so a
+    rollout takes several levels."""
+    return PDDeploymentSpec.model_validate(
+        {
+            "engine": {"image": "img", "version": version},
+            "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 1, "max": 32}},
+            "decode": {"tokensPerSecond": 800, "replicas": {"min": 1, "max": 32}},
+            "scaling": {"mode": "Auto", "interval": "5s", "maxGPUs": 64},
+            "rollout": {"maxSurgeGPUs": 4, "progressDeadline": "10m"},
+        }
+    )
+
+
+def serving(cluster: SimCluster) -> tuple[int, int]:
+    """Ready prefill in cells with a Ready decode pod, Ready decode, over all cells."""
+    ready = cluster.ready_pods()
+    by_rev: dict[str, dict[str, int]] = {}
+    for pod in ready:
+        lab = pod["metadata"]["labels"]
+        role = by_rev.setdefault(lab[naming.LABEL_REVISION], {})
+        role[lab[naming.LABEL_ROLE]] = role.get(lab[naming.LABEL_ROLE], 0) + 1
+    prefill = sum(r.get("prefill", 0) for r in by_rev.values() if r.get("decode", 0) >= 1)
+    return prefill, sum(r.get("decode", 0) for r in by_rev.values())
+
+
+def faulty_replay(
+    restarts: set[int], down: set[int]
+) -> tuple[list[tick.TickEffects], list[tuple[int, int]], SimCluster]:
+    """v1 serving at R = 12, then v2 rolled out over 80 ticks; at the ticks in
+    ``restarts`` the process memory is dropped, at those in ``down`` Prometheus does not
+    answer (metrics None). Returns the effects and the serving capacity per tick."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, wide_spec("v1"), 1000.0, 8, state, rate=12.0)
+    effects: list[tick.TickEffects] = []
+    capacity: list[tuple[int, int]] = []
+    for i in range(80):
+        now = 1040.0 + i * INTERVAL
+        cluster.advance(now)
+        if i in restarts:
+            state["memory"], state["rollout"] = None, None
+        fx = tick.compute(
+            tick.TickFacts(
+                now=now,
+                owner=OWNER,
+                generation=1,
+                spec=wide_spec("v2"),
+                observed=cluster.observed(),
+                metrics=None if i in down else snapshot(now, 12.0),
+                metrics_error="connection refused" if i in down else None,
+                raw_status=state.get("status"),
+                memory=state.get("memory"),
+                rollout=state.get("rollout"),
+            )
+        )
+        cluster.apply(fx.writes, now)
+        state["memory"] = fx.memory
+        state["rollout"] = fx.rollout
+        if fx.status_changed:
+            state["status"] = fx.status.to_k8s()
+        effects.append(fx)
+        capacity.append(serving(cluster))
+    return effects, capacity, cluster
+
+
+def test_a_restart_with_prometheus_down_mid_rollout_keeps_the_totals() -> None:
+    """16 / 15 rolling v1 -> v2; from tick 6 on Prometheus is down for 30 ticks and the
+    operator restarts at ticks 6, 9, 12, 15: the policy holds 16 / 15 (restored from
+    ``status.rollout.required``, not one cell's size), Ready capacity never drops below
+    16 / 15 once the rollout shifted capacity, and the rollout completes on v2."""
+    effects, capacity, cluster = faulty_replay({6, 9, 12, 15}, set(range(6, 36)))
+    assert (effects[5].decision.prefill, effects[5].decision.decode) == WIDE
+    both = {d["metadata"]["labels"][naming.LABEL_REVISION] for d in cluster.deployments.values()}
+    held = [(fx.decision.prefill, fx.decision.decode) for fx in effects[6:36]]
+    assert set(held) == {WIDE}
+    assert all(p >= WIDE[0] and d >= WIDE[1] for p, d in capacity[3:]), capacity
+    assert effects[-1].step.phase == RolloutPhase.COMPLETE
+    assert both == {manifests.spec_revision(wide_spec("v2"))}
+
+
+def test_a_restart_every_tick_with_prometheus_down_completes_the_rollout() -> None:
+    """The operator restarts before every tick and Prometheus is down for the whole
+    rollout: totals held at 16 / 15 from status, capacity kept, rollout complete."""
+    effects, capacity, _cluster = faulty_replay(set(range(80)), set(range(80)))
+    assert {(fx.decision.prefill, fx.decision.decode) for fx in effects} == {WIDE}
+    assert all(p >= WIDE[0] and d >= WIDE[1] for p, d in capacity[3:]), capacity
+    assert effects[-1].step.phase == RolloutPhase.COMPLETE
+
+
+# ---------------------------------------------------------------- drift
+
+
+def _engine_image(dep: dict[str, Any]) -> str:
+    return str(dep["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def _set_image(dep: dict[str, Any], image: str) -> None:
+    """What ``kubectl set image`` does: the template changes, the annotations do not."""
+    dep["spec"]["template"]["spec"]["containers"][0]["image"] = image
+
+
+def test_kubectl_set_image_on_the_spec_cell_is_reverted_and_reported() -> None:
+    """Converged on v1; someone sets the decode Deployment's image to another tag: the
+    next tick applies the rendered Deployment again (a Warning Event DriftReverted),
+    the image is back, and the tick after that leaves it alone."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, spec(), 1000.0, 12, state)
+    name = f"chat-{manifests.spec_revision(spec())}-decode"
+    rendered = _engine_image(cluster.deployments[name])
+    _set_image(cluster.deployments[name], "img:v9")
+    fx = run(cluster, spec(), 1100.0, 1, state)[0]
+    assert [(a.verb, a.name) for a in fx.writes] == [(Verb.UPDATE, name)]
+    assert [e.reason for e in fx.events if e.type == "Warning"] == ["DriftReverted"]
+    assert _engine_image(cluster.deployments[name]) == rendered
+    later = run(cluster, spec(), 1105.0, 3, state)
+    assert [e.reason for e in later[-1].events if e.type == "Warning"] == []
+    assert later[-1].writes == ()
+
+
+def test_kubectl_set_image_on_an_old_cell_mid_rollout_is_reverted() -> None:
+    """Rolling v1 -> v2; someone sets v1's decode image to v2's: the old cell keeps the
+    template it was rendered with, its image put back (no v1 prefill pairs with a v2
+    decode of the v1 cell), reported once, and the rollout completes."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
+    name = f"chat-{manifests.spec_revision(spec('v1'))}-decode"
+    rendered = _engine_image(cluster.deployments[name])
+    run(cluster, spec("v2"), 1040.0, 2, state, rate=3.0)
+    _set_image(cluster.deployments[name], "img:v2")
+    fx = run(cluster, spec("v2"), 1050.0, 1, state, rate=3.0)[0]
+    assert (Verb.UPDATE, name) in [(a.verb, a.name) for a in fx.writes]
+    assert "DriftReverted" in [e.reason for e in fx.events]
+    assert _engine_image(cluster.deployments[name]) == rendered
+    effects = run(cluster, spec("v2"), 1055.0, 60, state, rate=3.0)
+    assert effects[-1].step.phase == RolloutPhase.COMPLETE
+
+
+def test_drift_in_recommend_mode_is_reported_not_reverted() -> None:
+    """Recommend mode applies nothing: the drift is a DriftDetected Warning, not a
+    DriftReverted one."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, spec(), 1000.0, 12, state)
+    name = f"chat-{manifests.spec_revision(spec())}-decode"
+    _set_image(cluster.deployments[name], "img:v9")
+    fx = run(cluster, spec(mode="Recommend"), 1100.0, 1, state)[0]
+    assert fx.writes == ()
+    assert [e.reason for e in fx.events if e.type == "Warning"] == ["DriftDetected"]
+    assert _engine_image(cluster.deployments[name]) == "img:v9"

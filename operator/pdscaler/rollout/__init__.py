@@ -30,7 +30,8 @@ API (what ``reconcile`` calls each tick)::
 
 ``cells`` maps revision -> a cell view with ``rev``, ``version``, ``created`` and
 ``prefill``/``decode`` ``PoolObservation``s (``observe.CellObservation`` fits), plus an
-optional ``image`` (needed to re-render a cell whose image is not the spec's).
+optional ``image`` (needed to re-render a cell whose image is not the spec's) and
+``config`` (its engine-config fingerprint, part of its revision: ``manifests.kv_config``).
 
 Rules
 -----

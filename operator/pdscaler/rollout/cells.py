@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
 
-from pdscaler import naming
+from pdscaler import manifests, naming
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import PerRole, PoolObservation
 
@@ -94,6 +94,7 @@ class Cell:
     image: str | None
     created: float
     pods: PerRole[Pods] = field(default_factory=_no_pods)
+    config: str = ""
 
     @cached_property
     def replicas(self) -> PerRole[int]:
@@ -137,9 +138,25 @@ def image_of(
     known = dict(images)
     if cell.rev in known:
         return known[cell.rev]
-    if naming.revision(spec.engine.image, cell.version) == cell.rev:
+    if cell.rev in (
+        naming.revision(spec.engine.image, cell.version, manifests.kv_config(spec)),
+        naming.revision(spec.engine.image, cell.version),
+    ):
         return spec.engine.image
     return None
+
+
+def config_of(spec: PDDeploymentSpec, cell: CellView) -> str:
+    """The engine-config fingerprint of ``cell``: its own (observed), the spec's when
+    the cell's revision is its version with the spec's image and configuration, else
+    empty (a cell rendered before fingerprints)."""
+    config = getattr(cell, "config", None)
+    if isinstance(config, str) and config:
+        return config
+    own = manifests.kv_config(spec)
+    if cell.rev == naming.revision(spec.engine.image, cell.version, own):
+        return own
+    return ""
 
 
 def views(
@@ -154,6 +171,7 @@ def views(
             image=image_of(spec, c, images),
             created=c.created if c.created is not None else 0.0,
             pods=observed(c).map(lambda o: Pods(o.replicas, o.ready, max(o.terminating, 0))),
+            config=config_of(spec, c),
         )
     return out
 

@@ -10,7 +10,8 @@ clocks (``now`` is passed in), size cells (``levels``) or talk to Kubernetes.
 Phases (``RolloutPhase``): Stable (no rollout), Progressing, RollingBack, Complete (the
 last rollout finished), RolledBack (the last rollout was rolled back).
 
-* The target cell is the spec's revision (``naming.revision(image, version)``), or,
+* The target cell is the spec's revision (``manifests.spec_revision``: image, version
+  and the engine configuration that decides KV compatibility), or,
   after a rollback, the cell rolled back to while the spec still names the failed one.
 * No progress (new Ready pods or old pods gone) for ``rollout.progressDeadline``
   (the clock pauses while the required totals are zero) -> roll back: the cell the
@@ -32,8 +33,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 
-from pdscaler import naming
+from pdscaler import manifests, naming
 from pdscaler.rollout.cells import (
     NEEDS_READY_DECODE,
     Cell,
@@ -43,7 +45,7 @@ from pdscaler.rollout.cells import (
     observed,
     views,
 )
-from pdscaler.spec import PDDeploymentSpec, RolloutStatus, rfc3339
+from pdscaler.spec import PDDeploymentSpec, RolloutRequired, RolloutStatus, rfc3339
 from pdscaler.types import PerRole, PoolObservation, Role, RolloutPhase, RolloutReason
 
 Event = tuple[str, str, str]  # (type, reason, message)
@@ -61,7 +63,11 @@ class RolloutState:
     spec names it; ``progress_at``/``progress_mark``: when the rollout last progressed
     and the best progress mark seen (new ready pods minus old pods left); ``required``:
     the totals of the last step (what the policy sees as the current size during a
-    rollout); ``images``: (rev, image) of the cells rolled to, to re-render them."""
+    rollout); ``checked_at``: when the last tick ran (a longer gap than ``gap_counted``
+    does not count against the deadline); ``images``: (rev, image) of the cells rolled
+    to, to re-render them. Everything but ``images`` is persisted in ``status.rollout``
+    (``to_status``/``state_from_status``); images are re-read from the cells.
+    ``checked_at`` moves only while cells move (a settled status stays unchanged)."""
 
     phase: RolloutPhase = RolloutPhase.STABLE
     target_rev: str | None = None
@@ -75,6 +81,7 @@ class RolloutState:
     progress_mark: int | None = None
     steps: int = 0
     required: PerRole[int] | None = None
+    checked_at: float | None = None
     images: tuple[tuple[str, str], ...] = ()
 
     def to_status(self) -> RolloutStatus | None:
@@ -83,18 +90,49 @@ class RolloutState:
         if self.phase == RolloutPhase.STABLE and self.started_at is None:
             return None
         back = self.phase in BACK
+        required = self.required
         return RolloutStatus(
             phase=self.phase,
             from_version=self.failed_version if back else self.from_version,
             to_version=self.target_version,
-            started_at=rfc3339(self.started_at) if self.started_at is not None else None,
+            from_revision=self.failed_rev if back else self.from_rev,
+            to_revision=self.target_rev,
+            started_at=_time(self.started_at),
             step=self.steps,
+            required=(
+                RolloutRequired(prefill=required.prefill, decode=required.decode)
+                if required is not None
+                else None
+            ),
+            progress_at=_time(self.progress_at),
+            progress_mark=self.progress_mark,
+            checked_at=_time(self.checked_at),
         )
 
 
+def _time(t: float | None) -> datetime | None:
+    return rfc3339(t) if t is not None else None
+
+
+def _seconds(t: datetime | None) -> float | None:
+    return t.timestamp() if t is not None else None
+
+
+#: The most a gap between two ticks counts against the progress deadline, in
+#: scaling intervals and at least in seconds: a tick that ran late or a quick restart
+#: counts in full; time when no tick ran (the operator down, the API server
+#: unreachable) does not: the rollout cannot have been moved on then.
+GAP_INTERVALS, GAP_SECONDS = 2.0, 60.0
+
+
+def gap_counted(spec: PDDeploymentSpec) -> float:
+    """Seconds of one gap between ticks that count against the deadline."""
+    return max(GAP_INTERVALS * spec.scaling.interval_seconds, GAP_SECONDS)
+
+
 def spec_revision(spec: PDDeploymentSpec) -> str:
-    """The revision the spec names."""
-    return naming.revision(spec.engine.image, spec.engine.version)
+    """The revision the spec names (its image, version and engine configuration)."""
+    return manifests.spec_revision(spec)
 
 
 def target(spec_rev: str, view: Mapping[str, Cell], state: RolloutState) -> tuple[str, bool]:
@@ -128,11 +166,14 @@ def policy_pools(
 
     ``ready`` sums the cells (a prefill pod counts only in a cell whose decode has a
     Ready pod); ``unschedulable``, ``terminating`` and start-up samples add up. During a
-    rollout ``replicas`` is the last step's required totals, not the sum over cells
-    (which includes the surge: the policy would take it for the current size and, with
-    scale-down frozen, ratchet it up); without a remembered total the largest cell's.
+    rollout ``replicas`` is the last step's required totals (kept, or restored from
+    ``status.rollout``), not the sum of the cells' replicas (which includes the surge:
+    the policy would take it for the current size and, with scale-down frozen, ratchet
+    it up); without a known total, the pods serving summed over the cells (at least the
+    largest cell's replicas): never one cell's size, which would shrink the others.
     Chat rolling v1 -> v2 at 20 / 18, v1 at 16 / 15 and v2 at 4 / 4, all Ready: the
-    policy sees 20 / 18 replicas, 20 / 19 Ready.
+    policy sees 20 / 18 replicas, 20 / 19 Ready; split 10 / 9 + 10 / 9 with no known
+    total it sees 20 / 18.
     """
     state = state or RolloutState()
     items = [observed(c) for c in cell_list(cells)]
@@ -147,7 +188,7 @@ def policy_pools(
         if rolling and state.required is not None:
             replicas = state.required.pool(role)
         elif rolling:
-            replicas = max((p.replicas for p in pools), default=0)
+            replicas = max(sum(serving), max((p.replicas for p in pools), default=0))
         else:
             replicas = sum(p.replicas for p in pools)
         samples = tuple(s for p in pools for s in p.startup_samples)
@@ -173,37 +214,54 @@ def _phase(value: str) -> RolloutPhase:
 def state_from_status(
     status: RolloutStatus | None, spec: PDDeploymentSpec, cells: Cells, now: float
 ) -> RolloutState:
-    """Best-effort state of a restarted operator from ``status.rollout``: phase, versions
-    (matched to the cells by version), start time and step count. The progress clock
-    restarts at ``now`` (a restart never causes an early rollback); a failed version is
-    matched by version string (assumed to use the spec's image when its cell is gone)."""
+    """The state of a restarted operator from ``status.rollout`` and the cells: phase,
+    revisions, versions, start time, step count, the required totals and the progress
+    clock (``progressAt``, ``progressMark``, ``checkedAt``), so a restart neither
+    shrinks a cell nor restarts the deadline. A status written before these were kept
+    reads as: revisions matched to the cells by version (the spec's image when a cell
+    is gone), no totals (``policy_pools`` then sums the cells), the clock at ``now``."""
     if status is None or status.phase is None:
         return RolloutState()
     view = views(spec, cells, ())
 
-    def rev_of(version: str | None) -> str | None:
+    def rev_of(version: str | None, persisted: str | None = None) -> str | None:
+        if persisted is not None:
+            return persisted
         if version is None:
             return None
         matches = sorted(c.rev for c in view.values() if c.version == version)
-        own = naming.revision(spec.engine.image, version)
+        own = (
+            spec_revision(spec)
+            if version == spec.engine.version
+            else naming.revision(spec.engine.image, version)
+        )
         if own in matches or not matches:
             return own
         return matches[0]
 
     phase = _phase(status.phase)
     back = phase in BACK
-    started = status.started_at.timestamp() if status.started_at is not None else None
+    progress_at = _seconds(status.progress_at)
+    required = status.required
+    from_rev = rev_of(status.from_version, status.from_revision)
     return RolloutState(
         phase=phase,
-        target_rev=rev_of(status.to_version),
+        target_rev=rev_of(status.to_version, status.to_revision),
         target_version=status.to_version,
-        from_rev=None if back else rev_of(status.from_version),
+        from_rev=None if back else from_rev,
         from_version=None if back else status.from_version,
-        failed_rev=rev_of(status.from_version) if back else None,
+        failed_rev=from_rev if back else None,
         failed_version=status.from_version if back else None,
-        started_at=started,
-        progress_at=now,
+        started_at=_seconds(status.started_at),
+        progress_at=now if progress_at is None else progress_at,
+        progress_mark=status.progress_mark if progress_at is not None else None,
         steps=status.step or 0,
+        required=(
+            PerRole(prefill=required.prefill, decode=required.decode)
+            if required is not None
+            else None
+        ),
+        checked_at=_seconds(status.checked_at),
     )
 
 
@@ -232,7 +290,9 @@ def resolve(
 ) -> tuple[RolloutState, str]:
     """Phase transitions before sizing: start, retarget, progress, deadline, rollback;
     the state and the target revision. The deadline does not run while the required
-    totals are zero (``idle``: no pod is asked)."""
+    totals are zero (``idle``: no pod is asked), nor across a gap between ticks beyond
+    ``gap_counted`` (no tick ran: the clock moves on by the uncounted part)."""
+    state = _pause_for_gap(spec, state, now)
     spec_rev = spec_revision(spec)
     if state.failed_rev is not None and state.failed_rev != spec_rev:
         state = replace(state, failed_rev=None, failed_version=None)  # the spec moved on
@@ -253,7 +313,7 @@ def resolve(
         ):
             state = replace(state, phase=RolloutPhase.STABLE)
         return state, rev
-    new = view.get(rev) or Cell(rev, spec.engine.version, None, now)
+    new = view.get(rev) or Cell(rev, spec.engine.version, None, now)  # not created yet
     mark = _mark(new, olds)
     best = state.progress_mark
     if best is None or state.progress_at is None or mark > best or idle:
@@ -286,6 +346,18 @@ def resolve(
         )
     )
     return rolled, dest
+
+
+def _pause_for_gap(spec: PDDeploymentSpec, state: RolloutState, now: float) -> RolloutState:
+    """Move the progress clock on by the part of the gap since the last tick that does
+    not count (15 s interval: 60 s count; last tick 20 m ago: the clock moves on by
+    19 m, so a 10 m progressDeadline is not passed by the gap alone)."""
+    if state.progress_at is None or state.checked_at is None or not state.phase.moving:
+        return state
+    skipped = now - state.checked_at - gap_counted(spec)
+    if skipped <= 0:
+        return state
+    return replace(state, progress_at=state.progress_at + skipped)
 
 
 def _remember(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pdscaler import naming
+from pdscaler import manifests
 from pdscaler.manifests import CellTarget
 from pdscaler.rollout import levels, phases
 from pdscaler.rollout.cells import Cell, Cells, views
@@ -40,12 +40,19 @@ class CellPlan:
     version: str
     image: str | None
     replicas: PerRole[int]
+    config: str = ""
 
     def target(self) -> CellTarget:
         """The manifests' CellTarget; its revision must be this cell's."""
         if self.image is None:
             raise ValueError(f"cell {self.rev}: engine image unknown, cannot re-render it")
-        cell = CellTarget(self.image, self.version, self.replicas.prefill, self.replicas.decode)
+        cell = CellTarget(
+            self.image,
+            self.version,
+            self.replicas.prefill,
+            self.replicas.decode,
+            config=self.config,
+        )
         if cell.rev != self.rev:
             raise ValueError(f"cell {self.rev}: image {self.image!r} gives revision {cell.rev}")
         return cell
@@ -129,9 +136,10 @@ def _finish(
     for c in [new, *sorted([*olds, *kept], key=lambda c: (c.created, c.rev))]:
         replicas = sizes.replicas.get(c.rev) or zeros[c.rev]
         image = c.image if c is not new else (c.image or dict(state.images).get(c.rev))
-        if c is new and image is None and c.rev == naming.revision(spec.engine.image, c.version):
-            image = spec.engine.image
-        plans.append(CellPlan(c.rev, c.version, image, replicas))
+        config = c.config
+        if c is new and c.rev == phases.spec_revision(spec):
+            image, config = image or spec.engine.image, manifests.kv_config(spec)
+        plans.append(CellPlan(c.rev, c.version, image, replicas, config))
     phase, reason = state.phase, sizes.reason
     if done and phase == RolloutPhase.PROGRESSING:
         phase, reason = RolloutPhase.COMPLETE, RolloutReason.COMPLETE
@@ -147,7 +155,10 @@ def _finish(
         reason = RolloutReason.NO_ROLLBACK
     changed = any(view.get(cp.rev) is None or view[cp.rev].replicas != cp.replicas for cp in plans)
     steps = state.steps + int(changed and state.phase.moving)
-    new_state = replace(state, phase=phase, steps=steps, required=totals.replicas)
+    checked = now if state.phase.moving else state.checked_at
+    new_state = replace(
+        state, phase=phase, steps=steps, required=totals.replicas, checked_at=checked
+    )
     return RolloutStep(
         phase=phase,
         reason=reason,

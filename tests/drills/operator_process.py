@@ -1,0 +1,134 @@
+"""The operator as a real process for drills: ``pdscaler run`` against the lab, killed
+with SIGKILL and restarted; plus samplers of the cluster a drill checks its invariant with.
+
+Owns: starting/killing the operator process this test started (never any other) and
+reading what the drills sample (Ready pods per role and version, the rollout cells).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdscaler import invariants, naming
+from pdscaler.observe import is_ready, labels
+from pdscaler.spec import PDDeploymentSpec
+from support.labkit import Kube
+from support.opkit import deployments, pod_dicts
+
+
+@dataclass
+class OperatorProcess:
+    """``python -m pdscaler run --namespace NS`` with the lab's kubeconfig; its log in
+    ``log``. ``kill()`` sends SIGKILL to this process only."""
+
+    namespace: str
+    kubeconfig: str
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
+        argv = [sys.executable, "-m", "pdscaler", "run", "--namespace", self.namespace]
+        argv += ["--metrics-port", "0", "--log-format", "plain"]
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.started_at = time.time()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+
+def ready_by_version(pods: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """Ready pods per (role, version label)."""
+    out: dict[tuple[str, str], int] = {}
+    for p in pods:
+        if is_ready(p):
+            key = (labels(p).get(naming.LABEL_ROLE, ""), labels(p).get(naming.LABEL_VERSION, ""))
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def serving(pods: list[dict[str, Any]]) -> tuple[int, int]:
+    """Ready prefill in versions with a Ready decode pod, and Ready decode."""
+    ready = ready_by_version(pods)
+    decode = {v: n for (r, v), n in ready.items() if r == "decode"}
+    prefill = sum(n for (r, v), n in ready.items() if r == "prefill" and decode.get(v, 0) > 0)
+    return prefill, sum(decode.values())
+
+
+def cells(kube: Kube, namespace: str, name: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """Pool Deployments by (version label, role)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for d in deployments(kube, namespace, name):
+        lab = d["metadata"]["labels"]
+        if lab.get(naming.LABEL_ROLE) in ("prefill", "decode"):
+            out[(lab.get(naming.LABEL_VERSION, ""), lab[naming.LABEL_ROLE])] = d
+    return out
+
+
+@dataclass
+class Sampler:
+    """Samples the PDDeployment's pods every ``period`` s: mixed pairs (a Ready prefill
+    without a Ready decode of its version, or routers discovering other cells: the
+    ``invariants``) and the serving capacity below ``floor``."""
+
+    kube: Kube
+    namespace: str
+    name: str
+    spec: PDDeploymentSpec
+    floor: tuple[int, int]
+    period: float = 0.2
+    samples: int = 0
+    mixed: list[tuple[float, str]] = field(default_factory=list)
+    below: list[tuple[float, tuple[int, int], dict[tuple[str, str], int]]] = field(
+        default_factory=list
+    )
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Sampler:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                pods = pod_dicts(self.kube, self.namespace, self.name)
+            except Exception:
+                self._stop.wait(self.period)
+                continue
+            now = time.time()
+            for v in invariants.violations(pods, self.spec, self.name, check_capacity=False):
+                self.mixed.append((now, v))
+            have = serving(pods)
+            if have[0] < self.floor[0] or have[1] < self.floor[1]:
+                self.below.append((now, have, ready_by_version(pods)))
+            self.samples += 1
+            self._stop.wait(self.period)

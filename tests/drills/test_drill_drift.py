@@ -1,0 +1,198 @@
+"""D12: drift and config changes against the lab. A foreign Service squats the front
+Service's name; ``kubectl set image`` changes the decode Deployment's engine image; a
+template-only change (an annotation) follows; then a KV-relevant change (the decode
+engine's args). Checked: 0 mixed pairs (a Ready pod whose engine image is not its
+cell's version, or one pool of a cell with Ready pods of different images or args,
+sampled every 200 ms); the drift reverted
+(image back, Warning Event DriftReverted) within 2 ticks; the squatter left alone and
+reported (Warning NotOwned); the template-only change updates the cell in place (same
+revision); the args change goes through a new cell (a new revision, the old cell gone).
+
+Shortened (< 90 s): 2 s interval, 1 + 1 replicas; pods Ready 5 s after creation, longer
+than the revert takes, so a drifted pod never gets Ready (with pods that start faster
+than two ticks, the drifted pod can serve until the revert replaces it: reported, not
+prevented).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from drills.operator_process import OperatorProcess
+from pdlab.lab import Lab
+from pdscaler import naming
+from pdscaler.observe import is_ready, labels
+from support.exporter import EngineExporter
+from support.labkit import Kube, wait_for
+from support.opkit import (
+    IMAGE,
+    create_pdd,
+    deployments,
+    get_pdd,
+    patch_spec,
+    pdd_manifest,
+    pod_dicts,
+    serve_light,
+    wait_stable,
+)
+
+INTERVAL = 2.0
+
+
+def engine_of(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj["spec"]["template"]["spec"] if "template" in obj["spec"] else obj["spec"]
+    containers: list[dict[str, Any]] = spec["containers"]
+    return next((c for c in containers if c.get("name") == "engine"), containers[0])
+
+
+def mixed_pairs(pods: list[dict[str, Any]]) -> list[str]:
+    """Ready pods that would pair across engine configurations: a pod whose engine image
+    is not its cell's version (``kubectl set image``), or one pool of a cell whose Ready
+    pods run different images or args (an in-place configuration change)."""
+    out: list[str] = []
+    seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for p in pods:
+        lab = labels(p)
+        if lab.get(naming.LABEL_ROLE) not in ("prefill", "decode") or not is_ready(p):
+            continue
+        eng = engine_of(p)
+        version = (p["metadata"].get("annotations") or {}).get(naming.ANNOTATION_VERSION, "")
+        if eng.get("image") != naming.image_ref(IMAGE, version):
+            out.append(f"pod {p['metadata']['name']} runs {eng.get('image')} in a {version} cell")
+        key = (lab.get(naming.LABEL_REVISION, ""), lab[naming.LABEL_ROLE])
+        seen.setdefault(key, set()).add((str(eng.get("image")), repr(eng.get("args"))))
+    out += [f"{rev} {role}: {sorted(v)}" for (rev, role), v in seen.items() if len(v) > 1]
+    return out
+
+
+@dataclass
+class MixSampler:
+    kube: Kube
+    namespace: str
+    name: str
+    samples: int = 0
+    mixed: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> MixSampler:
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.mixed += mixed_pairs(pod_dicts(self.kube, self.namespace, self.name))
+                self.samples += 1
+            except Exception:
+                pass
+            self._stop.wait(0.2)
+
+
+def pools(kube: Kube, namespace: str, name: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """Live pool Deployments by (revision, role)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for d in deployments(kube, namespace, name):
+        lab = d["metadata"]["labels"]
+        if lab.get(naming.LABEL_ROLE) in ("prefill", "decode") and not d["metadata"].get(
+            "deletionTimestamp"
+        ):
+            out[(lab[naming.LABEL_REVISION], lab[naming.LABEL_ROLE])] = d
+    return out
+
+
+def warnings(kube: Kube, namespace: str, reason: str) -> list[str]:
+    events = kube.core.list_namespaced_event(namespace).items
+    return [str(e.message) for e in events if e.reason == reason and e.type == "Warning"]
+
+
+@pytest.mark.lab
+@pytest.mark.timeout(120)
+def test_drift_squatter_template_and_config_changes(
+    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter, tmp_path: Path
+) -> None:
+    name = "d12"
+    serve_light(exporter, namespace, name)
+    squatter = client.V1Service(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)], selector={"app": "x"}),
+    )
+    kube.core.create_namespaced_service(namespace, squatter)
+    manifest = pdd_manifest(name, lab.prometheus_url, interval="2s", startup_delay="5s")
+    create_pdd(kube, namespace, manifest)
+    op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
+    op.start()
+    try:
+        wait_for(
+            lambda: sum(is_ready(p) for p in pod_dicts(kube, namespace, name)) >= 2,
+            40,
+            "1 + 1 Ready pods",
+        )
+        wait_stable(kube, namespace, name, hold=2.0, timeout=40)
+        ((rev, _),) = [k for k in pools(kube, namespace, name) if k[1] == "decode"]
+        decode = f"{name}-{rev}-decode"
+        rendered = engine_of(pools(kube, namespace, name)[(rev, "decode")])["image"]
+        with MixSampler(kube, namespace, name) as sampler:
+            # kubectl set image deployment/<decode> engine=<another tag>
+            patch = {"spec": {"template": {"spec": {"containers": [
+                {"name": "engine", "image": "pdlab.invalid/engine:v9"}]}}}}  # fmt: skip
+            kube.apps.patch_namespaced_deployment(decode, namespace, patch)
+            t0 = time.monotonic()
+            wait_for(
+                lambda: (
+                    engine_of(pools(kube, namespace, name)[(rev, "decode")])["image"] == rendered
+                ),
+                2 * INTERVAL + 10,
+                "the drifted image reverted",
+            )
+            reverted_after = time.monotonic() - t0
+            wait_for(lambda: warnings(kube, namespace, "DriftReverted"), 10, "DriftReverted")
+
+            # a template-only change: an annotation on the decode pods
+            spec = get_pdd(kube, namespace, name)["spec"]
+            template = spec["decode"]["template"]
+            template["metadata"]["annotations"]["drill"] = "template-only"
+            patch_spec(kube, namespace, name, {"decode": {"template": template}})
+            wait_for(
+                lambda: (
+                    pools(kube, namespace, name)[(rev, "decode")]["spec"]["template"]["metadata"][
+                        "annotations"
+                    ].get("drill")
+                    == "template-only"
+                ),
+                10,
+                "the template-only change applied in place",
+            )
+            assert {r for r, _ in pools(kube, namespace, name)} == {rev}
+
+            # a KV-relevant change: the decode engine's args
+            template["spec"]["containers"][0]["args"] = ["--max-model-len=8192"]
+            patch_spec(kube, namespace, name, {"decode": {"template": template}})
+
+            def moved() -> bool:
+                revs = {r for r, _ in pools(kube, namespace, name)}
+                st = get_pdd(kube, namespace, name).get("status") or {}
+                return (
+                    len(revs) == 1
+                    and rev not in revs
+                    and (st.get("rollout") or {}).get("phase") == "Complete"
+                )
+
+            wait_for(moved, 50, "the args change rolled to a new cell")
+            wait_stable(kube, namespace, name, hold=1.0, timeout=20)
+    finally:
+        op.stop()
+    assert reverted_after <= 2 * INTERVAL + 3, reverted_after
+    assert sampler.samples > 0
+    assert sampler.mixed == [], sampler.mixed[:5]
+    assert warnings(kube, namespace, "NotOwned"), "the squatter was not reported"
+    assert kube.core.read_namespaced_service(name, namespace).spec.selector == {"app": "x"}
