@@ -121,9 +121,16 @@ def router_deployment(
                 {"name": "metrics", "containerPort": METRICS_PORT},
             ],
             "resources": copy.deepcopy(spec.router.resources or {}),
+            # /readiness answers 503 while the router knows no worker of its cell (vllm-router
+            # and sglang-router): no traffic reaches a router that could not serve it
             "readinessProbe": {
-                "httpGet": {"path": "/health", "port": spec.router.port},
-                "periodSeconds": 5,
+                "httpGet": {"path": "/readiness", "port": spec.router.port},
+                "periodSeconds": 2,
+                "failureThreshold": 1,
+            },
+            "livenessProbe": {
+                "httpGet": {"path": "/liveness", "port": spec.router.port},
+                "periodSeconds": 10,
             },
         }
     ]

@@ -355,3 +355,40 @@ def test_drift_in_recommend_mode_is_reported_not_reverted() -> None:
     assert fx.writes == ()
     assert [e.reason for e in fx.events if e.type == "Warning"] == ["DriftDetected"]
     assert _engine_image(cluster.deployments[name]) == "img:v9"
+
+
+def test_a_retiring_cells_routers_leave_the_front_before_its_prefill() -> None:
+    """Replay v1 -> v2 (prefill min 2, one router per Ready prefill): no tick removes or
+    zeroes a v1 prefill Deployment while a v1 router pod is still Ready, so no router is
+    left without a prefill to send to; and v1's routers do go to 0 first."""
+    the_spec = PDDeploymentSpec.model_validate(
+        {
+            **spec("v1").model_dump(by_alias=True, exclude_none=True),
+            "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 2, "max": 8}},
+            "router": {"prefillPerRouter": 1},
+        }
+    )
+    v2 = PDDeploymentSpec.model_validate(
+        {
+            **the_spec.model_dump(by_alias=True, exclude_none=True),
+            "engine": {"image": "img", "version": "v2"},
+        }
+    )
+    cluster, state = SimCluster(startup_seconds=2.0), {}
+    run(cluster, the_spec, 1000.0, 12, state)
+    old = f"chat-{naming.revision('img', 'v1', manifests.kv_config(the_spec))}"
+    routers_left_first = False
+    for i in range(40):
+        cluster.advance(1060.0 + i * INTERVAL)  # what this tick will observe
+        ready_routers = [
+            p for p in cluster.ready_pods() if p["metadata"]["ownerName"] == f"{old}-router"
+        ]
+        (fx,) = run(cluster, v2, 1060.0 + i * INTERVAL, 1, state)
+        for action in fx.writes:
+            if action.name != f"{old}-prefill":
+                continue
+            gone = action.verb is Verb.DELETE or (action.replicas == 0)
+            assert not (gone and ready_routers), f"tick {i}: {action.describe()} with routers up"
+            routers_left_first = routers_left_first or gone
+    assert routers_left_first
+    assert f"{old}-prefill" not in cluster.deployments
