@@ -21,7 +21,7 @@ fail() { echo "[pdlab build] FAILED at step: $1 (see output above)" >&2; exit 1;
 # true if any of the named binaries is missing from the cache
 need() { for b in "$@"; do [ -x "$BIN/$b" ] || return 0; done; return 1; }
 
-if ! need kube-apiserver kube-controller-manager kube-scheduler etcd kwok && [ -x "$HELM_BIN/helm" ]; then
+if ! need kube-apiserver kube-controller-manager kube-scheduler etcd kwok kwok.ip-no-reuse && [ -x "$HELM_BIN/helm" ]; then
   echo "[pdlab build] cached: $BIN, $HELM_BIN"
   bash "$here/build-prometheus.sh" || fail "build prometheus"
   exit 0
@@ -65,9 +65,21 @@ if need etcd; then
   go build -trimpath -ldflags="-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3 || fail "go build etcd"
 fi
 
-if need kwok; then
-  step "kwok v$KWOK_VERSION"
-  GOBIN="$BIN" go install -trimpath -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" || fail "go install kwok"
+if need kwok kwok.ip-no-reuse; then
+  # kwok 0.8.0 can release a deleted pod's IP twice, so two live pods end up with one
+  # address (seen in the lab: a decode and a router pod both at 127.70.0.1). The lab
+  # builds kwok with one line changed: a released IP is never handed out again (a /16
+  # holds 65k addresses, far more than a lab session creates).
+  step "kwok v$KWOK_VERSION (pod IPs never reused)"
+  d="$WORK/kwok-$KWOK_VERSION"; rm -rf "$d"; mkdir -p "$d"
+  SRC=$(go mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$SRC" ] || fail "go mod download kwok"
+  cp -r "$SRC/." "$d/"; chmod -R u+w "$d"; cd "$d"
+  f=pkg/kwok/controllers/utils.go
+  grep -q '^func (i \*ipPool) Put(ip string) {$' "$f" || fail "patch kwok: ipPool.Put not found"
+  sed -i 's/^func (i \*ipPool) Put(ip string) {$/func (i *ipPool) Put(ip string) { \/\/ pdlab: never reuse\n\tif ip != "" {\n\t\treturn\n\t}/' "$f"
+  go build -trimpath -ldflags="-s -w" -o "$BIN/kwok" ./cmd/kwok || fail "go build kwok"
+  install -m 755 /dev/null "$BIN/kwok.ip-no-reuse"  # a stamp (need() looks for executables)
 fi
 
 if [ ! -x "$HELM_BIN/helm" ]; then

@@ -134,13 +134,14 @@ def register_nodes(api: KubeAPI, cfg: LabConfig) -> list[str]:
 WARMUP_POD = "pdlab-ip-warmup"
 
 
-def warm_ip_pool(api: KubeAPI, timeout: float = 30.0) -> None:
+def warm_ip_pool(api: KubeAPI, timeout: float = 120.0) -> None:
     """Give one pod an address and delete it, before any test's pods exist.
 
     kwok 0.8.0 creates its pod IP pool lazily, and two pods placed at the same moment on
     a fresh kwok can each create one: both get the range's first address (seen: a
     prefill and a decode pod both at 127.70.0.1, and the router refusing the second).
-    One pod alone creates the pool; every later pod draws from it."""
+    One pod alone creates the pool; every later pod draws from it. (A fresh kwok may take
+    ~30 s to start placing pods.)"""
     path = "/api/v1/namespaces/default/pods"
     body = {
         "apiVersion": "v1",

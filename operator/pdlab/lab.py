@@ -388,13 +388,13 @@ class Lab:
                 f"(needs kwok and controller-manager; see also {self.log('controller_manager')})",
                 left,
             )
-            kwok.warm_ip_pool(api)
             self._wait(
                 "scheduler",
                 lambda: _http_ok(f"https://127.0.0.1:{p['scheduler']}/healthz", insecure=True),
                 "/healthz",
                 30,
             )
+            kwok.warm_ip_pool(api)
             self._wait("prometheus", lambda: prometheus.ready(self.prometheus_url), "/-/ready", 60)
         return time.monotonic() - t0
 

@@ -10,7 +10,9 @@ the Service's selector resolved against its namespace's Ready pods, the target p
 name or number, as the EndpointSlice controller would. The lab needs the second way:
 its pod IPs are loopback addresses (kwok, 127.64.0.0/16), and the API server refuses
 loopback addresses in EndpointSlices and Endpoints ("may not be in the loopback
-range"), so the controller-manager cannot write them.
+range"), so the controller-manager cannot write them. A pod counts once its readiness
+probe (``httpGet``) answers, as the kubelet would decide: kwok marks pods Ready on a
+timer, and a router that knows no worker yet answers 503 on ``/readiness``.
 
 A Service ``chat`` (port 8000 named ``http``) whose EndpointSlices list the Ready
 router pods 127.64.0.9 and 127.64.0.12 (port 8000):
@@ -30,6 +32,7 @@ import itertools
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,9 +45,35 @@ from pdlab.engine_pods import is_serving
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
-def selected_endpoints(service: Any, pods: list[Any], port: str | int | None = None) -> list[str]:
+def http_probe(pod: Any, timeout: float = 0.5) -> bool:
+    """The pod's readiness probe, as the kubelet runs it: the first container's
+    ``readinessProbe.httpGet`` answered with 2xx/3xx (no probe: ready). kwok makes a
+    pod Ready on a timer, not by probing; this stand-in probes before sending traffic."""
+    for c in pod.spec.containers or []:
+        get = c.readiness_probe.http_get if c.readiness_probe else None
+        if get is None:
+            continue
+        port = get.port
+        if not (isinstance(port, int) or str(port).isdigit()):
+            port = next((cp.container_port for cp in c.ports or [] if cp.name == port), None)
+        url = f"http://{pod.status.pod_ip}:{port}{get.path or '/'}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                return bool(200 <= resp.status < 400)
+        except (OSError, ValueError):
+            return False
+    return True
+
+
+def selected_endpoints(
+    service: Any,
+    pods: list[Any],
+    port: str | int | None = None,
+    probe: Callable[[Any], bool] | None = None,
+) -> list[str]:
     """``podIP:targetPort`` of the Ready pods a Service selects (kubernetes-client
-    V1Service and V1Pods); ``port``: the Service port's name or number (None: first)."""
+    V1Service and V1Pods) whose ``probe`` passes; ``port``: the Service port's name or
+    number (None: first)."""
     selector = service.spec.selector or {}
     sports = [
         p for p in service.spec.ports or [] if port is None or port in (p.name, p.port, str(p.port))
@@ -57,7 +86,7 @@ def selected_endpoints(service: Any, pods: list[Any], port: str | int | None = N
         labels = pod.metadata.labels or {}
         if any(labels.get(k) != v for k, v in selector.items()) or not is_serving(pod):
             continue
-        if not pod.status.pod_ip:
+        if not pod.status.pod_ip or (probe is not None and not probe(pod)):
             continue
         number: int | None = None
         if isinstance(target, int) or str(target).isdigit():
@@ -151,7 +180,7 @@ class SvcProxy:
                 if selector
                 else []
             )
-            found = selected_endpoints(service, pods, self.service_port)
+            found = selected_endpoints(service, pods, self.service_port, http_probe)
         with self._lock:
             if found != self._endpoints:
                 self.say(f"{self.namespace}/{self.service} endpoints: {found or 'none'}")

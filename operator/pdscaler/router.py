@@ -209,6 +209,15 @@ def replicas(spec: PDDeploymentSpec, planned: tuple[int, int], ready: tuple[int,
     return max(bounds.min, min(bounds.max, want))
 
 
+def keep_front(count: int, ready_here: int, ready_elsewhere: int) -> int:
+    """A cell's routers may all leave only once another cell has a Ready router: the
+    front Service is never left with no endpoint (``keep_front(0, 2, 0)`` -> 2,
+    ``keep_front(0, 2, 1)`` -> 0, ``keep_front(3, 2, 0)`` -> 3)."""
+    if count == 0 and ready_here > 0 and ready_elsewhere == 0:
+        return ready_here
+    return count
+
+
 def hold_prefill(planned_prefill: int, observed_prefill: int, routers_ready: int) -> int:
     """A cell's prefill may drop to 0 only once none of its routers is Ready (routers
     leave the front Service first): ``hold_prefill(0, 4, 1)`` -> 4, ``(0, 4, 0)`` -> 0."""

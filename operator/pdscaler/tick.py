@@ -210,8 +210,13 @@ def _with_routers(
     for target in step.targets():
         cell = cells.get(target.rev)
         have = (cell.prefill.replicas, cell.prefill.ready, cell.decode.ready) if cell else (0, 0, 0)
-        count = router.replicas(spec, (target.prefill, target.decode), (have[1], have[2]))
-        prefill = router.hold_prefill(target.prefill, have[0], routers_ready.get(target.rev, 0))
+        here = routers_ready.get(target.rev, 0)
+        count = router.keep_front(
+            router.replicas(spec, (target.prefill, target.decode), (have[1], have[2])),
+            here,
+            sum(routers_ready.values()) - here,
+        )
+        prefill = router.hold_prefill(target.prefill, have[0], here)
         out.append(dataclasses.replace(target, prefill=prefill, router=count))
     return out
 

@@ -14,7 +14,7 @@ requests go client -> front Service (svcproxy) -> router -> prefill -> decode.
    the server-side figure Prometheus gives the operator.
 
 Scaled down: prefill min 2 (so both cells serve together during the rollout: old 2 ->
-1 + new 1 -> new 2), decode min 1, pods Ready 2 s after creation, routers 1 s, one
+1 + new 1 -> new 2), decode min 1, pods Ready 2 s after creation, routers 3 s (kwok marks Ready on a timer: long enough for vllm-router to find its workers), one
 router per Ready prefill replica (prefillPerRouter 1), the operator ticking every second.
 """
 
@@ -63,7 +63,7 @@ def scaled_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:
         {
             "prefillPerRouter": 1,
             "replicas": {"min": 1, "max": 4},
-            "template": {"metadata": {"annotations": {"pdscaler.io/startup-delay": "1s"}}},
+            "template": {"metadata": {"annotations": {"pdscaler.io/startup-delay": "3s"}}},
         }
     )
     spec["startupSeconds"] = 3

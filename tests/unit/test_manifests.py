@@ -179,6 +179,8 @@ def test_router_replicas_follow_ready_prefill_and_need_both_pools() -> None:
     assert router.replicas(s, (0, 4), (5, 4)) == 0
     assert router.replicas(s, (40, 4), (40, 4)) == 8
     assert router.replicas(spec(router={"prefillPerRouter": 1}), (2, 1), (2, 1)) == 2
+    assert router.keep_front(0, 2, 0) == 2  # the last Ready routers stay
+    assert router.keep_front(0, 2, 1) == 0
     assert router.hold_prefill(0, 4, 1) == 4
     assert router.hold_prefill(0, 4, 0) == 0
 

@@ -360,7 +360,8 @@ def test_drift_in_recommend_mode_is_reported_not_reverted() -> None:
 def test_a_retiring_cells_routers_leave_the_front_before_its_prefill() -> None:
     """Replay v1 -> v2 (prefill min 2, one router per Ready prefill): no tick removes or
     zeroes a v1 prefill Deployment while a v1 router pod is still Ready, so no router is
-    left without a prefill to send to; and v1's routers do go to 0 first."""
+    left without a prefill to send to; v1's routers do go to 0 first; and the front
+    Service always has a Ready router (v1's leave only once v2 has one)."""
     the_spec = PDDeploymentSpec.model_validate(
         {
             **spec("v1").model_dump(by_alias=True, exclude_none=True),
@@ -383,6 +384,8 @@ def test_a_retiring_cells_routers_leave_the_front_before_its_prefill() -> None:
         ready_routers = [
             p for p in cluster.ready_pods() if p["metadata"]["ownerName"] == f"{old}-router"
         ]
+        front = [p for p in cluster.ready_pods() if p["metadata"]["ownerName"].endswith("-router")]
+        assert front, f"tick {i}: no Ready router behind the front Service"
         (fx,) = run(cluster, v2, 1060.0 + i * INTERVAL, 1, state)
         for action in fx.writes:
             if action.name != f"{old}-prefill":
