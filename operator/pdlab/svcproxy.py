@@ -45,14 +45,16 @@ from pdlab.engine_pods import is_serving
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
-def http_probe(pod: Any, timeout: float = 0.5) -> bool:
-    """The pod's readiness probe, as the kubelet runs it: the first container's
-    ``readinessProbe.httpGet`` answered with 2xx/3xx (no probe: ready). kwok makes a
-    pod Ready on a timer, not by probing; this stand-in probes before sending traffic."""
+def http_probe(pod: Any) -> bool | None:
+    """One run of the pod's readiness probe, as the kubelet runs it: the first container's
+    ``readinessProbe.httpGet`` answered with 2xx/3xx within its timeoutSeconds (None: the
+    pod has no such probe). kwok makes a pod Ready on a timer, not by probing; this
+    stand-in probes before sending traffic."""
     for c in pod.spec.containers or []:
         get = c.readiness_probe.http_get if c.readiness_probe else None
         if get is None:
             continue
+        timeout = float(c.readiness_probe.timeout_seconds or 1)
         port = get.port
         if not (isinstance(port, int) or str(port).isdigit()):
             port = next((cp.container_port for cp in c.ports or [] if cp.name == port), None)
@@ -62,7 +64,32 @@ def http_probe(pod: Any, timeout: float = 0.5) -> bool:
                 return bool(200 <= resp.status < 400)
         except (OSError, ValueError):
             return False
-    return True
+    return None
+
+
+class ProbeState:
+    """The kubelet's memory of readiness probes: a pod is ready after ``successThreshold``
+    passing runs and unready after ``failureThreshold`` failing ones in a row (both from
+    the probe, defaults 1 and 3), not on one slow answer."""
+
+    def __init__(self, run: Callable[[Any], bool | None] = http_probe) -> None:
+        self.run = run
+        self.state: dict[str, tuple[bool, int, int]] = {}  # uid -> (ready, passes, fails)
+
+    def __call__(self, pod: Any) -> bool:
+        result = self.run(pod)
+        if result is None:
+            return True
+        probe = next(c.readiness_probe for c in pod.spec.containers if c.readiness_probe)
+        need_ok, need_fail = probe.success_threshold or 1, probe.failure_threshold or 3
+        ready, passes, fails = self.state.get(pod.metadata.uid, (False, 0, 0))
+        passes, fails = (passes + 1, 0) if result else (0, fails + 1)
+        if result and passes >= need_ok:
+            ready = True
+        elif not result and fails >= need_fail:
+            ready = False
+        self.state[pod.metadata.uid] = (ready, passes, fails)
+        return ready
 
 
 def selected_endpoints(
@@ -157,6 +184,7 @@ class SvcProxy:
         self._server: asyncio.Server | None = None
         self._threads: list[threading.Thread] = []
         self.connections = 0
+        self._probes = ProbeState()
 
     # ----- endpoints
     def refresh(self) -> list[str]:
@@ -180,7 +208,7 @@ class SvcProxy:
                 if selector
                 else []
             )
-            found = selected_endpoints(service, pods, self.service_port, http_probe)
+            found = selected_endpoints(service, pods, self.service_port, self._probes)
         with self._lock:
             if found != self._endpoints:
                 self.say(f"{self.namespace}/{self.service} endpoints: {found or 'none'}")

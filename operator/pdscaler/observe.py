@@ -283,3 +283,15 @@ def ready_routers(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
             rev = lab.get(naming.LABEL_REVISION, "")
             out[rev] = out.get(rev, 0) + 1
     return out
+
+
+def present_routers(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Router pods per revision that still exist, Ready or not, Terminating included: a
+    cell's prefill must outlive them (a terminating router may still hold requests)."""
+    out: dict[str, int] = {}
+    for pod in pods:
+        lab = labels(pod)
+        if lab.get(naming.LABEL_ROLE) == naming.ROLE_ROUTER:
+            rev = lab.get(naming.LABEL_REVISION, "")
+            out[rev] = out.get(rev, 0) + 1
+    return out

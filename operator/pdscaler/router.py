@@ -18,8 +18,9 @@ of prefill capacity. Example: cells v1 (6 ready prefill) and v2 (2) with
 prefillPerRouter 2 run 3 and 1 routers: 75% / 25%, as their capacity.
 
 When a cell retires, its routers leave the front first: ``hold_prefill`` keeps a
-cell's prefill pods while its routers are still Ready, so no router is left with no
-prefill to send to.
+cell's prefill pods while any of its router pods exists (Terminating included), so no
+router is left with no prefill to send to; and ``keep_front`` keeps a cell's last
+routers until another cell has a Ready one, so the front Service is never empty.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def router_deployment(
             "readinessProbe": {
                 "httpGet": {"path": "/readiness", "port": spec.router.port},
                 "periodSeconds": 2,
-                "failureThreshold": 1,
+                "failureThreshold": 2,
             },
             "livenessProbe": {
                 "httpGet": {"path": "/liveness", "port": spec.router.port},
@@ -218,9 +219,10 @@ def keep_front(count: int, ready_here: int, ready_elsewhere: int) -> int:
     return count
 
 
-def hold_prefill(planned_prefill: int, observed_prefill: int, routers_ready: int) -> int:
-    """A cell's prefill may drop to 0 only once none of its routers is Ready (routers
-    leave the front Service first): ``hold_prefill(0, 4, 1)`` -> 4, ``(0, 4, 0)`` -> 0."""
-    if planned_prefill == 0 and routers_ready > 0:
+def hold_prefill(planned_prefill: int, observed_prefill: int, routers_left: int) -> int:
+    """A cell's prefill may drop to 0 only once none of its router pods exists (routers
+    leave the front Service first, and a terminating router may still hold requests):
+    ``hold_prefill(0, 4, 1)`` -> 4, ``(0, 4, 0)`` -> 0."""
+    if planned_prefill == 0 and routers_left > 0:
         return observed_prefill
     return planned_prefill

@@ -204,8 +204,9 @@ def _with_routers(
     observed: Observed,
 ) -> list[CellTarget]:
     """The rollout's cells with their routers (``router.replicas``); a retiring cell
-    keeps its prefill pods until its routers have left the front (``router.hold_prefill``)."""
+    keeps its prefill pods until its router pods are gone (``router.hold_prefill``)."""
     routers_ready = observe.ready_routers(observed.pods)
+    present = observe.present_routers(observed.pods)
     out: list[CellTarget] = []
     for target in step.targets():
         cell = cells.get(target.rev)
@@ -216,7 +217,7 @@ def _with_routers(
             here,
             sum(routers_ready.values()) - here,
         )
-        prefill = router.hold_prefill(target.prefill, have[0], here)
+        prefill = router.hold_prefill(target.prefill, have[0], present.get(target.rev, 0))
         out.append(dataclasses.replace(target, prefill=prefill, router=count))
     return out
 
