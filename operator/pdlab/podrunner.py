@@ -1,11 +1,13 @@
-"""The lab's kubelet for router pods: run a Ready router pod's container as a local process.
+"""The lab's kubelet for router pods: run a router pod's container as a local process.
 
-Owns: for every Ready pod labelled ``pdscaler.io/role=router`` (in the namespaces it is
+Owns: for every Running pod labelled ``pdscaler.io/role=router`` (in the namespaces it is
 given, on the lab's API server), starting the pod's router container ``command`` +
 ``args`` as a process on the lab host, with ``--host`` set to the pod IP, the container's
 literal ``env`` plus ``KUBECONFIG`` (the lab's admin kubeconfig), its output in
 ``<lab>/logs/pods/<namespace>_<pod>.log``; stopping it (by the PID it started) when the
-pod goes away or stops being Ready. Must not: run any executable outside
+pod is deleted, after a grace period (``DRAIN_S``). As a kubelet, it runs the container
+from Running on: the router's readiness probe, not kwok's Ready timer, says when it can
+take traffic (``svcproxy`` probes it). Must not: run any executable outside
 ``ALLOWED`` (a tenant's pod spec must not run arbitrary binaries on the lab host), bind
 anything but the pod IP, or stop a process it did not start.
 
@@ -43,7 +45,6 @@ from typing import Any
 
 from kubernetes import client, config
 
-from pdlab.engine_pods import is_serving
 from pdscaler.naming import LABEL_ROLE
 
 ROUTER_ROLE = "router"
@@ -138,7 +139,7 @@ class Running:
 
 
 class PodRunner:
-    """Run the Ready router pods of some namespaces (module docstring)."""
+    """Run the router pods of some namespaces (module docstring)."""
 
     def __init__(
         self,
@@ -179,12 +180,15 @@ class PodRunner:
         return out
 
     def sync(self) -> None:
-        """One poll: start the new Ready router pods, stop the others."""
+        """One poll: start the new Running router pods, stop those deleted."""
         pods = self._pods()
         with self._lock:
             wanted: dict[tuple[str, str], Any] = {}
             for pod in pods:
-                if is_serving(pod) and pod.status.pod_ip:
+                # as a kubelet: the container runs from Running on (its readiness probe,
+                # not kwok's timer, says when it takes traffic) until the pod is deleted
+                running = pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
+                if running and pod.status.pod_ip:
                     wanted[(pod.metadata.namespace, pod.metadata.name)] = pod
             for key, run in list(self.running.items()):
                 pod = wanted.get(key)
@@ -195,7 +199,7 @@ class PodRunner:
                     # and the requests it holds had time to finish (a grace period)
                     self.running.pop(key, None)
                     self.draining.append(run)
-                    timer = threading.Timer(DRAIN_S, self._stop_one, (run, "not Ready or gone"))
+                    timer = threading.Timer(DRAIN_S, self._stop_one, (run, "deleted"))
                     timer.daemon = True
                     timer.start()
             for key, pod in wanted.items():
