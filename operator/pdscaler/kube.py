@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -380,6 +380,40 @@ class Kube:
         elif action.verb is Verb.DELETE:
             self.delete(action.kind, namespace, action.name, _uid_of(observed, action))
 
+    # ---------------------------------------------------------------------- Lease
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        """The ``coordination.k8s.io/v1`` Lease (None when it does not exist)."""
+        return self._get(_lease_path(namespace, name))
+
+    def create_lease(self, namespace: str, name: str, spec: Obj) -> Obj:
+        """POST a Lease; ``KubeError`` 409 AlreadyExists when another replica was first.
+        Lease writes are the elector's, not a tick's: they are not in ``audit``."""
+        body: Obj = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+        query = {"fieldManager": naming.FIELD_MANAGER}
+        return self._request("POST", _lease_path(namespace), query, body)
+
+    def update_lease(self, namespace: str, name: str, spec: Obj, resource_version: str) -> Obj:
+        """PUT the Lease's spec at ``resource_version`` (optimistic concurrency):
+        ``KubeError`` 409 Conflict when anyone wrote it since that version."""
+        body: Obj = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "resourceVersion": resource_version,
+            },
+            "spec": spec,
+        }
+        query = {"fieldManager": naming.FIELD_MANAGER}
+        return self._request("PUT", _lease_path(namespace, name), query, body)
+
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str(obj.get("metadata", {}).get("name", ""))
@@ -392,3 +426,68 @@ def _uid_of(observed: Observed, action: Action) -> str | None:
             uid = obj.get("metadata", {}).get("uid")
             return str(uid) if uid else None
     return None
+
+
+def _lease_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
+    return f"{path}/{quote(name, safe='')}" if name is not None else path
+
+
+class FencedError(KubeError):
+    """A write refused by the fence: this replica does not hold the Lease (now)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(0, "Fenced", f"{what}: not the leader, write refused")
+
+
+class FencedKube(Kube):
+    """A ``Kube`` whose writes (Deployments, Services, pods, status, Events: everything
+    through ``_write``) happen only while ``fence()`` is True, checked right before each
+    request; a refused write raises ``FencedError`` and reaches neither the API server
+    nor ``audit``. Its Events carry ``instance`` (the Lease holder identity) as
+    ``reportingInstance``, so who wrote an Event can be told. Example::
+
+        kube = FencedKube(load_api_client(), fence=elector.may_write, instance="pod-a")
+    """
+
+    def __init__(
+        self,
+        api_client: k8s_client.ApiClient | None = None,
+        audit: WriteAudit | None = None,
+        *,
+        fence: Callable[[], bool],
+        instance: str,
+    ) -> None:
+        super().__init__(api_client, audit)
+        self.fence = fence
+        self.instance = instance
+
+    def _write(
+        self,
+        verb: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str = JSON,
+        query: Mapping[str, str] | None = None,
+    ) -> Obj:
+        if not self.fence():
+            raise FencedError(f"{verb} {kind} {namespace}/{name}")
+        if kind == "Event" and method == "POST" and isinstance(body, dict):
+            body = {**body, "reportingInstance": self.instance[:128]}
+            body["source"] = {**(body.get("source") or {}), "host": self.instance}
+        return super()._write(
+            verb,
+            kind,
+            namespace,
+            name,
+            method,
+            path,
+            body=body,
+            content_type=content_type,
+            query=query,
+        )
