@@ -461,6 +461,8 @@ class FencedKube(Kube):
         super().__init__(api_client, audit)
         self.fence = fence
         self.instance = instance
+        self._guard = threading.local()
+        _guard_sends(self.api, self._guard)
 
     def _write(
         self,
@@ -475,19 +477,44 @@ class FencedKube(Kube):
         content_type: str = JSON,
         query: Mapping[str, str] | None = None,
     ) -> Obj:
+        what = f"{verb} {kind} {namespace}/{name}"
         if not self.fence():
-            raise FencedError(f"{verb} {kind} {namespace}/{name}")
+            raise FencedError(what)
         if kind == "Event" and method == "POST" and isinstance(body, dict):
             body = {**body, "reportingInstance": self.instance[:128]}
             body["source"] = {**(body.get("source") or {}), "host": self.instance}
-        return super()._write(
-            verb,
-            kind,
-            namespace,
-            name,
-            method,
-            path,
-            body=body,
-            content_type=content_type,
-            query=query,
-        )
+        self._guard.check = (self.fence, what)  # checked again once the body is encoded
+        try:
+            return super()._write(
+                verb,
+                kind,
+                namespace,
+                name,
+                method,
+                path,
+                body=body,
+                content_type=content_type,
+                query=query,
+            )
+        finally:
+            self._guard.check = None
+
+
+def _guard_sends(api: Any, guard: threading.local) -> None:
+    """Check the fence a second time as late as the client library allows: when the
+    request is encoded and handed to the connection pool (the serialising in between
+    can take milliseconds on a loaded host, and a process stopped there would send a
+    stale write when continued). The Lease calls set no check and pass through."""
+    rest = getattr(api, "rest_client", None)
+    pool = getattr(rest, "pool_manager", None)
+    if pool is None:
+        return
+    send = pool.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        check = getattr(guard, "check", None)
+        if check is not None and not check[0]():
+            raise FencedError(check[1])
+        return send(method, url, *args, **kwargs)
+
+    pool.request = request

@@ -5,6 +5,7 @@ leads, and liveness follows the loop (``telemetry.Health``)."""
 from __future__ import annotations
 
 from concurrent.futures import Future
+from types import SimpleNamespace
 from typing import Any
 
 import kopf
@@ -131,9 +132,10 @@ def test_run_operator_does_not_use_kopf_peering(monkeypatch: Any) -> None:
 
     class Rt:
         def __init__(self) -> None:
+            from pdscaler.kube import WriteAudit
             from pdscaler.telemetry import Telemetry
 
-            self.kube = object()
+            self.kube = SimpleNamespace(audit=WriteAudit())
             self.telemetry = Telemetry()
 
     from pdscaler import reconcile

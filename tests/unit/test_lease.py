@@ -278,3 +278,30 @@ def test_fenced_kube_refuses_writes_and_names_the_instance_in_events() -> None:
     assert method == "POST"
     assert body["reportingInstance"] == "op-a"
     assert kube.audit.count == 1
+
+
+def test_the_fence_is_checked_again_when_the_request_leaves() -> None:
+    """Open when the write starts, closed by the time the encoded request reaches the
+    connection pool (the process was stopped in between): nothing is sent."""
+    sent: list[str] = []
+    fence = [True]
+
+    class Pool:
+        def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            sent.append(method)
+            raise AssertionError("sent")
+
+    class Api:
+        def __init__(self) -> None:
+            self.rest_client = type("Rest", (), {"pool_manager": Pool()})()
+
+    class Stopped(FencedKube):
+        def _request(self, method: str, path: str, query: Any = None, body: Any = None,
+                     content_type: str = "") -> dict[str, Any]:  # fmt: skip
+            fence[0] = False  # stopped and continued after the first check
+            return self.api.rest_client.pool_manager.request(method, path)  # type: ignore[no-any-return]
+
+    kube = Stopped(Api(), fence=lambda: fence[0], instance="op-a")  # type: ignore[arg-type]
+    with pytest.raises(FencedError):
+        kube.apply({"kind": "Deployment", "metadata": {"name": "d", "namespace": "s"}})
+    assert sent == []
