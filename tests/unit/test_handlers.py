@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import kopf
+import pytest
 
 from pdscaler import handlers
 from pdscaler.telemetry import Health
@@ -159,3 +160,38 @@ def test_metrics_bind_loopback_unless_told() -> None:
         assert server._server.server_address[0] == "127.0.0.1"
     finally:
         server.stop()
+
+
+def test_run_refuses_lease_timings_client_go_would_refuse(monkeypatch: Any) -> None:
+    """leaseDuration 10 <= renewDeadline 10: one line on stderr, exit 2, nothing run."""
+    from typer.testing import CliRunner
+
+    from pdscaler.cli import build_app, run
+
+    monkeypatch.setattr(run, "run_operator", lambda **kw: pytest.fail("ran"))
+    args = ["run", "-n", "serving", "--leader-elect", "--lease-duration", "10"]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 2
+    assert "lease duration 10.0 s must exceed renew deadline 10.0 s" in result.output
+
+
+def test_run_elects_with_the_lease_options(monkeypatch: Any) -> None:
+    """--leader-elect passes the Lease's name, namespace, identity and timings on."""
+    from typer.testing import CliRunner
+
+    from pdscaler.cli import build_app, run
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(run, "run_operator", lambda **kw: seen.update(kw))
+    args = ["run", "-n", "serving", "--leader-elect", "--identity", "op-a"]
+    args += ["--lease-duration", "6", "--renew-deadline", "4", "--retry-period", "1"]
+    result = CliRunner().invoke(build_app(), args, env={"POD_NAMESPACE": "ops"})
+    assert result.exit_code == 0, result.output
+    election = seen["election"]
+    assert (election.name, election.namespace, election.identity) == (
+        "pdscaler-leader",
+        "ops",
+        "op-a",
+    )
+    assert (election.timings.lease_duration, election.timings.renew_deadline) == (6.0, 4.0)
+    assert seen["metrics_host"] == "127.0.0.1"
