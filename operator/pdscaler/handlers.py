@@ -1,53 +1,70 @@
 """kopf glue, and nothing else: which events call ``reconcile_once``, and when.
 
-Owns: the kopf registrations for PDDeployments and the operator settings they need.
+Owns: the kopf registrations for PDDeployments, the operator settings they need, and
+the tick loop (``TickLoop``) that calls ``Runtime.tick``.
 
-* ``@kopf.on.create`` / ``@kopf.on.update`` / ``@kopf.on.resume``: one tick at once (a
-  new or changed spec is acted on without waiting for the next interval);
-* ``@kopf.daemon``: per PDDeployment, one tick every ``spec.scaling.interval`` (re-read
-  on every loop, so a changed interval applies from the next tick); kopf stops it when
-  the object is deleted (kopf puts a finalizer on objects with daemons for that);
+* ``@kopf.on.event``: kopf's low-level watch, which keeps no state on the object (no
+  progress or diff-base annotations, no finalizer). Every PDDeployment seen (the
+  initial listing included) joins the loop's table; a new ``metadata.generation`` (a
+  created or changed spec) makes it due at once; DELETED drops it.
+* ``TickLoop``: one thread; every ``LOOP_PERIOD`` it ticks, in a bounded pool of
+  ``TICK_WORKERS`` threads, each PDDeployment whose ``spec.scaling.interval`` has
+  passed since its last tick (re-read on every tick), one tick per object at a time.
+  While this replica is not the leader (``leader()`` False) it ticks nothing: no reads,
+  no computing, no writes; it keeps watching, and on becoming the leader it forgets
+  the in-process policy memory (restored from the status, as after a restart) and
+  ticks every PDDeployment at once. Each pass beats ``telemetry.Health`` (``/healthz``).
 * ``@kopf.on.login``: the service account in a pod, else ``$KUBECONFIG``;
-* ``@kopf.on.startup``: settings. No handler returns a value (kopf would store it in
-  ``status.<handler>``; the status is written, typed, by ``reconcile``); kopf's progress
-  and diff-base records live in ``pdscaler.io`` annotations, not in the status; kopf
-  posts only warnings and errors as Events (a converged tick writes nothing at all).
+* ``@kopf.on.startup`` / ``@kopf.on.cleanup``: settings; start / stop the loop.
 
-The event handlers are sync (kopf runs them in its thread pool) because ``kube.py`` uses
-the blocking ``kubernetes`` client. The per-object daemon is ``async`` and hands each
-tick to a bounded pool of ``TICK_WORKERS`` threads. Must not: hold logic (that is
-``reconcile``'s), or run a sync daemon: it would hold one of kopf's worker threads for
-the object's whole life, so the PDDeployment after the last worker would never tick.
+No finalizer: the owner references already garbage-collect a PDDeployment's objects,
+and a finalizer would block the namespace's deletion once the operator is gone. kopf's
+finalizer setting keeps the name pdscaler used before (``pdscaler.io/finalizer``): as
+no handler needs it, kopf removes it from any object that still has it, on the next
+event. No handler returns a value (kopf would store it in ``status.<handler>``); kopf
+posts only warnings and errors as Events.
+
+Must not: hold logic (that is ``reconcile``'s) or run a tick on kopf's event loop.
 Example: 200 PDDeployments at a 15 s interval are 13 ticks/s of ~70 ms each, well
 inside 8 tick threads.
 
 The process-wide ``Runtime`` (API client, Prometheus clients, telemetry, the policy
 memory) is made on first use from the environment, or installed beforehand with
-``install(runtime)`` (``pdscaler run`` and the lab tests do).
+``install(runtime)``; the leader predicate (default: always) with ``install_leader``
+(``pdscaler run`` installs both).
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
 from pdscaler import reconcile
 from pdscaler.spec import GROUP, PLURAL, VERSION
+from pdscaler.telemetry import Health
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 ANNOTATION_PREFIX = "pdscaler.io"
+FINALIZER = f"{ANNOTATION_PREFIX}/finalizer"  # no longer added; kopf removes stale ones
 MIN_INTERVAL_SECONDS = 1.0
+LOOP_PERIOD = 0.5
 TICK_WORKERS = 8
 
-_ticks = ThreadPoolExecutor(max_workers=TICK_WORKERS, thread_name_prefix="pdscaler-tick")
+log = logging.getLogger("pdscaler.handlers")
+
+Key = tuple[str, str]
 
 _lock = threading.Lock()
 _runtime: reconcile.Runtime | None = None
+_leader: Callable[[], bool] = lambda: True  # noqa: E731
 
 
 def install(runtime: reconcile.Runtime | None) -> None:
@@ -55,6 +72,13 @@ def install(runtime: reconcile.Runtime | None) -> None:
     global _runtime
     with _lock:
         _runtime = runtime
+
+
+def install_leader(leader: Callable[[], bool] | None) -> None:
+    """Tick only while ``leader()`` (None: always, a standalone operator)."""
+    global _leader
+    with _lock:
+        _leader = leader if leader is not None else (lambda: True)
 
 
 def runtime() -> reconcile.Runtime:
@@ -65,6 +89,163 @@ def runtime() -> reconcile.Runtime:
         return _runtime
 
 
+def is_leader() -> bool:
+    with _lock:
+        leader = _leader
+    return leader()
+
+
+# ---------------------------------------------------------------- the tick loop
+
+
+@dataclass
+class _Entry:
+    generation: int
+    due: float  # monotonic time of the next tick
+
+
+class TickLoop:
+    """Which PDDeployments are due, ticked in ``pool`` while ``leader()``.
+
+    ``run_once(now)`` is one pass (the unit tests drive it with their own clock);
+    ``start``/``stop`` run it every ``LOOP_PERIOD`` in a thread."""
+
+    def __init__(
+        self,
+        tick: Callable[[str, str], object],
+        interval: Callable[[str, str], float],
+        leader: Callable[[], bool],
+        health: Health,
+        *,
+        on_lead: Callable[[], None] = lambda: None,
+        pool: ThreadPoolExecutor | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.tick = tick
+        self.interval = interval
+        self.leader = leader
+        self.health = health
+        self.on_lead = on_lead
+        self.pool = pool or ThreadPoolExecutor(TICK_WORKERS, thread_name_prefix="pdscaler-tick")
+        self.clock = clock
+        self.table: dict[Key, _Entry] = {}
+        self.running: dict[Key, Future[None]] = {}
+        self.leading = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def notice(self, namespace: str, name: str, generation: int) -> None:
+        """A PDDeployment was seen; a generation not ticked yet makes it due now."""
+        with self._lock:
+            entry = self.table.get((namespace, name))
+            if entry is None or entry.generation != generation:
+                self.table[(namespace, name)] = _Entry(generation, due=float("-inf"))
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self.table.pop((namespace, name), None)
+
+    def run_once(self, now: float) -> list[Key]:
+        """One pass: beat, and (leader only) submit every due, idle PDDeployment.
+        Returns the keys submitted."""
+        leading = self.leader()
+        longest = MIN_INTERVAL_SECONDS
+        submitted: list[Key] = []
+        with self._lock:
+            if leading and not self.leading:
+                self.on_lead()
+                for entry in self.table.values():
+                    entry.due = float("-inf")
+            self.leading = leading
+            for key, entry in self.table.items():
+                longest = max(longest, self.interval(*key))
+                if not leading or key in self.running or entry.due > now:
+                    continue
+                entry.due = float("inf")  # set again when the tick is done
+                self.health.tick_started(key, now)
+                self.running[key] = self.pool.submit(self._run_tick, key)
+                submitted.append(key)
+        self.health.beat(now, longest)
+        return submitted
+
+    def _run_tick(self, key: Key) -> None:
+        try:
+            self.tick(*key)
+        except Exception:
+            log.exception("tick of %s/%s failed", *key)
+        finally:
+            done = self.clock()
+            with self._lock:
+                self.running.pop(key, None)
+                entry = self.table.get(key)
+                if entry is not None and entry.due == float("inf"):
+                    entry.due = done + max(self.interval(*key), MIN_INTERVAL_SECONDS)
+            self.health.tick_done(key)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once(self.clock())
+            except Exception:
+                log.exception("tick loop pass failed")
+            self._stop.wait(LOOP_PERIOD)
+
+    def start(self) -> TickLoop:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self.run, name="pdscaler-loop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+            self._thread = None
+        with self._lock:
+            running = list(self.running.values())
+        for fut in running:
+            with contextlib.suppress(Exception):  # logged by _run_tick
+                fut.result(timeout=timeout)
+        self.pool.shutdown(wait=False)
+
+
+_loop: TickLoop | None = None
+_health = Health()
+
+
+def health() -> Health:
+    """The loop's liveness record (``/healthz``)."""
+    return _health
+
+
+def _reset_memory() -> None:
+    """A replica that (re)gains the Lease starts from the status, like a restart: what
+    it remembered may be older than another leader's writes."""
+    rt = runtime()
+    rt.memory.clear()
+    rt.rollouts.clear()
+    rt.last.clear()
+
+
+def loop() -> TickLoop:
+    """The process's tick loop (made on first use, started by the startup handler)."""
+    global _loop
+    with _lock:
+        if _loop is None:
+            _loop = TickLoop(
+                tick=lambda ns, n: runtime().tick(ns, n),
+                interval=lambda ns, n: runtime().interval(ns, n),
+                leader=is_leader,
+                health=_health,
+                on_lead=_reset_memory,
+            )
+        return _loop
+
+
+# ------------------------------------------------------------------ kopf handlers
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
@@ -73,11 +254,21 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
     )
-    settings.persistence.finalizer = f"{ANNOTATION_PREFIX}/finalizer"
+    settings.persistence.finalizer = FINALIZER
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "pdscaler"
     settings.execution.max_workers = max(settings.execution.max_workers or 0, 8)
     runtime()  # fail at start-up, not on the first event, if the config is broken
+    loop().start()
+
+
+@kopf.on.cleanup()
+def shutdown(**_: Any) -> None:
+    global _loop
+    with _lock:
+        current, _loop = _loop, None
+    if current is not None:
+        current.stop()
 
 
 @kopf.on.login()
@@ -87,34 +278,17 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
-def _tick(namespace: str | None, name: str | None) -> None:
-    if namespace and name:
-        runtime().tick(namespace, name)
-
-
-@kopf.on.create(*RESOURCE)
-def on_create(namespace: str | None, name: str | None, **_: Any) -> None:
-    _tick(namespace, name)
-
-
-@kopf.on.update(*RESOURCE, field="spec")
-def on_update(namespace: str | None, name: str | None, **_: Any) -> None:
-    _tick(namespace, name)
-
-
-@kopf.on.resume(*RESOURCE)
-def on_resume(namespace: str | None, name: str | None, **_: Any) -> None:
-    _tick(namespace, name)
-
-
-@kopf.daemon(*RESOURCE, cancellation_timeout=5.0)
-async def every_interval(
-    stopped: kopf.DaemonStopped, namespace: str | None, name: str | None, **_: Any
+@kopf.on.event(*RESOURCE)
+def on_event(
+    type: str | None, body: kopf.Body, namespace: str | None, name: str | None, **_: Any
 ) -> None:
-    """Tick (in the tick pool), then wait ``spec.scaling.interval`` (or until kopf stops
-    the daemon)."""
-    loop = asyncio.get_running_loop()
-    while not stopped:
-        await loop.run_in_executor(_ticks, _tick, namespace, name)
-        interval = runtime().interval(namespace or "", name or "")
-        await stopped.wait(max(interval, MIN_INTERVAL_SECONDS))
+    """Keep the loop's table: DELETED drops the object, anything else notes its
+    generation (a new one is ticked at once)."""
+    if not namespace or not name:
+        return
+    if type == "DELETED":
+        loop().forget(namespace, name)
+        runtime().forget(namespace, name)
+        return
+    generation = int(body.get("metadata", {}).get("generation") or 0)
+    loop().notice(namespace, name, generation)

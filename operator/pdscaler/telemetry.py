@@ -9,12 +9,17 @@ PDDeployment (``namespace``, ``name`` labels):
 * ``pdscaler_model_input{input}``: R, L_p, L_d, queues, TTFT, TPOT as seen by the tick;
 * ``pdscaler_model_output{output}``: fractional N_P, N_D, the drain time, T_s, ...;
 * ``pdscaler_reconcile_duration_seconds`` (histogram), ``pdscaler_reconcile_errors_total``;
-* ``pdscaler_api_writes_total{verb,kind}``: every write to the API server.
+* ``pdscaler_api_writes_total{verb,kind}``: every write to the API server;
+* ``pdscaler_leader``: 1 while this replica may write (holds the Lease, fence open);
+* ``pdscaler_writes_sent``: writes that passed the fence and were sent, counted as they
+  leave (``Kube.audit``), so a write in flight when the process was stopped is counted
+  before the stop.
 
 and a small HTTP server for them plus a liveness probe (``/healthz``: 200 while the
-``healthy`` callback says so). Each ``Telemetry`` has its own registry, so tests can
-make several. Must not: decide anything or talk to Kubernetes. Example: a tick that
-scaled decode 4 -> 6 on chat adds one to
+``healthy`` callback says so; ``Health`` is the tick loop's: alive iff it beat
+recently and no tick has been running too long). Each ``Telemetry`` has its own
+registry, so tests can make several. Must not: decide anything or talk to
+Kubernetes. Example: a tick that scaled decode 4 -> 6 on chat adds one to
 ``pdscaler_decisions_total{namespace="serving",name="chat",pool="decode",direction="up",
 reason="ScaledDecode"}`` and sets ``pdscaler_desired_replicas{...,pool="decode"}`` to 6.
 """
@@ -88,6 +93,16 @@ class Telemetry:
         )
         self.writes = Counter(
             "pdscaler_api_writes", "Writes sent to the API server.", ["verb", "kind"], registry=r
+        )
+        self.sent = Gauge(
+            "pdscaler_writes_sent",
+            "Writes sent to the API server, counted before the request leaves.",
+            registry=r,
+        )
+        self.leader = Gauge(
+            "pdscaler_leader",
+            "1 while this replica may write (holds the Lease and its fence is open).",
+            registry=r,
         )
 
     def record_tick(
@@ -167,15 +182,63 @@ def _inputs(m: MetricsSnapshot | None) -> dict[str, float | None]:
     }
 
 
+class Health:
+    """Liveness of the tick loop, with explicit (monotonic) times.
+
+    Alive iff the loop beat (one pass over the PDDeployments, or an idle pass when
+    there are none, or a follower's pass) within ``stale_after`` seconds AND no tick
+    has been running for ``stale_after`` or longer. ``stale_after`` is ``factor`` x
+    the longest ``scaling.interval`` the loop reports (at least ``floor``): 3 x 15 s =
+    45 s by default. Example: beat at 100, a tick of chat started at 101 and still
+    running: alive at 140, dead at 146 (the tick is 45 s old); the loop dead since 100
+    (no beat): dead at 145.
+    """
+
+    def __init__(self, factor: float = 3.0, floor: float = 15.0) -> None:
+        self.factor = factor
+        self.floor = floor
+        self.interval = floor
+        self.last_beat: float | None = None
+        self.running: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def stale_after(self) -> float:
+        return self.factor * max(self.interval, self.floor)
+
+    def beat(self, now: float, interval: float | None = None) -> None:
+        with self._lock:
+            self.last_beat = now
+            if interval is not None:
+                self.interval = interval
+
+    def tick_started(self, key: tuple[str, str], now: float) -> None:
+        with self._lock:
+            self.running[key] = now
+
+    def tick_done(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self.running.pop(key, None)
+
+    def alive(self, now: float) -> bool:
+        with self._lock:
+            limit = self.stale_after
+            if self.last_beat is None or now - self.last_beat >= limit:
+                return False
+            return all(now - started < limit for started in self.running.values())
+
+
 class MetricsServer:
     """``/metrics`` and ``/healthz`` on ``host:port`` in a daemon thread (port 0 = any;
-    ``port`` holds the bound one)."""
+    ``port`` holds the bound one). ``host`` defaults to loopback: the chart binds
+    ``0.0.0.0`` explicitly (the series carry names, replica counts and latencies, no
+    secrets)."""
 
     def __init__(
         self,
         telemetry: Telemetry,
         port: int,
-        host: str = "0.0.0.0",
+        host: str = "127.0.0.1",
         healthy: Callable[[], bool] = lambda: True,
     ) -> None:
         tel = telemetry

@@ -85,7 +85,7 @@ def _sa_kubeconfig(kube: Kube, namespace: str, sa: str, path: Path) -> Path:
 
 def test_chart_lints_and_renders() -> None:
     _helm("lint", str(CHART), "--strict")
-    for values in ([], ["--set", "watchNamespaces={a,b}", "--set", "peering.enabled=true"]):
+    for values in ([], ["--set", "watchNamespaces={a,b}", "--set", "leaderElection.enabled=false"]):
         docs = [
             d
             for d in yaml.safe_load_all(
@@ -123,6 +123,7 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
             ("delete", "apps/deployments"),
             ("patch", "pods"),
             ("create", "events"),
+            ("create", "coordination.k8s.io/leases"),  # leader election, own namespace
         ]:
             assert _allowed(kube, user, namespace, verb, resource), (verb, resource)
         for ns, verb, resource in [
@@ -131,6 +132,7 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
             (namespace, "update", "apps/deployments"),
             ("default", "create", "apps/deployments"),
             ("default", "patch", "pdscaler.io/pddeployments"),
+            ("default", "create", "coordination.k8s.io/leases"),  # a Role, not a ClusterRole
         ]:
             assert not _allowed(kube, user, ns, verb, resource), (ns, verb, resource)
 

@@ -4,7 +4,7 @@ arguments it passes are options ``pdscaler run`` really has.
 
 Helm is not installed here, so templates are read with a minimal reading: template
 actions alone on a line are dropped (both branches of an ``if`` are kept, so the
-optional peering rules are checked too) and inline ``{{ ... }}`` become ``X``.
+optional leader-election rules are checked too) and inline ``{{ ... }}`` become ``X``.
 """
 
 from __future__ import annotations
@@ -103,8 +103,51 @@ def test_workload_role_is_exactly_what_the_operator_uses() -> None:
         ("", "serviceaccounts"): {"get", "create", "patch", "delete"},
         ("rbac.authorization.k8s.io", "roles"): {"get", "create", "patch", "delete"},
         ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
-        ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"},  # peering only
     }
+
+
+def test_leader_role_is_a_namespaced_role_for_the_lease_only() -> None:
+    """Leader election needs get/update on its one Lease and create, in the release
+    namespace: a Role (never a ClusterRole), bound by a RoleBinding there; no kopf
+    peering rules are left anywhere."""
+    docs = read_template("rbac.yaml")
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    (binding,) = [d for d in docs if d["kind"] == "RoleBinding" and d["roleRef"]["kind"] == "Role"]
+    assert role["metadata"]["name"].endswith("-leader")
+    assert role["metadata"]["namespace"] == "X"  # {{ .Release.Namespace }}
+    assert grants(role["rules"]) == {("coordination.k8s.io", "leases"): {"get", "update", "create"}}
+    named = [r for r in role["rules"] if set(r["verbs"]) & {"get", "update"}]
+    assert all(r.get("resourceNames") for r in named)
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    for doc in docs:
+        for rule in doc.get("rules") or []:
+            assert "kopf.dev" not in rule["apiGroups"]
+            if doc["kind"] == "ClusterRole":
+                assert "leases" not in rule["resources"]
+    assert not (CHART / "templates" / "peering.yaml").exists()
+
+
+def test_leader_election_is_required_for_more_than_one_replica() -> None:
+    v = values()
+    assert v["replicaCount"] == 1
+    assert v["leaderElection"]["enabled"] is True
+    v["replicaCount"] = 2
+    jsonschema.validate(v, schema())
+    v["leaderElection"]["enabled"] = False
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(v, schema())
+
+
+def test_liveness_and_metrics_bind_are_explicit() -> None:
+    """The chart binds /metrics on every pod interface explicitly (``pdscaler run``
+    alone binds loopback) and probes the tick loop's /healthz."""
+    (dep,) = read_template("deployment.yaml")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert "--metrics-address=X" in container["args"]
+    assert values()["metrics"]["bindAddress"] == "0.0.0.0"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    env = {e["name"] for e in container["env"]}
+    assert {"POD_NAME", "POD_NAMESPACE"} <= env
 
 
 def test_the_operator_cannot_escalate_through_the_roles_it_creates() -> None:

@@ -1,34 +1,48 @@
 """``pdscaler run``: start the operator (kopf, the handlers of ``pdscaler.handlers``).
 
 Owns: the run options and turning them into a kopf run: watched namespaces
-(``--namespace``, repeatable, or ``--all-namespaces``), standalone vs peering
-(``--standalone`` / ``--peering [--peering-name N --priority P]``), the metrics and
-liveness port (``--metrics-port``, 0 = off), the log format, and the kubeconfig
-(``--kubeconfig``, else ``$KUBECONFIG``, else in-cluster config inside a pod, else
-``~/.kube/config``). Must not: hold operator logic.
+(``--namespace``, repeatable, or ``--all-namespaces``), standalone vs leader election
+over a Lease (``--standalone`` / ``--leader-elect`` with ``--lease-name``,
+``--lease-namespace``, ``--lease-duration``, ``--renew-deadline``, ``--retry-period``,
+``--identity``; each also from a ``PDSCALER_*`` variable), the metrics and liveness
+endpoint (``--metrics-port``, 0 = off, on ``--metrics-address``, loopback unless
+told), the log format, and the kubeconfig (``--kubeconfig``, else ``$KUBECONFIG``, else
+in-cluster config inside a pod, else ``~/.kube/config``). Must not: hold operator logic.
 
     pdscaler run --namespace serving --metrics-port 8080
-    pdscaler run --all-namespaces --peering --peering-name pdscaler --priority 100
+    pdscaler run --all-namespaces --leader-elect --lease-namespace pdscaler-system \
+        --metrics-address 0.0.0.0
     python -m pdscaler run -n serving --log-format json
 
 Bad arguments (neither or both of ``--namespace``/``--all-namespaces``, an unknown log
-format) are one line on stderr with exit code 2.
+format, lease timings that break leaseDuration > renewDeadline > 1.2 x retryPeriod) are
+one line on stderr with exit code 2.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
+import time
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import kopf
 import typer
 
+from pdscaler import lease
 from pdscaler.cli.common import OneLineCommand, fail
 
+if TYPE_CHECKING:
+    from pdscaler.leader import Elector
+
 DEFAULT_METRICS_PORT = 8080
+DEFAULT_METRICS_BIND = "127.0.0.1"
+DEFAULT_LEASE_NAME = "pdscaler-leader"
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 class LogFormat(StrEnum):
@@ -55,22 +69,70 @@ def cmd_run(
     standalone: Annotated[
         bool,
         typer.Option(
-            "--standalone/--peering",
-            help="Run alone (default) or coordinate replicas through a kopf peering object.",
+            "--standalone/--leader-elect",
+            envvar="PDSCALER_STANDALONE",
+            help="Run alone (default) or elect one writing replica through a Lease.",
         ),
     ] = True,
-    peering_name: Annotated[
-        str, typer.Option("--peering-name", help="The kopf peering object's name.")
-    ] = "pdscaler",
-    priority: Annotated[
-        int, typer.Option("--priority", help="Peering priority (highest acts).")
-    ] = 0,
+    lease_name: Annotated[
+        str,
+        typer.Option("--lease-name", envvar="PDSCALER_LEASE_NAME", help="The Lease's name."),
+    ] = DEFAULT_LEASE_NAME,
+    lease_namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--lease-namespace",
+            envvar=["PDSCALER_LEASE_NAMESPACE", "POD_NAMESPACE"],
+            help="The Lease's namespace (default: the pod's, else the first --namespace, "
+            "else default).",
+        ),
+    ] = None,
+    lease_duration: Annotated[
+        float,
+        typer.Option(
+            "--lease-duration",
+            envvar="PDSCALER_LEASE_DURATION",
+            help="Seconds a follower waits before taking an unrenewed Lease.",
+        ),
+    ] = 15.0,
+    renew_deadline: Annotated[
+        float,
+        typer.Option(
+            "--renew-deadline",
+            envvar="PDSCALER_RENEW_DEADLINE",
+            help="Seconds after its last renewal a leader stops writing.",
+        ),
+    ] = 10.0,
+    retry_period: Annotated[
+        float,
+        typer.Option(
+            "--retry-period",
+            envvar="PDSCALER_RETRY_PERIOD",
+            help="Seconds between two Lease rounds.",
+        ),
+    ] = 2.0,
+    identity: Annotated[
+        str | None,
+        typer.Option(
+            "--identity",
+            envvar=["PDSCALER_IDENTITY", "POD_NAME"],
+            help="The Lease holder identity (default: hostname_pid).",
+        ),
+    ] = None,
     metrics_port: Annotated[
         int,
         typer.Option(
             "--metrics-port", min=0, max=65535, help="Port of /metrics and /healthz (0: off)."
         ),
     ] = DEFAULT_METRICS_PORT,
+    metrics_bind_address: Annotated[
+        str,
+        typer.Option(
+            "--metrics-address",
+            envvar="PDSCALER_METRICS_ADDRESS",
+            help="Address of /metrics and /healthz (0.0.0.0: every interface).",
+        ),
+    ] = DEFAULT_METRICS_BIND,
     log_format: Annotated[
         LogFormat, typer.Option("--log-format", case_sensitive=False, help="Log line format.")
     ] = LogFormat.full,
@@ -87,48 +149,122 @@ def cmd_run(
         if not os.path.isfile(kubeconfig):
             fail(f"--kubeconfig {kubeconfig}: no such file")
         os.environ["KUBECONFIG"] = kubeconfig
+    try:
+        timings = lease.Timings(lease_duration, renew_deadline, retry_period)
+    except ValueError as err:
+        fail(str(err))
     kopf.configure(verbose=verbose, debug=verbose, log_format=_KOPF_FORMATS[log_format])
+    election = None
+    if not standalone:
+        election = Election(
+            name=lease_name,
+            namespace=lease_namespace or _default_lease_namespace(namespaces),
+            identity=identity or f"{socket.gethostname()}_{os.getpid()}",
+            timings=timings,
+        )
     run_operator(
         namespaces=namespaces,
-        standalone=standalone,
-        peering_name=peering_name,
-        priority=priority,
+        election=election,
         metrics_port=metrics_port,
+        metrics_host=metrics_bind_address,
     )
+
+
+@dataclass(frozen=True)
+class Election:
+    """Where and as whom to take part in leader election."""
+
+    name: str
+    namespace: str
+    identity: str
+    timings: lease.Timings = field(default_factory=lease.Timings)
+
+
+def _default_lease_namespace(namespaces: list[str]) -> str:
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE) as f:
+            found = f.read().strip()
+            if found:
+                return found
+    except OSError:
+        pass
+    return namespaces[0] if namespaces else "default"
 
 
 def run_operator(
     *,
     namespaces: list[str],
-    standalone: bool = True,
-    peering_name: str = "pdscaler",
-    priority: int = 0,
+    election: Election | None = None,
     metrics_port: int = DEFAULT_METRICS_PORT,
+    metrics_host: str = DEFAULT_METRICS_BIND,
     stop_flag: threading.Event | None = None,
     ready_flag: threading.Event | None = None,
 ) -> None:
-    """Run kopf with pdscaler's handlers until stopped (SIGTERM/SIGINT or ``stop_flag``)."""
+    """Run kopf with pdscaler's handlers until stopped (SIGTERM/SIGINT or ``stop_flag``).
+
+    With ``election``, ticks write through a ``FencedKube`` (only while this replica
+    holds the Lease) and the Lease is released at the end, after the ticks stopped."""
     from pdscaler import handlers, reconcile, telemetry
+    from pdscaler.kube import FencedKube
+    from pdscaler.leader import Elector
 
     runtime = reconcile.Runtime.from_environment()
+    elector = None
+    if election is not None:
+        elector = Elector(
+            runtime.kube, election.namespace, election.name, election.identity, election.timings
+        )
+        runtime.kube = FencedKube(
+            runtime.kube.api,
+            runtime.kube.audit,
+            fence=elector.may_write,
+            instance=election.identity,
+        )
     handlers.install(runtime)
+    handlers.install_leader(elector.may_write if elector is not None else None)
+    health = handlers.health()
+    audit = runtime.kube.audit
+    runtime.telemetry.sent.set_function(lambda: float(audit.count))
+    if elector is not None:
+        leading = elector.may_write
+        runtime.telemetry.leader.set_function(lambda: 1.0 if leading() else 0.0)
+    else:
+        runtime.telemetry.leader.set(1.0)
     server = None
     if metrics_port:
-        server = telemetry.MetricsServer(runtime.telemetry, metrics_port).start()
-        logging.getLogger("pdscaler").info("metrics and /healthz on port %d", server.port)
+        server = telemetry.MetricsServer(
+            runtime.telemetry,
+            metrics_port,
+            host=metrics_host,
+            healthy=lambda: health.alive(time.monotonic()) and _elector_alive(elector),
+        ).start()
+        logging.getLogger("pdscaler").info(
+            "metrics and /healthz on %s:%d", metrics_host, server.port
+        )
+    if elector is not None:
+        elector.start()
     try:
         kopf.run(
-            standalone=standalone,
-            peering_name=None if standalone else peering_name,
-            priority=priority,
+            standalone=True,  # kopf's peering is not used: the Lease elects
             clusterwide=not namespaces,
             namespaces=namespaces,
             stop_flag=stop_flag,
             ready_flag=ready_flag,
         )
     finally:
+        if elector is not None:
+            elector.stop(release=True)
+        handlers.install_leader(None)
         if server is not None:
             server.stop()
+
+
+def _elector_alive(elector: Elector | None) -> bool:
+    """The elector made a round within two lease durations (or there is none)."""
+    if elector is None:
+        return True
+    last = elector.last_step
+    return last is None or time.monotonic() - last < 2 * elector.timings.lease_duration
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,197 @@
+"""The kopf glue: no handler needs a finalizer (so none is added, and kopf removes the
+stale one), kopf's peering is not used, the tick loop ticks only while this replica
+leads, and liveness follows the loop (``telemetry.Health``)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
+
+import kopf
+import pytest
+
+from pdscaler import handlers
+from pdscaler.telemetry import Health
+
+
+def test_no_handler_requires_a_finalizer() -> None:
+    """Owner references garbage-collect the owned objects; a finalizer would block the
+    namespace's deletion once the operator is uninstalled."""
+    registry = kopf.get_default_registry()
+    spawning = list(registry._spawning.get_all_handlers())
+    changing = list(registry._changing.get_all_handlers())
+    assert spawning == []  # no daemons/timers: kopf forces a finalizer on those
+    assert all(not getattr(h, "requires_finalizer", False) for h in changing)
+    assert handlers.FINALIZER == "pdscaler.io/finalizer"  # the name kopf cleans up
+
+
+class _Pool:
+    """Runs a submitted tick only when the test says so."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[Any, tuple[Any, ...]]] = []
+
+    def submit(self, fn: Any, *args: Any) -> Future[None]:
+        self.queued.append((fn, args))
+        return Future()
+
+    def drain(self) -> None:
+        queued, self.queued = self.queued, []
+        for fn, args in queued:
+            fn(*args)
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
+Made = tuple[handlers.TickLoop, list[tuple[str, str]], _Pool, list[float]]
+
+
+def make_loop(leading: list[bool]) -> Made:
+    ticks: list[tuple[str, str]] = []
+    pool = _Pool()
+    clock = [0.0]
+    resets: list[float] = []
+    loop = handlers.TickLoop(
+        tick=lambda ns, n: ticks.append((ns, n)),
+        interval=lambda ns, n: 15.0,
+        leader=lambda: leading[0],
+        health=Health(),
+        on_lead=lambda: resets.append(clock[0]),
+        pool=pool,  # type: ignore[arg-type]
+        clock=lambda: clock[0],
+    )
+    return loop, ticks, pool, clock
+
+
+def test_a_follower_ticks_nothing_and_a_new_leader_ticks_everything_at_once() -> None:
+    """Follower from 0 to 30 s: no tick. Leader at 31: chat and faq at once (memory
+    reset first), then chat every 15 s after its tick ended; a new generation is due
+    at once."""
+    leading = [False]
+    loop, ticks, pool, clock = make_loop(leading)
+    loop.notice("serving", "chat", 1)
+    loop.notice("serving", "faq", 1)
+    for t in range(0, 31, 2):
+        clock[0] = float(t)
+        assert loop.run_once(clock[0]) == []
+    assert ticks == []
+    leading[0] = True
+    clock[0] = 31.0
+    assert sorted(loop.run_once(31.0)) == [("serving", "chat"), ("serving", "faq")]
+    assert loop.run_once(31.5) == []  # still running: one tick per object at a time
+    clock[0] = 32.0
+    pool.drain()
+    assert sorted(ticks) == [("serving", "chat"), ("serving", "faq")]
+    assert loop.run_once(46.9) == []
+    assert len(loop.run_once(47.0)) == 2  # 32 + 15
+    clock[0] = 47.5
+    pool.drain()
+    loop.notice("serving", "chat", 2)  # a spec change
+    assert loop.run_once(48.0) == [("serving", "chat")]
+    loop.notice("serving", "chat", 2)  # a status write: same generation, not due
+    clock[0] = 48.5
+    pool.drain()
+    assert loop.run_once(49.0) == []
+    assert loop.on_lead is not None
+    leading[0] = False
+    assert loop.run_once(70.0) == []  # lost the Lease: nothing more
+
+
+def test_health_follows_the_loop() -> None:
+    """3 x 15 s: beat at 100 -> alive at 144.9, dead at 145; a tick started at 101 and
+    still running makes it dead at 146 even while the loop beats."""
+    h = Health()
+    assert not h.alive(0.0)  # never beat
+    h.beat(100.0, 15.0)
+    assert h.alive(144.9)
+    assert not h.alive(145.0)
+    h.tick_started(("serving", "chat"), 101.0)
+    h.beat(140.0, 15.0)
+    assert h.alive(145.9)
+    assert not h.alive(146.0)
+    h.tick_done(("serving", "chat"))
+    assert h.alive(146.0)
+
+
+def test_the_loop_beats_as_a_follower_and_when_idle() -> None:
+    leading = [False]
+    loop, _, _, _ = make_loop(leading)
+    loop.run_once(10.0)
+    assert loop.health.alive(10.0)
+    assert loop.health.last_beat == 10.0
+
+
+def test_run_operator_does_not_use_kopf_peering(monkeypatch: Any) -> None:
+    """kopf peering with several replicas at priority 0 pauses every replica: the
+    operator always runs kopf standalone and elects through the Lease."""
+    from pdscaler.cli import run
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(kopf, "run", lambda **kw: seen.update(kw))
+
+    class Rt:
+        def __init__(self) -> None:
+            from pdscaler.kube import WriteAudit
+            from pdscaler.telemetry import Telemetry
+
+            self.kube = SimpleNamespace(audit=WriteAudit())
+            self.telemetry = Telemetry()
+
+    from pdscaler import reconcile
+
+    monkeypatch.setattr(reconcile.Runtime, "from_environment", staticmethod(Rt))
+    run.run_operator(namespaces=["serving"], metrics_port=0)
+    assert seen["standalone"] is True
+    assert "peering_name" not in seen or seen["peering_name"] is None
+    handlers.install(None)
+
+
+def test_metrics_bind_loopback_unless_told() -> None:
+    """``pdscaler run`` from a workstation serves /metrics on loopback only; the chart
+    passes ``--metrics-address=0.0.0.0`` explicitly."""
+    from pdscaler.cli import run
+    from pdscaler.telemetry import MetricsServer, Telemetry
+
+    assert run.DEFAULT_METRICS_BIND == "127.0.0.1"
+    server = MetricsServer(Telemetry(), 0).start()
+    try:
+        assert server._server.server_address[0] == "127.0.0.1"
+    finally:
+        server.stop()
+
+
+def test_run_refuses_lease_timings_client_go_would_refuse(monkeypatch: Any) -> None:
+    """leaseDuration 10 <= renewDeadline 10: one line on stderr, exit 2, nothing run."""
+    from typer.testing import CliRunner
+
+    from pdscaler.cli import build_app, run
+
+    monkeypatch.setattr(run, "run_operator", lambda **kw: pytest.fail("ran"))
+    args = ["run", "-n", "serving", "--leader-elect", "--lease-duration", "10"]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 2
+    assert "lease duration 10.0 s must exceed renew deadline 10.0 s" in result.output
+
+
+def test_run_elects_with_the_lease_options(monkeypatch: Any) -> None:
+    """--leader-elect passes the Lease's name, namespace, identity and timings on."""
+    from typer.testing import CliRunner
+
+    from pdscaler.cli import build_app, run
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(run, "run_operator", lambda **kw: seen.update(kw))
+    args = ["run", "-n", "serving", "--leader-elect", "--identity", "op-a"]
+    args += ["--lease-duration", "6", "--renew-deadline", "4", "--retry-period", "1"]
+    result = CliRunner().invoke(build_app(), args, env={"POD_NAMESPACE": "ops"})
+    assert result.exit_code == 0, result.output
+    election = seen["election"]
+    assert (election.name, election.namespace, election.identity) == (
+        "pdscaler-leader",
+        "ops",
+        "op-a",
+    )
+    assert (election.timings.lease_duration, election.timings.renew_deadline) == (6.0, 4.0)
+    assert seen["metrics_host"] == "127.0.0.1"
