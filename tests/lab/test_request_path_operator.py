@@ -14,8 +14,10 @@ requests go client -> front Service (svcproxy) -> router -> prefill -> decode.
    the server-side figure Prometheus gives the operator.
 
 Scaled down: prefill min 2 (so both cells serve together during the rollout: old 2 ->
-1 + new 1 -> new 2), decode min 1, pods Ready 2 s after creation, routers 3 s (kwok marks Ready on a timer: long enough for vllm-router to find its workers), one
-router per Ready prefill replica (prefillPerRouter 1), the operator ticking every second.
+1 + new 1 -> new 2), decode min 1, engine pods Ready 2 s after creation, router pods 3 s
+(the lab's pod runner starts the router at Running; its readiness probe decides when it
+takes traffic), one router per Ready prefill replica (prefillPerRouter 1), the operator
+ticking every second.
 """
 
 from __future__ import annotations
