@@ -3,7 +3,8 @@
 Owns: for every Running pod labelled ``pdscaler.io/role=router`` (in the namespaces it is
 given, on the lab's API server), starting the pod's router container ``command`` +
 ``args`` as a process on the lab host, with ``--host`` set to the pod IP, the container's
-literal ``env`` plus ``KUBECONFIG`` (the lab's admin kubeconfig), its output in
+literal ``env`` plus ``KUBECONFIG`` (a kubeconfig holding a token of the pod's own
+ServiceAccount, from the TokenRequest API, as the kubelet mounts one), its output in
 ``<lab>/logs/pods/<namespace>_<pod>.log``; stopping it (by the PID it started) when the
 pod is deleted, after a grace period (``DRAIN_S``). As a kubelet, it runs the container
 from Running on: the router's readiness probe, not kwok's Ready timer, says when it can
@@ -14,9 +15,11 @@ anything but the pod IP, or stop a process it did not start.
 Why ``--host`` is rewritten: in a pod, ``--host 0.0.0.0`` binds the pod's own network
 namespace, i.e. the pod IP. On the lab host every pod shares one network namespace, so
 the runner binds the pod IP itself (kwok gives pods loopback IPs, 127.64.0.0/16).
-Why the admin kubeconfig: a router with ``--service-discovery`` lists and watches pods
-through the API server, as it would with its ServiceAccount; in the lab the admin
-credentials stand in for that ServiceAccount (lab only).
+Why a ServiceAccount token: a router with ``--service-discovery`` lists and watches pods
+through the API server with its pod's ServiceAccount. The runner asks the API server for
+a token of exactly that ServiceAccount (``pods/<sa>/token``, one hour) and writes a
+kubeconfig with it: the router has the rights its Role grants, no more (a Role missing a
+verb shows up as a router that discovers nothing).
 
 The pod's ``command``/``args`` (Kubernetes semantics: ``command`` replaces the image's
 entrypoint; the lab has no images, so a pod must give ``command``):
@@ -43,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 
 from pdscaler.naming import LABEL_ROLE
@@ -217,7 +221,12 @@ class PodRunner:
             self.say(f"pod {key[0]}/{key[1]}: not run: {err}")
             return
         argv = with_host(argv, pod.status.pod_ip)
-        env = {**os.environ, **literal_env(container), "KUBECONFIG": str(self.kubeconfig)}
+        try:
+            identity = self._identity(pod, key)
+        except Exception as err:  # the ServiceAccount may not exist yet: retry next poll
+            self.say(f"pod {key[0]}/{key[1]}: no token for its ServiceAccount yet: {err}")
+            return
+        env = {**os.environ, **literal_env(container), "KUBECONFIG": str(identity)}
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{key[0]}_{key[1]}.log"
         with log.open("ab") as fh:
@@ -234,6 +243,39 @@ class PodRunner:
         self.running[key] = Running(key, pod.metadata.uid, pod.status.pod_ip, argv, proc, log)
         self.say(f"pod {key[0]}/{key[1]}: started {Path(argv[0]).name} (pid {proc.pid}) at "
                  f"{pod.status.pod_ip}; log {log}")  # fmt: skip
+
+    def _identity(self, pod: Any, key: tuple[str, str]) -> Path:
+        """A kubeconfig for the pod's ServiceAccount (a fresh one-hour token)."""
+        account = pod.spec.service_account_name or "default"
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+        )
+        answer = self._api.create_namespaced_service_account_token(
+            account, key[0], request, _request_timeout=10
+        )
+        if answer.status is None or not answer.status.token:
+            raise RuntimeError(f"no token in the TokenRequest answer for {account}")
+        token = str(answer.status.token)
+        admin = yaml.safe_load(self.kubeconfig.read_text())
+        cluster = admin["clusters"][0]
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [cluster],
+            "users": [{"name": account, "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": account,
+                    "context": {"cluster": cluster["name"], "user": account, "namespace": key[0]},
+                }
+            ],
+            "current-context": account,
+        }
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        path = self.log_dir / f"{key[0]}_{key[1]}.kubeconfig"
+        path.touch(mode=0o600)
+        path.write_text(yaml.safe_dump(doc))
+        return path
 
     def _stop_one(self, run: Running, why: str) -> None:
         if self.running.get(run.key) is run:

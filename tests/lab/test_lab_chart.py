@@ -23,7 +23,7 @@ from kubernetes import client
 
 from pdlab.config import REPO_DIR, helm_path, read_versions
 from pdlab.lab import Lab
-from support.labkit import Kube, wait_for
+from support.labkit import Kube, rbac_allows, wait_for
 from support.opkit import create_pdd, delete_pdd_and_wait, get_pdd, pdd_manifest
 
 CHART = REPO_DIR / "charts" / "pdscaler"
@@ -38,25 +38,6 @@ def _helm(*args: str, lab: Lab | None = None) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr or done.stdout}"
     return done.stdout
-
-
-def _allowed(kube: Kube, user: str, namespace: str, verb: str, resource: str) -> bool:
-    """The API server's own RBAC answer (SubjectAccessReview) for ``user``."""
-    parts = resource.split("/")  # [group/]resource[/subresource], group "apps" or dotted
-    group = parts.pop(0) if parts[0] == "apps" or "." in parts[0] else ""
-    res, sub = parts[0], "/".join(parts[1:])
-    ns_of_user = user.split(":")[2]
-    review = client.V1SubjectAccessReview(
-        spec=client.V1SubjectAccessReviewSpec(
-            user=user,
-            groups=["system:serviceaccounts", f"system:serviceaccounts:{ns_of_user}"],
-            resource_attributes=client.V1ResourceAttributes(
-                namespace=namespace, verb=verb, group=group, resource=res, subresource=sub
-            ),
-        )
-    )
-    answer = client.AuthorizationV1Api(kube.api).create_subject_access_review(review)
-    return bool(answer.status.allowed)
 
 
 def _sa_kubeconfig(kube: Kube, namespace: str, sa: str, path: Path) -> Path:
@@ -125,7 +106,7 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
             ("create", "events"),
             ("create", "coordination.k8s.io/leases"),  # leader election, own namespace
         ]:
-            assert _allowed(kube, user, namespace, verb, resource), (verb, resource)
+            assert rbac_allows(kube, user, namespace, verb, resource), (verb, resource)
         for ns, verb, resource in [
             (namespace, "get", "secrets"),
             (namespace, "delete", "pods"),
@@ -134,7 +115,7 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
             ("default", "patch", "pdscaler.io/pddeployments"),
             ("default", "create", "coordination.k8s.io/leases"),  # a Role, not a ClusterRole
         ]:
-            assert not _allowed(kube, user, ns, verb, resource), (ns, verb, resource)
+            assert not rbac_allows(kube, user, ns, verb, resource), (ns, verb, resource)
 
         kubeconfig = _sa_kubeconfig(kube, namespace, sa, tmp_path / "sa.kubeconfig")
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}

@@ -30,6 +30,8 @@ from pdlab import prometheus
 from pdlab.lab import Lab
 from pdlab.podrunner import NotAllowedError, resolve, with_host
 from pdlab.svcproxy import SvcProxy, ready_endpoints, selected_endpoints
+from pdscaler import router
+from pdscaler.objects import Meta
 from support.labkit import Kube, free_port, gpu_deployment, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,6 +91,7 @@ def router_deployment(namespace: str, rev: str) -> dict[str, Any]:
             "template": {
                 "metadata": {"annotations": {"pdscaler.io/startup-delay": "1s"}},
                 "spec": {
+                    "serviceAccountName": router.account_name(NAME),
                     "containers": [container],
                     "tolerations": [ROUTER_TOLERATION],
                     "terminationGracePeriodSeconds": 0,
@@ -138,6 +141,17 @@ def pod_of(kube: Kube, namespace: str, rev: str, role: str) -> Any:
     return ready[0] if ready else None
 
 
+def _create(kube: Kube, obj: dict[str, Any]) -> None:
+    """The routers' ServiceAccount, Role and RoleBinding, as the operator renders them."""
+    ns = obj["metadata"]["namespace"]
+    if obj["kind"] == "ServiceAccount":
+        kube.core.create_namespaced_service_account(ns, cast(Any, obj))
+    elif obj["kind"] == "Role":
+        kube.rbac.create_namespaced_role(ns, cast(Any, obj))
+    else:
+        kube.rbac.create_namespaced_role_binding(ns, cast(Any, obj))
+
+
 @pytest.fixture
 def cell(lab: Lab, kube: Kube, namespace: str) -> Iterator[tuple[int, int]]:
     """Cells r1 (prefill, decode, router) and r2 (prefill only), the front Service, the
@@ -145,6 +159,9 @@ def cell(lab: Lab, kube: Kube, namespace: str) -> Iterator[tuple[int, int]]:
     yields (front port, simulator control port)."""
     for rev, role in (("r1", "prefill"), ("r1", "decode"), ("r2", "prefill")):
         kube.apps.create_namespaced_deployment(namespace, cast(Any, engine_deployment(rev, role)))
+    for obj in router.router_identity(Meta(NAME, namespace, "no-owner")):
+        obj["metadata"].pop("ownerReferences")  # no PDDeployment here: nothing to own them
+        _create(kube, obj)
     kube.apps.create_namespaced_deployment(namespace, cast(Any, router_deployment(namespace, "r1")))
     kube.core.create_namespaced_service(namespace, cast(Any, front_service()))
     control = free_port()

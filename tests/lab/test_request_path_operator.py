@@ -40,7 +40,7 @@ from pdlab.loadclient import AiPerf, TraceRow
 from pdlab.svcproxy import SvcProxy
 from pdscaler import naming
 from pdscaler.observe import is_ready, labels, terminating
-from support.labkit import Kube, free_port, wait_for
+from support.labkit import Kube, free_port, rbac_allows, wait_for
 from support.opkit import create_pdd, operator_runtime, patch_spec, pod_dicts, ticking
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,6 +153,16 @@ def test_a_streamed_completion_goes_router_prefill_decode_of_one_cell(
     assert prefill[rec["prefill_pod"]][naming.LABEL_ROLE] == "prefill"
     assert prefill[rec["decode_pod"]][naming.LABEL_ROLE] == "decode"
     assert prefill[rec["prefill_pod"]][naming.LABEL_REVISION] == rec["decode_revision"]
+
+    # the routers ran with their own ServiceAccount's token (the pod runner asks for one):
+    # that identity may read pods here and nothing else
+    sa = f"system:serviceaccount:{namespace}:{NAME}-router"
+    assert rbac_allows(kube, sa, namespace, "watch", "pods")
+    assert rbac_allows(kube, sa, namespace, "list", "pods")
+    assert not rbac_allows(kube, sa, "default", "list", "pods")
+    assert not rbac_allows(kube, sa, namespace, "get", "secrets")
+    assert not rbac_allows(kube, sa, namespace, "create", "pods")
+    assert not rbac_allows(kube, sa, namespace, "patch", "apps/deployments")
 
 
 def test_a_rollout_under_a_third_party_client_fails_no_request_and_pairs_within_cells(

@@ -227,3 +227,22 @@ def metrics_exporter(text: Callable[[], str]) -> Iterator[str]:
 
     with serving(Handler) as server:
         yield f"127.0.0.1:{server.server_address[1]}"
+
+
+def rbac_allows(kube: Kube, user: str, namespace: str, verb: str, resource: str) -> bool:
+    """The API server's own RBAC answer (SubjectAccessReview) for ``user``."""
+    parts = resource.split("/")  # [group/]resource[/subresource], group "apps" or dotted
+    group = parts.pop(0) if parts[0] == "apps" or "." in parts[0] else ""
+    res, sub = parts[0], "/".join(parts[1:])
+    ns_of_user = user.split(":")[2]
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=user,
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{ns_of_user}"],
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb=verb, group=group, resource=res, subresource=sub
+            ),
+        )
+    )
+    answer = client.AuthorizationV1Api(kube.api).create_subject_access_review(review)
+    return bool(answer.status.allowed)
