@@ -65,9 +65,13 @@ def test_stages_render_default_delay_and_annotation_override() -> None:
         "node-initialize",
         "node-heartbeat-with-lease",
         "pod-delete",
+        "router-pod-delete",
         "pod-running",
         "pod-ready",
     }
+    # a router pod stays Terminating 2 s (its grace period); other pods go at once
+    assert stages["router-pod-delete"]["spec"]["delay"]["durationMilliseconds"] == 2000
+    assert "delay" not in stages["pod-delete"]["spec"]
     delay = stages["pod-ready"]["spec"]["delay"]
     assert delay["durationMilliseconds"] == 3000
     assert STARTUP_DELAY_ANNOTATION in delay["durationFrom"]["expressionFrom"]
