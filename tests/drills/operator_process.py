@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from pdscaler import invariants, naming
 from pdscaler.observe import is_ready, labels
 from pdscaler.spec import PDDeploymentSpec
+from support.background import Background
 from support.labkit import Kube
 from support.opkit import deployments, pod_dicts
 
@@ -88,7 +88,7 @@ def cells(kube: Kube, namespace: str, name: str) -> dict[tuple[str, str], dict[s
 
 
 @dataclass
-class Sampler:
+class Sampler(Background):
     """Samples the PDDeployment's pods every ``period`` s: mixed pairs (a Ready prefill
     without a Ready decode of its version, or routers discovering other cells: the
     ``invariants``) and the serving capacity below ``floor``."""
@@ -104,18 +104,6 @@ class Sampler:
     below: list[tuple[float, tuple[int, int], dict[tuple[str, str], int]]] = field(
         default_factory=list
     )
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def __enter__(self) -> Sampler:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.is_set():

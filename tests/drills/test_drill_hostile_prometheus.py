@@ -52,6 +52,7 @@ from typing import Any
 
 from pdlab.lab import Lab
 from support.exporter import EngineExporter
+from support.httpkit import read_request
 from support.labkit import Kube, free_port
 from support.opkit import (
     condition,
@@ -76,29 +77,6 @@ KINDS = ("drip", "huge", "redirect")
 
 
 # ------------------------------------------------------------------ hostile servers
-
-
-def read_request(conn: socket.socket) -> None:
-    """Read one whole HTTP request (headers, then Content-Length bytes of body): closing
-    a socket with unread input sends a reset, which the client would see instead of the
-    answer."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return
-        body += chunk
 
 
 class RawServer:

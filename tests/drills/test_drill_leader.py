@@ -28,7 +28,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from kubernetes import client
 
 from pdlab.lab import Lab
 from pdscaler.types import Role
+from support.background import Background
 from support.exporter import EngineExporter
 from support.labkit import Kube, free_port, wait_for
 from support.opkit import create_pdd, pdd_manifest, ready_count, total
@@ -91,7 +91,7 @@ def start(identity: str, namespace: str, lab: Lab, logdir: str) -> Operator:
 
 
 @dataclass
-class Sampler:
+class Sampler(Background):
     """Both operators' write counters and leader gauges, and the pools' replicas."""
 
     kube: Kube
@@ -101,18 +101,6 @@ class Sampler:
     rows: list[tuple[float, dict[str, tuple[float, float] | None]]] = field(default_factory=list)
     replicas: dict[Role, list[int]] = field(default_factory=lambda: collections.defaultdict(list))
     errors: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def __enter__(self) -> Sampler:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.is_set():

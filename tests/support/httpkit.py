@@ -3,7 +3,8 @@
 Owns: ``QuietHandler``, a request handler whose ``reply`` sends one whole response
 (status, Content-Type, Content-Length, body) and which logs no request line, and
 ``start_server``/``serving``: a ``ThreadingHTTPServer`` on 127.0.0.1 at a free port,
-served by a daemon thread. Must not know any protocol: a subclass's ``do_GET`` or
+served by a daemon thread; and ``read_request``, for raw-socket servers that answer on
+their own terms. Must not know any protocol: a subclass's ``do_GET`` or
 ``do_POST`` decides what to answer.
 
     class Handler(QuietHandler):
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -71,3 +73,26 @@ def serving(
         yield server
     finally:
         stop_server(server)
+
+
+def read_request(conn: socket.socket) -> None:
+    """Read one whole HTTP request (headers, then Content-Length bytes of body): closing
+    a socket with unread input sends a reset, which the client would see instead of the
+    answer."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        body += chunk

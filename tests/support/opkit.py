@@ -28,6 +28,7 @@ from pdscaler.kube import load_api_client
 from pdscaler.reconcile import Runtime
 from pdscaler.spec import GROUP, PLURAL, VERSION, PDDeploymentSpec
 from pdscaler.types import Role
+from support.background import Background
 from support.exporter import EngineExporter
 from support.labkit import Kube, not_found, wait_for
 
@@ -377,7 +378,7 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 
 
 @dataclass
-class InvariantChecker:
+class InvariantChecker(Background):
     """Samples the PDDeployment's pods every ``period`` s and records every violation of
     the docs/design.md §4 invariants (``pdscaler.invariants``)."""
 
@@ -389,18 +390,6 @@ class InvariantChecker:
     samples: int = 0
     violations: list[tuple[float, str]] = field(default_factory=list)
     versions_seen: set[str] = field(default_factory=set)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def __enter__(self) -> InvariantChecker:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -27,7 +27,7 @@ from pdscaler.prometheus import (
     read_snapshot,
 )
 from pdscaler.spec import PDDeploymentSpec
-from support.httpkit import QuietHandler, serving
+from support.httpkit import QuietHandler, read_request, serving
 
 SECRET = "s3cr3t-token-4d1f"
 SPEC = PDDeploymentSpec.model_validate(
@@ -64,29 +64,6 @@ def unavailable(client: PrometheusClient, limit: float = 10.0) -> MetricsUnavail
     _, err = query_in_thread(client, limit)
     assert isinstance(err, MetricsUnavailableError), repr(err)
     return err
-
-
-def read_request(conn: socket.socket) -> None:
-    """Read one whole HTTP request (headers, then Content-Length bytes of body): closing
-    a socket with unread input sends a reset, which the client would see instead of the
-    answer."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return
-        body += chunk
 
 
 @contextlib.contextmanager

@@ -6,8 +6,9 @@ pools with a machine reason and a sentence. Modules: ``sanitize`` (garbage is un
 ``sizing`` (ratio, drain, bottleneck rule), ``stabilize`` (fast up, slow down),
 ``limits`` (min/max, maxGPUs, schedulable capacity), ``explain`` (the action and the
 sentence), ``reasons`` (the sentence's phrases), ``tick`` (what one tick computed),
-``decide`` (the order of the steps). Must not: do I/O, read clocks, or import kopf,
-kubernetes, prometheus_client or HTTP clients (import-linter enforces it).
+``memory`` (what the next tick starts from), ``decide`` (the order of the steps).
+Must not: do I/O, read clocks, or import kopf, kubernetes, prometheus_client or HTTP
+clients (import-linter enforces it).
 """
 
 from pdscaler.policy import reasons

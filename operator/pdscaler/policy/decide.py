@@ -1,7 +1,7 @@
 """``decide(TickInput) -> Decision``: one tick of the policy (docs/design.md §3).
 
-Owns: the order of the steps and the memory carried to the next tick. Pure and
-deterministic: the same input gives the same Decision; ``now`` is passed in, never read.
+Owns: the order of the steps (what they leave for the next tick is ``memory``'s).
+Pure and deterministic: the same input gives the same Decision; ``now`` is passed in, never read.
 Must not: do I/O, touch Kubernetes or Prometheus objects, or hold state outside
 ``PolicyMemory``.
 
@@ -47,6 +47,7 @@ from pdscaler.policy import history, reasons
 from pdscaler.policy.explain import explain, infeasible
 from pdscaler.policy.forecast import forecast_rate
 from pdscaler.policy.limits import Capacity, Split, capacity, clamp, fit
+from pdscaler.policy.memory import forecast_lookback, record_rate, remember, remember_pools
 from pdscaler.policy.refine import refine_startup, refine_tps
 from pdscaler.policy.sanitize import CleanMetrics, down_gaps, sanitize
 from pdscaler.policy.sizing import (
@@ -74,35 +75,11 @@ from pdscaler.types import (
     TickInput,
 )
 
-#: Most points kept in the rate history (the forecast only needs the last few minutes).
-MAX_RATE_POINTS = 32
-
 
 def startup_seconds(inp: TickInput) -> float:
     """T_s from the pod start times of both pools (they load the same weights)."""
     samples = inp.prefill.startup_samples + inp.decode.startup_samples
     return refine_startup(inp.spec.startup_seconds, inp.memory.startup_seconds, samples)
-
-
-def record_rate(
-    history: tuple[tuple[float, float], ...], now: float, rate: float, lookback: float
-) -> tuple[tuple[float, float], ...]:
-    """History with (now, rate) appended, points older than ``lookback`` (or in the
-    future, after a clock jump) dropped, at most MAX_RATE_POINTS kept."""
-    kept = [(t, r) for t, r in history if now - lookback <= t < now]
-    return (*kept, (now, rate))[-MAX_RATE_POINTS:]
-
-
-def history_lookback(spec: PDDeploymentSpec) -> float:
-    """How long pool points are kept: the metrics window plus one interval (the point at
-    the window start must survive to prove the window covered)."""
-    return spec.metrics.window_seconds + spec.scaling.interval_seconds
-
-
-def forecast_lookback(spec: PDDeploymentSpec) -> float:
-    """How far back the trend looks: the metrics window, at least 3 intervals
-    (2m window, 15s interval -> 120 s)."""
-    return max(spec.metrics.window_seconds, 3 * spec.scaling.interval_seconds)
 
 
 def decide(inp: TickInput) -> Decision:
@@ -135,7 +112,7 @@ def decide(inp: TickInput) -> Decision:
         metrics_available=True,
         capacity_limited=tick.split.capacity_limited,
         deadline_infeasible=bool(infeasible(tick)),
-        memory=_memory(tick, startup),
+        memory=remember(tick, startup),
         data_gaps=named,
     )
 
@@ -224,26 +201,6 @@ def keep_gapped(inp: TickInput, split: Split, gaps: dict[Role, tuple[str, ...]])
         budget_gpus=split.budget_gpus,
         budget_limited=split.budget_limited,
         capacity_limited=split.capacity_limited,
-    )
-
-
-def remember_pools(inp: TickInput, snap: MetricsSnapshot) -> tuple[history.Point, ...]:
-    """The pool history with this tick's queues and ready counts appended
-    (``pool_point``), kept for the metrics window plus one interval (``history_lookback``:
-    2m window, 15s interval -> 135 s)."""
-    return history.record(
-        inp.memory.pool_history, pool_point(inp, snap), history_lookback(inp.spec)
-    )
-
-
-def pool_point(inp: TickInput, snap: MetricsSnapshot) -> history.Point:
-    """This tick's queues and ready counts, for ``PolicyMemory.pool_history``."""
-    return (
-        inp.now,
-        snap.prefill.queue_depth,
-        snap.decode.queue_depth,
-        inp.prefill.ready,
-        inp.decode.ready,
     )
 
 
@@ -466,23 +423,6 @@ def _bounded(spec: PDDeploymentSpec, role: Role, replicas: int) -> int:
 
 
 # ------------------------------------------------------------------ the outputs
-
-
-def _memory(tick: Tick, startup: float) -> PolicyMemory:
-    inp = tick.inp
-    return PolicyMemory(
-        recommendations=tick.window,
-        rate_history=record_rate(
-            inp.memory.rate_history, inp.now, tick.rate, forecast_lookback(inp.spec)
-        ),
-        prefill_tps=tick.facts[Role.PREFILL].tps,
-        decode_tps=tick.facts[Role.DECODE].tps,
-        startup_seconds=startup,
-        last_scale_time=inp.now if tick.grown else inp.memory.last_scale_time,
-        capacity_gpus=tick.capacity.gpus,
-        capacity_time=tick.capacity.since,
-        pool_history=tick.pools,
-    )
 
 
 def _model_outputs(tick: Tick, startup: float) -> ModelOutputs:

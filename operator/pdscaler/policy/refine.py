@@ -6,9 +6,9 @@ Throughput is learnt only while the pool is saturated (at least one request wait
 per ready replica at every tick of a run, ``history.saturated_seconds``): what it
 served per replica then raises the estimate, and it lowers it only as far as the
 saturated share of the window proves (see ``refine_tps``). A queue seen at one tick is
-not saturation: at 70% utilisation a pool serves 0.7x its capacity and bursts queue briefly, and
-learning from that drove the estimates down to ~0.6x the truth (prefill 4,900 tok/s
-learnt vs ~8,400 true), which over-provisioned every pool. Must not: read metrics or
+not saturation: at 70% utilisation a pool serves 0.7x what it can, and bursts queue
+briefly; learning from such a window would lower a 3,000 tok/s estimate towards 2,100
+and over-provision the pool. Must not: read metrics or
 clocks itself, or trust an unbounded measurement.
 """
 

@@ -67,8 +67,8 @@ when its pressure is one more replicas relieve (``may_grow_proportionally``):
   then 25 waiting grows nothing (the drain model, which sees the queue, still may);
 * on the two ticks after a pool's new replicas first show ready, its queue and latency
   may have been measured before they served (a scrape interval plus Prometheus' lag can
-  outlast a short tick): 2 -> 5 ready with 38 waiting does not double to 10 (the demo's
-  chat phase did, on the first and on the second tick; the queue was empty by then).
+  outlast a short tick): 2 -> 5 ready with 38 waiting does not double to 10 on either
+  of those ticks (the queue may already be empty).
 
 Prefill's proportional step is sized by ``growth_pressure``: its queue counts as the
 time the ready replicas need to serve it, over the TTFT SLO, not as requests per

@@ -10,12 +10,12 @@ the next step down waits a whole window. Must not: compute recommendations or re
 
 Why steps: a pool that shrank takes T_s (plus a tick) to come back, and the window's
 recommendations were sized at the window's rates with priors that may be optimistic.
-In the conv trace at x10 (T_s 90 s) prefill went 22 -> 11 at t = 1290 s, sized for
-55 req/s with the 10,000 tok/s prior (true ~8,400), and the rate reached 75-90 req/s
-within two minutes: the p99 TTFT stayed over the SLO for 4 minutes (SLO met 37%, then
-13%). One third at a time, 22 -> 15 -> 10 over two windows: 15 replicas serve
-15 x 8,400 / 1,240 = 100 req/s, the rise is absorbed, and a load that stays low still
-reaches 10 one window later.
+Worked (prefill, 1,240 tokens per request, ~8,400 tok/s per replica, T_s 90 s): the
+window recommends 11 for 55 req/s while the pool runs 22. One third at a time,
+22 -> 15 -> 10 over two windows: 15 replicas still serve 15 x 8,400 / 1,240 = 100 req/s,
+so a rise back to 75-90 req/s within T_s is absorbed, and a load that stays low still
+reaches 10 one window later; 22 -> 11 at once would leave 11 x 8,400 / 1,240 = 75 req/s
+and the TTFT over the SLO until new replicas start.
 
 Recommendations form a step function: each (time, p, d) record holds until the next.
 The window's maximum therefore includes the last record at or before the window start

@@ -1,0 +1,154 @@
+"""The queries of one snapshot: which preset's templates a spec uses, and each template
+rendered for the pool it is read on (module ``pdscaler.metricsql``: where each quantity
+is read).
+
+Owns: ``preset_for``, ``Key`` (what each query measures), ``Query`` and
+``build_queries`` (at most 14, the staleness and targets-up queries first). Must not:
+parse answers (``answers``) or open a connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pdscaler.metricsql.check import InvalidQueryError, check_queries
+from pdscaler.metricsql.templates import (
+    PROM_POD,
+    PROM_ROLE,
+    matchers,
+    promql_duration,
+    render,
+    selector,
+)
+from pdscaler.presets import PRESETS, Preset
+from pdscaler.spec import CustomQueries, PDDeploymentSpec
+from pdscaler.types import Role
+
+# ---------------------------------------------------------------------- which preset
+
+
+def custom_preset(queries: CustomQueries) -> Preset:
+    """The ``custom`` preset from ``spec.metrics.queries``. Each template sees the
+    selector of the pool it is read on (module docstring); there is no per-pod or
+    tokens/s template, so those stay unknown. Raises ``InvalidQueryError`` with every
+    problem ``check_queries`` finds."""
+    problems = check_queries(queries)
+    if problems:
+        raise InvalidQueryError("; ".join(problems))
+    return Preset(
+        request_rate=queries.request_rate,
+        prompt_tokens=queries.prompt_tokens,
+        output_tokens=queries.output_tokens,
+        ttft=queries.ttft,
+        tpot=queries.tpot,
+        queue_depth=queries.queue_depth,
+        running=queries.running,
+        kv_usage=queries.kv_usage,
+    )
+
+
+def preset_for(spec: PDDeploymentSpec) -> Preset:
+    """The templates ``spec.metrics.preset`` names: ``vllm`` -> ``presets.VLLM``;
+    ``custom`` -> ``custom_preset(spec.metrics.queries)``."""
+    if spec.metrics.preset == "custom":
+        if spec.metrics.queries is None:  # the spec's validator forbids it; be explicit
+            raise ValueError("metrics.preset is custom but metrics.queries is missing")
+        return custom_preset(spec.metrics.queries)
+    return PRESETS[spec.metrics.preset]
+
+
+# ---------------------------------------------------------------------------- queries
+
+
+class Key(StrEnum):
+    """What each query measures; ``prefill.``/``decode.`` prefixes mark per-pool ones."""
+
+    FRESHNESS = "freshness"
+    TARGETS_UP = "targets_up"
+    REQUEST_RATE = "request_rate"
+    PROMPT_TOKENS = "prompt_tokens"
+    OUTPUT_TOKENS = "output_tokens"
+    PREFILL_LATENCY = "prefill.latency_seconds"  # TTFT
+    DECODE_LATENCY = "decode.latency_seconds"  # TPOT
+    PREFILL_QUEUE = "prefill.queue_depth"
+    DECODE_QUEUE = "decode.queue_depth"
+    PREFILL_RUNNING = "prefill.running"
+    DECODE_RUNNING = "decode.running"
+    PREFILL_TPS = "prefill.tokens_per_second"
+    DECODE_TPS = "decode.tokens_per_second"
+    DECODE_KV = "decode.kv_usage"
+    DECODE_RUNNING_BY_POD = "decode.running_by_pod"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL instant query. ``by``: the answer is a vector keyed by that label
+    (per pod, per role); None: exactly one series is expected. ``pool``: the pool whose
+    pods it reads (None: the whole deployment, e.g. Dynamo's frontend)."""
+
+    key: Key
+    promql: str
+    by: str | None = None
+    pool: Role | None = None  # the pool it is read on (its staleness voids the value)
+
+
+# Which pool each per-quantity query is rendered for, when load_scope == "pool".
+_POOL_OF: Mapping[Key, Role] = {
+    Key.REQUEST_RATE: Role.PREFILL,
+    Key.PROMPT_TOKENS: Role.PREFILL,
+    Key.PREFILL_LATENCY: Role.PREFILL,
+    Key.OUTPUT_TOKENS: Role.DECODE,
+    Key.DECODE_LATENCY: Role.DECODE,
+}
+
+
+def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Query]:
+    """Every query of one snapshot, in the order they are run (at most 14).
+
+    The first, ``max by (pdscaler_io_role) (timestamp(up{...}))``, gives the time of
+    each pool's newest scrape, for the staleness check; the second,
+    ``sum by (pdscaler_io_role) (up{...})``, each pool's targets up.
+    """
+    preset = preset_for(spec)
+    window = promql_duration(spec.metrics.window_seconds)
+    quantile = spec.slo.percentile
+
+    def fill(template: str, role: Role | None) -> str:
+        return render(
+            template,
+            sel=selector(namespace, name, role),
+            match=matchers(namespace, name, role),
+            window=window,
+            quantile=quantile,
+        )
+
+    deployment = selector(namespace, name, None)
+    queries = [
+        Query(Key.FRESHNESS, f"max by ({PROM_ROLE}) (timestamp(up{deployment}))", by=PROM_ROLE),
+        Query(Key.TARGETS_UP, f"sum by ({PROM_ROLE}) (up{deployment})", by=PROM_ROLE),
+    ]
+    for key, template in (
+        (Key.REQUEST_RATE, preset.request_rate),
+        (Key.PROMPT_TOKENS, preset.prompt_tokens),
+        (Key.OUTPUT_TOKENS, preset.output_tokens),
+        (Key.PREFILL_LATENCY, preset.ttft),
+        (Key.DECODE_LATENCY, preset.tpot),
+    ):
+        role = None if preset.load_scope == "deployment" else _POOL_OF[key]
+        queries.append(Query(key, fill(template, role), pool=role))
+    per_pool: list[tuple[Key, str | None, Role, str | None]] = [
+        (Key.PREFILL_QUEUE, preset.queue_depth, Role.PREFILL, None),
+        (Key.DECODE_QUEUE, preset.queue_depth, Role.DECODE, None),
+        (Key.PREFILL_RUNNING, preset.running, Role.PREFILL, None),
+        (Key.DECODE_RUNNING, preset.running, Role.DECODE, None),
+        (Key.PREFILL_TPS, preset.prefill_tokens_per_second, Role.PREFILL, None),
+        (Key.DECODE_TPS, preset.decode_tokens_per_second, Role.DECODE, None),
+        (Key.DECODE_KV, preset.kv_usage, Role.DECODE, None),
+        (Key.DECODE_RUNNING_BY_POD, preset.running_by_pod, Role.DECODE, PROM_POD),
+    ]
+    for key, maybe, role, by in per_pool:
+        if maybe is not None:
+            queries.append(Query(key, fill(maybe, role), by=by, pool=role))
+    return queries
