@@ -34,9 +34,13 @@ class OperatorProcess:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
+    #: the operator's Prometheus allow-list (None: the environment's)
+    allowed: str | None = None
 
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": self.kubeconfig}
+        if self.allowed is not None:
+            env["PDSCALER_PROMETHEUS_ALLOWED_URLS"] = self.allowed
         argv = [sys.executable, "-m", "pdscaler", "run", "--namespace", self.namespace]
         argv += ["--metrics-port", "0", "--log-format", "plain"]
         with self.log.open("ab") as out:
@@ -60,10 +64,11 @@ class OperatorProcess:
 
 
 def ready_by_version(pods: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
-    """Ready pods per (role, version label)."""
+    """Ready engine pods per (role, version label) (the cells' router pods hold no GPU
+    and serve no model: not counted)."""
     out: dict[tuple[str, str], int] = {}
     for p in pods:
-        if is_ready(p):
+        if is_ready(p) and labels(p).get(naming.LABEL_ROLE) != naming.ROLE_ROUTER:
             key = (labels(p).get(naming.LABEL_ROLE, ""), labels(p).get(naming.LABEL_VERSION, ""))
             out[key] = out.get(key, 0) + 1
     return out

@@ -122,6 +122,8 @@ def test_sigkill_at_every_rollout_boundary(
         rate=2.0, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
     )  # fmt: skip
     op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
+    # the dead Prometheus is allowed too: the drill is about an outage, not the allow-list
+    op.allowed = f"{lab.prometheus_url},{UNREACHABLE}"
     create_pdd(
         kube,
         namespace,

@@ -8,7 +8,8 @@ and pdlab.kubeclient.
   session and stopped at its end, unless another live test session registered itself as
   a user, someone ran `python -m pdlab up` meanwhile (the lab is pinned), or PDLAB_KEEP=1
   is set. Never stops a lab it did not start. Sets KUBECONFIG and
-  PDLAB_PROMETHEUS_URL in os.environ for subprocesses (operators under test).
+  PDLAB_PROMETHEUS_URL in os.environ for subprocesses (operators under test), and allows
+  the lab's Prometheus for them (PDSCALER_PROMETHEUS_ALLOWED_URLS).
 * `kube` (session): `pdlab.kubeclient.Kube`, typed clients as the lab admin.
 * `namespace` (per test): a fresh namespace `t-<test name>-<random>`, deleted afterwards.
 * `crd` (session): the PDDeployment CRD from crds/ applied and Established; its name.
@@ -55,6 +56,8 @@ def lab() -> Iterator[Lab]:
             the_lab.ensure_up(timeout=LAB_START_TIMEOUT_S)
         os.environ["KUBECONFIG"] = str(the_lab.kubeconfig)
         os.environ["PDLAB_PROMETHEUS_URL"] = the_lab.prometheus_url
+        # operators under test may read the lab's Prometheus (the operator's allow-list)
+        os.environ["PDSCALER_PROMETHEUS_ALLOWED_URLS"] = the_lab.prometheus_url
         yield the_lab
     finally:
         the_lab.unregister_user()
