@@ -259,11 +259,12 @@ def test_recommend_mode_publishes_the_same_decision_and_writes_no_deployment(
     assert auto.decision is not None
     assert rec.decision is not None
     assert (rec.decision.action, rec.decision.pool) == (auto.decision.action, auto.decision.pool)
-    assert (rec.decision.prefill, rec.decision.decode) == (
-        auto.decision.prefill,
-        auto.decision.decode,
-    )
+    # Two PDDeployments, two Prometheus reads a moment apart: N_D = 2 x 1500 / 560 = 5.36
+    # sits near a step, and a few percent of rate between the two windows moves it by one.
+    assert rec.decision.prefill == auto.decision.prefill
+    assert abs(rec.decision.decode - auto.decision.decode) <= 1
     assert auto.decision.decode > 1
+    assert rec.decision.decode > 1
     assert total(kube, namespace, "auto", Role.DECODE) == auto.decision.decode
     after = {
         d["metadata"]["name"]: (d["spec"]["replicas"], d["metadata"]["resourceVersion"])
