@@ -1,21 +1,26 @@
-"""`python -m pdlab demo` (`make demo`): the lab, the operator, the engine simulator and a
-shifting request mix, with the two pools rebalancing live.
+"""`python -m pdlab demo` (`make demo`): the lab, the operator, the engine simulator and
+real requests from a third-party client, with the two pools rebalancing live.
 
 Owns: the demo's sequence: the lab up (started only if it was not running), the CRD
-installed, the namespace, the engine simulator and the operator started as child
-processes (logs in the output directory), the demo PDDeployment applied
-(``deploy/demo/demo.yaml``, its Prometheus URL set to the lab's), one observation per
-second (engine simulator ``/status``, the PDDeployment's status and Events, the Ready
-pods) shown live and recorded, then the summary, ``summary.json``, ``timeline.csv``
-and ``demo.png``, and the clean-up: PDDeployment deleted (while the operator still runs,
-so a finalizer can be honoured), operator and simulator stopped by PID, the namespace
-deleted if the demo created it, the lab stopped if the demo started it and nobody else
-uses it. Must not: stop processes it did not start, or touch other namespaces.
+installed, the namespace, the engine simulator (``pdlab.demo_engine``: the pods served
+at their IPs, the router pods run) and the operator started as child processes (logs in
+the output directory), the demo PDDeployment applied (``deploy/demo/demo.yaml``, its
+Prometheus URL set to the lab's), the front Service's proxy (``pdlab.svcproxy``) on a
+local port, and, once one request went through it, aiperf replaying the scenario's
+trace (``pdlab.scenarios``' demo-http, Poisson arrivals per phase) through it; then one
+observation per second (the engines' queues, aiperf's and the engines' request records,
+the PDDeployment's status and Events, the Ready pods) shown live and recorded until
+aiperf is done; the summary, ``summary.json``, ``timeline.csv``, ``requests.jsonl`` and
+``demo.png``; and the clean-up: aiperf stopped, PDDeployment deleted (while the operator
+still runs, so a finalizer can be honoured), proxy, operator and simulator stopped by
+PID, the namespace deleted if the demo created it, the lab stopped if the demo started
+it and nobody else uses it. Must not: stop processes it did not start, or touch other
+namespaces.
 
-The scenario (``pdlab.scenarios``' demo): a warm-up ramp, chat (P:D about 1:1), long
-documents (the prefill pool must grow about tenfold relative to decode), a burst, a
-cool-down; 300 s, or ``--duration``/``--speed`` for a shorter run (the test uses 150 s),
-which also quickens the operator's window, interval and stabilization (``quicken``).
+The scenario: a warm-up ramp, chat (P:D about 1:1), long documents (prefill-heavy), a
+burst, a cool-down; 300 s, or ``--duration``/``--speed`` for a shorter run (the test
+uses 135 s), which also quickens the operator's window, interval and stabilization
+(``quicken``). Scenario time 0 is the first request's arrival at an engine.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 arrivals with a request mix, generated deterministically for a seed.
 
 Owns: the built-in scenarios (``chat``, ``long-docs``, ``burst`` and ``demo``: a
-warm-up ramp from 4 to 21 req/s, then the three in a row and a cool-down), their
+warm-up ramp from 4 to 21 req/s, then the three in a row and a cool-down; and
+``demo-http``, the same phases at the scale of real HTTP requests, which ``make demo``
+replays with aiperf: 1 -> 3 req/s, chat 3, long documents 2.5, burst 5.4), their
 sizing against the demo PDDeployment (``deploy/demo/demo.yaml``), shortening a
 scenario for a quick run (``scaled``), turning a scenario into a
 :class:`pdscaler.sim.traces.Trace`, and loading a real trace window for replay
