@@ -8,17 +8,18 @@ The scenario (pdlab.scenarios' demo-http scaled to 135 s, ~450 requests): warm-u
 P:D ~1:1 by the ratio model), long documents 40.5 s (2.5 req/s, ~330 words, 4 tokens:
 ~8:1), a burst 27 s (chat at 5.4 req/s), a cool-down 13.5 s; the operator's
 window/interval/stabilization quickened to 14 s/2 s/14 s. Judged on the second half of
-each phase (summary.json, pdlab.demo_report). Runs on a private lab (2 shared cores):
-P:D 1.01-1.34 in chat, 2.35-2.74 in long documents (prefill share 0.51-0.57 and
-0.70-0.73), decode 3.9 -> 3.8 -> 5.4 (chat, long documents, burst); aiperf 453
-requests, 0 failed, TTFT p50 0.96-1.05 s. With prefill min 1 and a TPOT SLO inside the
-engines' step-time bucket (80 ms), the chat phase carried the warm-up's backlog and
-decode grew on p95s read from that bucket: prefill share 0.62 in chat against 0.65 in
-long documents, and this test failed. Before the router ran round robin, its default cache_aware policy sent
-aiperf's prompts (one corpus, shared prefixes) to one prefill pod (150 of 320 requests,
-nine pods none) and TTFTs reached 70 s; before the engines served a pod from Running
-on and for 10 s after it left (a preStop sleep), 24 of 402 requests failed with
-"connection refused" at a new or leaving pod.
+each phase (summary.json, pdlab.demo_report). Two runs on a private lab (2 shared
+cores): P:D 1.01-1.08 in chat, 2.35-2.62 in long documents (prefill share 0.51-0.53
+and 0.70-0.72), decode 3.7-3.9 -> 3.5-3.8 -> 5.1-5.4 (chat, long documents, burst);
+aiperf 453 requests, 0 failed, TTFT p50 0.96-0.99 s. With prefill min 1 and a TPOT SLO
+inside the engines' step-time bucket (80 ms), the chat phase carried the warm-up's
+backlog and decode grew on p95s read from that bucket: prefill share 0.62 in chat
+against 0.65 in long documents, and this test failed. Before the router ran round
+robin, its default cache_aware policy sent aiperf's prompts (one corpus, shared
+prefixes) to one prefill pod (150 of 320 requests, nine pods none) and TTFTs reached
+70 s; before the engines served a pod from Running on and for 10 s after it left (a
+preStop sleep), 24 of 402 requests failed with "connection refused" at a new or
+leaving pod.
 """
 
 from __future__ import annotations
