@@ -1,21 +1,26 @@
-"""`python -m pdlab demo` (`make demo`): the lab, the operator, the engine simulator and a
-shifting request mix, with the two pools rebalancing live.
+"""`python -m pdlab demo` (`make demo`): the lab, the operator, the engine simulator and
+real requests from a third-party client, with the two pools rebalancing live.
 
 Owns: the demo's sequence: the lab up (started only if it was not running), the CRD
-installed, the namespace, the engine simulator and the operator started as child
-processes (logs in the output directory), the demo PDDeployment applied
-(``deploy/demo/demo.yaml``, its Prometheus URL set to the lab's), one observation per
-second (engine simulator ``/status``, the PDDeployment's status and Events, the Ready
-pods) shown live and recorded, then the summary, ``summary.json``, ``timeline.csv``
-and ``demo.png``, and the clean-up: PDDeployment deleted (while the operator still runs,
-so a finalizer can be honoured), operator and simulator stopped by PID, the namespace
-deleted if the demo created it, the lab stopped if the demo started it and nobody else
-uses it. Must not: stop processes it did not start, or touch other namespaces.
+installed, the namespace, the engine simulator (``pdlab.demo_engine``: the pods served
+at their IPs, the router pods run) and the operator started as child processes (logs in
+the output directory), the demo PDDeployment applied (``deploy/demo/demo.yaml``, its
+Prometheus URL set to the lab's), the front Service's proxy (``pdlab.svcproxy``) on a
+local port, and, once one request went through it, aiperf replaying the scenario's
+trace (``pdlab.scenarios``' demo-http, Poisson arrivals per phase) through it; then one
+observation per second (the engines' queues, aiperf's and the engines' request records,
+the PDDeployment's status and Events, the Ready pods) shown live and recorded until
+aiperf is done; the summary, ``summary.json``, ``timeline.csv``, ``requests.jsonl`` and
+``demo.png``; and the clean-up: aiperf stopped, PDDeployment deleted (while the operator
+still runs, so a finalizer can be honoured), proxy, operator and simulator stopped by
+PID, the namespace deleted if the demo created it, the lab stopped if the demo started
+it and nobody else uses it. Must not: stop processes it did not start, or touch other
+namespaces.
 
-The scenario (``pdlab.scenarios``' demo): a warm-up ramp, chat (P:D about 1:1), long
-documents (the prefill pool must grow about tenfold relative to decode), a burst, a
-cool-down; 300 s, or ``--duration``/``--speed`` for a shorter run (the test uses 150 s),
-which also quickens the operator's window, interval and stabilization (``quicken``).
+The scenario: a warm-up ramp, chat (P:D about 1:1), long documents (prefill-heavy), a
+burst, a cool-down; 300 s, or ``--duration``/``--speed`` for a shorter run (the test
+uses 135 s), which also quickens the operator's window, interval and stabilization
+(``quicken``). Scenario time 0 is the first request's arrival at an engine.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import socket
 import sys
 import time
 import urllib.request
@@ -34,7 +40,7 @@ from typing import Any, cast
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from pdlab import demo_report, demo_view, scenarios
+from pdlab import demo_report, demo_traffic, demo_view, loadclient, scenarios
 from pdlab.config import REPO_DIR
 from pdlab.kubeclient import (
     Kube,
@@ -47,13 +53,36 @@ from pdlab.kubeclient import (
 )
 from pdlab.lab import Lab, LabError
 from pdlab.processes import Child
+from pdlab.svcproxy import SvcProxy
 from pdscaler.naming import LABEL_NAME, LABEL_ROLE
 from pdscaler.spec import GROUP, PLURAL, VERSION, PDDeployment, parse_duration
 
 DEFAULT_MANIFEST = REPO_DIR / "deploy" / "demo" / "demo.yaml"
-FULL_DEMO_S = scenarios.get("demo").duration_s
+#: The scenario aiperf replays (``pdlab.scenarios``): the demo's phases at HTTP scale.
+SCENARIO = "demo-http"
+FULL_DEMO_S = scenarios.get(SCENARIO).duration_s
+#: From the PDDeployment applied to a first request through the front Service.
 POOLS_UP_TIMEOUT_S = 120.0
+#: aiperf's start-up (its services and workers) before the first request goes out.
+AIPERF_START_S = 90.0
+#: How long aiperf may run past the scenario's end (its last requests finish).
+AIPERF_FINISH_S = 90.0
 CLEANUP_TIMEOUT_S = 60.0
+#: Why the client's and the operator's latencies differ (summary.json says it too).
+LATENCY_SOURCES = (
+    "client: aiperf's per-request TTFT and inter-token latency, p95 over the requests "
+    "finished in the last 15 s; the TTFT includes the front Service, the router's two legs "
+    "(prefill, then decode) and the KV hand-off. operator: the PDDeployment status' TTFT "
+    "and TPOT, from Prometheus: per-pod vLLM histograms (prefill and decode pods each "
+    "observing their own part) over the metrics window, as the operator reads them."
+)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the front Service's local address)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class DemoError(RuntimeError):
@@ -72,11 +101,12 @@ def operator_argv(namespace: str, metrics_port: int = 0) -> list[str]:
     ]  # fmt: skip
 
 
-def engine_sim_argv(args: argparse.Namespace, name: str, duration_s: float) -> list[str]:
+def engine_sim_argv(args: argparse.Namespace, name: str) -> list[str]:
+    """The demo's engine simulator (``pdlab.demo_engine``): real requests only, the
+    router pods run, its control port ``args.port``."""
     return [
-        sys.executable, "-m", "pdlab", "engine-sim", "--namespace", args.namespace,
-        "--name", name, "--scenario", "demo", "--duration", f"{duration_s:g}",
-        "--port", str(args.port), "--seed", str(args.seed),
+        sys.executable, "-m", "pdlab.demo_engine", "--namespace", args.namespace,
+        "--name", name, "--port", str(args.port),
     ]  # fmt: skip
 
 
@@ -188,6 +218,16 @@ def _event_time(ev: Any) -> float:
     return float(stamp.timestamp()) if stamp is not None else 0.0
 
 
+def engine_doc(port: int) -> dict[str, Any] | None:
+    """The engine simulator's whole /status (None if unreachable)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2.0) as resp:
+            doc: dict[str, Any] = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    return doc
+
+
 def engine_status(port: int) -> dict[str, Any] | None:
     """The engine simulator's /status for the demo's PDDeployment (None if unreachable)."""
     try:
@@ -213,7 +253,8 @@ class Demo:
         self.args = args
         speed = args.speed if args.speed and args.speed > 0 else 1.0
         self.duration = (args.duration or FULL_DEMO_S) / (1.0 if args.duration else speed)
-        self.scenario = scenarios.scaled(scenarios.get("demo"), self.duration)
+        self.scenario = scenarios.scaled(scenarios.get(SCENARIO), self.duration)
+        self.trace_rows = loadclient.trace_rows(scenarios.generate(self.scenario, args.seed))
         self.out: Path = args.out
         self.lab = Lab()
         self.started_lab = False
@@ -225,6 +266,13 @@ class Demo:
         self.events = EventLog()
         self.slo = (2.0, 0.05)
         self.started_wall: float | None = None
+        self.front = 0
+        self.proxy: SvcProxy | None = None
+        self.client: loadclient.AiPerf | None = None
+        self.aiperf: Child | None = None
+        self.client_log = demo_traffic.ClientLog(self.out / "aiperf" / "artifacts")
+        self.engine_log = demo_traffic.EngineLog(args.port)
+        self.result: loadclient.Result | None = None
 
     # ------------------------------------------------------------- set-up
     def setup(self) -> None:
@@ -256,7 +304,7 @@ class Demo:
             "PDSCALER_PROMETHEUS_ALLOWED_URLS": self.lab.prometheus_url,
             "PYTHONUNBUFFERED": "1",
         }
-        sim = Child("engine-sim", engine_sim_argv(self.args, self.name, self.duration),
+        sim = Child("engine-sim", engine_sim_argv(self.args, self.name),
                     self.out / "engine-sim.log")  # fmt: skip
         op = Child("operator", operator_argv(ns), self.out / "operator.log")
         for child in (sim, op):
@@ -264,9 +312,41 @@ class Demo:
             self.children.append(child)
             self._say(f"started {child.name} (pid {child.pid}, log {child.log})")
         apply_pdd(self.kube, manifest)  # its pods take seconds: overlaps the children's start
-        self._say(f"applied PDDeployment {ns}/{self.name}; the scenario starts when both pools "
-                  "have a Ready pod")  # fmt: skip
+        self.front = free_port()
+        proxy_log = (self.out / "svcproxy.log").open("a")
+
+        def say(line: str) -> None:
+            proxy_log.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+            proxy_log.flush()
+
+        self.proxy = SvcProxy(self.lab.kubeconfig, ns, self.name, self.front, say=say).start()
+        self._say(f"applied PDDeployment {ns}/{self.name}; its front Service {self.name} on "
+                  f"http://127.0.0.1:{self.front}; aiperf starts when a request goes through "
+                  f"(router -> prefill -> decode)")  # fmt: skip
+        self.client = loadclient.AiPerf.ensure()
         wait_until(self._engine_sim_up, 60, "the engine simulator", error=_demo_error)
+
+    # ------------------------------------------------------------- traffic
+    def _start_client(self) -> None:
+        assert self.client is not None
+        self.engine_log.poll()  # the probes' records stay out of the scenario's
+        self.engine_log.prefill.clear()
+        self.engine_log.decode.clear()
+        workdir = self.out / "aiperf"
+        proc = self.client.start(f"http://127.0.0.1:{self.front}", self.trace_rows, workdir)
+        self.aiperf = Child("aiperf", ["aiperf", "profile"], workdir / "aiperf.log", proc)
+        rate = len(self.trace_rows) / self.duration
+        self._say(f"aiperf (pid {proc.pid}) replays {len(self.trace_rows)} requests over "
+                  f"{self.duration:.0f}s ({rate:.1f} req/s on average); log "
+                  f"{workdir / 'aiperf.log'}")  # fmt: skip
+
+    def _scenario_time(self, now: float) -> float | None:
+        if self.started_wall is None:
+            first = self.engine_log.first_arrival()
+            if first is None:
+                return None
+            self.started_wall = first - (self.trace_rows[0].at if self.trace_rows else 0.0)
+        return now - self.started_wall
 
     # ------------------------------------------------------------- the loop
     def observe(self) -> demo_view.Snapshot:
@@ -276,27 +356,45 @@ class Demo:
         status = (pdd or {}).get("status") or {}
         pods = ready_pods(self.kube, ns, self.name)
         self.events.poll(self.kube, ns, self.name, pdd)
-        sim = engine_status(self.args.port) or {}
-        if sim.get("started_wall") and self.started_wall is None:
-            self.started_wall = float(sim["started_wall"])
+        sim = engine_doc(self.args.port) or {}
+        now = time.time()
+        if self.aiperf is not None:
+            self.engine_log.poll()
+            self.client_log.poll()
+        t = self._scenario_time(now) if self.aiperf is not None else None
+        queues = sim.get("queues") or {}
         return demo_view.Snapshot(
-            phase=sim.get("phase"),
-            scenario_time_s=sim.get("scenario_time_s"),
+            phase=None if t is None else (self.scenario.phase_at(t) or "done"),
+            scenario_time_s=t,
             duration_s=self.duration,
-            request_rate=sim.get("request_rate"),
+            request_rate=self.engine_log.served_rate(now) if t is not None else None,
             prefill_ready=pods["prefill"],
             decode_ready=pods["decode"],
             prefill_desired=(status.get("prefill") or {}).get("desiredReplicas"),
             decode_desired=(status.get("decode") or {}).get("desiredReplicas"),
-            prefill_queue=sim.get("prefill_queue"),
-            decode_queue=sim.get("decode_queue"),
-            ttft_p95_s=sim.get("ttft_p95_s"),
-            tpot_p95_s=sim.get("tpot_p95_s"),
+            prefill_queue=queues.get("prefill"),
+            decode_queue=queues.get("decode"),
+            ttft_p95_s=self.client_log.p95("ttft_s", now),
+            tpot_p95_s=self.client_log.p95("itl_s", now),
             operator_ttft=status.get("ttft"),
             operator_tpot=status.get("tpot"),
             operator_ratio=status.get("ratio"),
             decisions=[(when, text) for _, when, text in self.events.entries],
             slo=self.slo,
+            client=self._client_line(),
+        )
+
+    def _client_line(self) -> str:
+        if self.aiperf is None:
+            return "aiperf: waiting for the front Service to answer"
+        done = len(self.client_log.records)
+        if not done and self.started_wall is None:
+            return "aiperf: starting (its workers take 10-20 s)"
+        return (
+            f"aiperf: {done}/{len(self.trace_rows)} requests done, "
+            f"{self.client_log.errors()} failed; engines: "
+            f"{len(self.engine_log.decode)} served, {self.engine_log.pairing_errors} "
+            "pairing errors"
         )
 
     def _engine_sim_up(self) -> bool:
@@ -312,7 +410,7 @@ class Demo:
                 )
 
     def play(self) -> None:
-        """Observe once a second until the scenario is over; show it live."""
+        """Observe once a second until aiperf has replayed the scenario; show it live."""
         live_ok = not self.args.no_live and sys.stdout.isatty()
         deadline_start = time.monotonic() + POOLS_UP_TIMEOUT_S
         title = f"pdscaler demo · {self.args.namespace}/{self.name}"
@@ -326,6 +424,17 @@ class Demo:
             while True:
                 tick = time.monotonic()
                 self._check_children()
+                if self.aiperf is None:
+                    assert self.kube is not None
+                    up = ready_pods(self.kube, self.args.namespace, self.name)
+                    if up["prefill"] and up["decode"] and demo_traffic.probe_completion(self.front):
+                        self._start_client()
+                    elif tick > deadline_start:
+                        op = self.children[-1]
+                        raise DemoError(
+                            "demo: no request went through the front Service within "
+                            f"{POOLS_UP_TIMEOUT_S:.0f}s; operator log {op.log}:\n{op.tail()}"
+                        )
                 snap = self.observe()
                 self.observations.append(Observation(time.time(), snap))
                 if live is not None:
@@ -333,15 +442,27 @@ class Demo:
                 elif tick - last_line >= 5.0:
                     print(demo_view.line(snap), flush=True)
                     last_line = tick
-                if snap.scenario_time_s is None and tick > deadline_start:
-                    op = self.children[-1]
-                    raise DemoError(
-                        "demo: the pools did not get a Ready prefill and decode pod within "
-                        f"{POOLS_UP_TIMEOUT_S:.0f}s; operator log {op.log}:\n{op.tail()}"
-                    )
-                if snap.scenario_time_s is not None and snap.scenario_time_s >= self.duration:
+                if self.aiperf is not None and not self.aiperf.alive():
                     break
+                t = snap.scenario_time_s
+                if t is None and self.aiperf is not None and tick > deadline_start + AIPERF_START_S:
+                    raise DemoError(f"demo: aiperf sent nothing; log {self.aiperf.log}:\n"
+                                    f"{self.aiperf.tail()}")  # fmt: skip
+                if t is not None and t > self.duration + AIPERF_FINISH_S:
+                    raise DemoError(
+                        f"demo: aiperf still runs {AIPERF_FINISH_S:.0f}s after the scenario's "
+                        f"end; log {self.aiperf.log if self.aiperf else '-'}"
+                    )
                 time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+        assert self.aiperf is not None
+        assert self.aiperf.proc is not None
+        self.engine_log.poll()
+        self.client_log.poll()
+        code = self.aiperf.proc.poll()
+        try:
+            self.result = loadclient.AiPerf.result(self.out / "aiperf")
+        except FileNotFoundError as err:
+            raise DemoError(f"demo: aiperf exited with code {code}: {err}") from None
         if not live_ok:
             for _, when, text in self.events.entries:
                 print(f"  {when} {text}")
@@ -362,6 +483,8 @@ class Demo:
                 tpot_p95_s=o.snapshot.tpot_p95_s,
                 prefill_queue=o.snapshot.prefill_queue,
                 decode_queue=o.snapshot.decode_queue,
+                operator_ttft_s=demo_traffic.seconds(o.snapshot.operator_ttft),
+                operator_tpot_s=demo_traffic.seconds(o.snapshot.operator_tpot),
             )
             for o in self.observations
         ]
@@ -373,16 +496,30 @@ class Demo:
         t0 = self.started_wall or 0.0
         decisions = [(wall - t0, text) for wall, _, text in self.events.entries]
         demo_report.write_timeline(self.out / "timeline.csv", rows)
+        result = self.result
         demo_report.write_summary(
             self.out / "summary.json",
             {
                 "namespace": self.args.namespace,
                 "name": self.name,
+                "scenario": SCENARIO,
                 "scenario_duration_s": self.duration,
                 "wall_seconds": wall_s,
                 "decisions": [{"t": t, "text": text} for t, text in decisions],
-                "processes": {c.name: c.pid for c in self.children},
+                "processes": {c.name: c.pid for c in [*self.children, self.aiperf] if c},
                 "slo": {"ttft_s": self.slo[0], "tpot_s": self.slo[1]},
+                "sent": len(self.trace_rows),
+                "aiperf": None
+                if result is None
+                else {
+                    "requests": result.requests,
+                    "errors": result.errors,
+                    "ttft_ms": result.ttft_ms,
+                    "itl_ms": result.itl_ms,
+                    "latency_ms": result.latency_ms,
+                },
+                "requests": self.engine_log.path_check(),
+                "latency_sources": LATENCY_SOURCES,
             },
             summaries,
         )
@@ -399,8 +536,17 @@ class Demo:
 
         table = Table(title=f"demo summary: {decisions} decisions, {wall_s:.0f}s wall clock")
         table.add_column("phase", no_wrap=True)
-        for col in ("time s", "P", "D", "P:D", "P share", "GPUs", "TTFT p95", "TPOT p95"):
+        for col in ("time s", "P", "D", "P:D", "P share", "GPUs", "TTFT p95 client / operator",
+                    "TPOT p95 client / operator"):  # fmt: skip
             table.add_column(col, justify="right", no_wrap=True)
+
+        def pair(client: float | None, operator: float | None, scale: float, unit: str) -> str:
+            digits = 2 if unit == "s" else 0
+            texts = [
+                "-" if v is None else f"{v * scale:.{digits}f}{unit}" for v in (client, operator)
+            ]
+            return " / ".join(texts)
+
         for s in summaries:
             table.add_row(
                 s.name,
@@ -410,14 +556,34 @@ class Demo:
                 "-" if s.ratio is None else f"{s.ratio:.2f}",
                 "-" if s.prefill_share is None else f"{s.prefill_share:.2f}",
                 str(s.max_gpus),
-                "-" if s.ttft_p95_s is None else f"{s.ttft_p95_s:.2f}s",
-                "-" if s.tpot_p95_s is None else f"{s.tpot_p95_s * 1000:.0f}ms",
+                pair(s.ttft_p95_s, s.operator_ttft_s, 1.0, "s"),
+                pair(s.tpot_p95_s, s.operator_tpot_s, 1000.0, "ms"),
             )
-        console = Console(width=None if sys.stdout.isatty() else 120)
+        console = Console(width=None if sys.stdout.isatty() else 140)
         console.print(table)
+        if self.result is not None:
+            r = self.result
+            console.print(
+                f"aiperf: {r.requests} requests, {r.errors} failed; TTFT p50 "
+                f"{r.ttft_ms.get('p50', float('nan')):.0f} ms p99 "
+                f"{r.ttft_ms.get('p99', float('nan')):.0f} ms; ITL p50 "
+                f"{r.itl_ms.get('p50', float('nan')):.0f} ms p99 "
+                f"{r.itl_ms.get('p99', float('nan')):.0f} ms"
+            )
+        check = self.engine_log.path_check()
+        with (self.out / "requests.jsonl").open("w") as fh:
+            for rec in self.engine_log.prefill + self.engine_log.decode:
+                fh.write(json.dumps(rec) + "\n")
+        console.print(
+            f"engines: {check['decode_records']} requests served, cells {check['cells']}, "
+            f"{check['mixed']} across cells, {check['without_kv_transfer']} without the KV "
+            f"hand-off, {check['pairing_errors']} pairing errors"
+        )
         console.print(
             "P, D: mean ready replicas over each phase's second half; GPUs: the most in use; "
-            f"TTFT/TPOT: client-side p95. Results in {self.out}"
+            "TTFT/TPOT client: aiperf's p95 over 15 s of finished requests (router legs and "
+            "KV hand-off included), operator: what its status showed (Prometheus, per-pod "
+            f"histograms over its window). Results in {self.out}"
         )
 
     # ------------------------------------------------------------- clean-up
@@ -425,6 +591,8 @@ class Demo:
         """Undo everything the demo did; the problems met (empty when all went well)."""
         problems: list[str] = []
         ns = self.args.namespace
+        if self.aiperf is not None:
+            self.aiperf.stop()
         if self.kube is not None:
             try:
                 with contextlib.suppress(ApiException):
@@ -440,6 +608,8 @@ class Demo:
                 )
             except (DemoError, ApiException, OSError) as err:
                 problems.append(str(err))
+        if self.proxy is not None:
+            self.proxy.stop()
         for child in reversed(self.children):
             child.stop()
         if self.kube is not None and self.created_ns:

@@ -1,7 +1,8 @@
 """The demo's record and its report: the timeline, the per-phase summary, the plot.
 
 Owns: ``Row`` (one observation per second: the scenario phase, each pool's ready and
-desired replicas, client-side TTFT/TPOT, queues), ``summarize`` (per phase: replicas,
+desired replicas, client-side TTFT/TPOT (aiperf), the operator's TTFT/TPOT (its status,
+from Prometheus), queues), ``summarize`` (per phase: replicas,
 P:D ratio and prefill share over the settled second half of the phase), and writing
 ``timeline.csv``, ``summary.json`` and ``demo.png``. Must not: talk to Kubernetes, the
 engine simulator or the operator (``pdlab.demo`` does), or read clocks.
@@ -38,6 +39,8 @@ class Row:
     tpot_p95_s: float | None
     prefill_queue: float | None
     decode_queue: float | None
+    operator_ttft_s: float | None = None
+    operator_tpot_s: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -59,6 +62,8 @@ class PhaseSummary:
     max_gpus: int
     ttft_p95_s: float | None
     tpot_p95_s: float | None
+    operator_ttft_s: float | None = None
+    operator_tpot_s: float | None = None
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -78,7 +83,8 @@ def summarize_phase(
 ) -> PhaseSummary:
     """The phase's settled half: rows with ``start + (end-start)/2 <= t < end``.
     ``ratio`` is mean prefill / mean decode; ``ttft_p95_s``/``tpot_p95_s`` are the
-    medians of the per-second 15 s p95s seen there."""
+    medians of the per-second client-side 15 s p95s seen there, ``operator_ttft_s``/
+    ``operator_tpot_s`` the medians of what the operator's status showed."""
     half = [r for r in rows if start + (end - start) / 2.0 <= r.t < end]
     p = _mean([r.prefill_ready for r in half]) or 0.0
     d = _mean([r.decode_ready for r in half]) or 0.0
@@ -100,6 +106,8 @@ def summarize_phase(
         ),
         ttft_p95_s=_median([r.ttft_p95_s for r in half if r.ttft_p95_s is not None]),
         tpot_p95_s=_median([r.tpot_p95_s for r in half if r.tpot_p95_s is not None]),
+        operator_ttft_s=_median([r.operator_ttft_s for r in half if r.operator_ttft_s is not None]),
+        operator_tpot_s=_median([r.operator_tpot_s for r in half if r.operator_tpot_s is not None]),
     )
 
 
@@ -140,7 +148,8 @@ def plot(
     decisions: Sequence[tuple[float, str]] = (),
 ) -> None:
     """``demo.png``: replicas per pool (ready solid, desired dashed) with the decisions
-    as ticks, the P:D ratio, and client-side TTFT/TPOT p95 against the SLO, with the
+    as ticks, the P:D ratio, and TTFT/TPOT (client p95 solid, the operator's dashed)
+    against the SLO, with the
     scenario's phases shaded."""
     import matplotlib
 
@@ -171,14 +180,19 @@ def plot(
     if ratio:
         ax_ratio.plot(*zip(*ratio, strict=True), c="C2")
     ax_ratio.set_ylabel("P:D ratio (ready)")
-    for attr, colour, label in (("ttft_p95_s", "C3", "TTFT p95"), ("tpot_p95_s", "C4", "TPOT p95")):
+    for attr, colour, style, label in (
+        ("ttft_p95_s", "C3", "-", "TTFT p95 client"),
+        ("tpot_p95_s", "C4", "-", "TPOT p95 client"),
+        ("operator_ttft_s", "C3", "--", "TTFT operator"),
+        ("operator_tpot_s", "C4", "--", "TPOT operator"),
+    ):
         pts = [(r.t, getattr(r, attr)) for r in rows if getattr(r, attr) is not None]
         if pts:
-            ax_lat.plot(*zip(*pts, strict=True), c=colour, label=label)
+            ax_lat.plot(*zip(*pts, strict=True), c=colour, ls=style, label=label)
     ax_lat.axhline(slo[0], c="C3", ls=":", label=f"TTFT SLO {slo[0]:g}s")
     ax_lat.axhline(slo[1], c="C4", ls=":", label=f"TPOT SLO {slo[1] * 1000:g}ms")
     ax_lat.set_yscale("log")
-    ax_lat.set_ylabel("seconds (client side, 15 s window)")
+    ax_lat.set_ylabel("seconds (client: 15 s; operator: Prometheus)")
     ax_lat.set_xlabel("seconds since the scenario started")
     ax_lat.legend(loc="upper left", fontsize=8, ncol=2)
     fig.suptitle("pdscaler demo: prefill/decode pools following the request mix")

@@ -1,7 +1,8 @@
 """The demo's live view: what one look at the screen should tell.
 
-Owns: ``Snapshot`` (what the demo loop read this second: the engine simulator's phase
-and client-side latencies, the PDDeployment's status, the pods) and rendering it, as a
+Owns: ``Snapshot`` (what the demo loop read this second: the scenario's phase, the
+client-side latencies aiperf measured, the engines' queues, the PDDeployment's status
+with the operator's own TTFT/TPOT, the pods) and rendering it, as a
 rich renderable for a terminal or as one plain log line otherwise. Must not: fetch
 anything or keep state between calls.
 """
@@ -38,6 +39,7 @@ class Snapshot:
     operator_ratio: str | None
     decisions: Sequence[tuple[str, str]]  # (clock time, sentence), newest last
     slo: tuple[float, float]
+    client: str = ""  # aiperf's and the engines' request counts, one sentence
 
 
 def _s(value: float | None, unit: str = "s", scale: float = 1.0, digits: int = 2) -> str:
@@ -61,7 +63,8 @@ def line(s: Snapshot) -> str:
         f"  P {s.prefill_ready}/{_count(s.prefill_desired)}"
         f"  D {s.decode_ready}/{_count(s.decode_desired)}"
         f"  P:D {ratio_text(s.prefill_ready, s.decode_ready)}"
-        f"  TTFT p95 {_s(s.ttft_p95_s)}  TPOT p95 {_s(s.tpot_p95_s, 'ms', 1000, 0)}"
+        f"  client TTFT p95 {_s(s.ttft_p95_s)} TPOT p95 {_s(s.tpot_p95_s, 'ms', 1000, 0)}"
+        f"  operator TTFT {s.operator_ttft or '-'} TPOT {s.operator_tpot or '-'}"
         f"  queues P {_s(s.prefill_queue, '', digits=0)} D {_s(s.decode_queue, '', digits=0)}"
     )
 
@@ -85,15 +88,16 @@ def render(s: Snapshot, title: str) -> RenderableType:
         (_s(s.request_rate, " req/s", digits=1), "bold"),
     )
     pools = Table(expand=True, show_edge=False)
-    for col in ("pool", "ready", "desired", "queue", "latency p95 (client)", "SLO"):
+    for col in ("pool", "ready", "desired", "queue", "p95 client (aiperf)", "operator", "SLO"):
         pools.add_column(col, justify="right" if col != "pool" else "left")
     ttft = (_latency(s.ttft_p95_s, s.slo[0], "s", 1.0, 2), f"TTFT {s.slo[0]:g}s")
     tpot = (_latency(s.tpot_p95_s, s.slo[1], "ms", 1000.0, 0), f"TPOT {s.slo[1] * 1000:g}ms")
-    for pool, ready, desired, queue, (latency, slo) in (
-        ("prefill", s.prefill_ready, s.prefill_desired, s.prefill_queue, ttft),
-        ("decode", s.decode_ready, s.decode_desired, s.decode_queue, tpot),
+    for pool, ready, desired, queue, (latency, slo), seen in (
+        ("prefill", s.prefill_ready, s.prefill_desired, s.prefill_queue, ttft, s.operator_ttft),
+        ("decode", s.decode_ready, s.decode_desired, s.decode_queue, tpot, s.operator_tpot),
     ):
-        pools.add_row(pool, str(ready), _count(desired), _s(queue, "", digits=0), latency, slo)
+        queue_text = _s(queue, "", digits=0)
+        pools.add_row(pool, str(ready), _count(desired), queue_text, latency, seen or "-", slo)
     ratio = Text.assemble(
         ("P:D ready ", "dim"),
         (ratio_text(s.prefill_ready, s.decode_ready), "bold magenta"),
@@ -118,6 +122,7 @@ def render(s: Snapshot, title: str) -> RenderableType:
             pools,
             Text(""),
             ratio,
+            Text(s.client, style="dim"),
             Text(""),
             Panel(log, title="decisions (newest last)", border_style="dim"),
         ),

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pdlab.config import cache_dir
+from pdscaler.sim.traces import Trace
 
 AIPERF_VERSION = "0.13.0"
 TOKENIZER_NAME = "local/pdlab-bpe"
@@ -77,6 +78,15 @@ class Result:
     itl_ms: dict[str, float] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+
+
+def trace_rows(trace: Trace) -> list[TraceRow]:
+    """A trace (e.g. ``pdlab.scenarios.generate``'s, Poisson arrivals per phase) as the
+    rows aiperf replays: arrival seconds, prompt and output tokens, in order."""
+    return [
+        TraceRow(float(at), int(p), int(o))
+        for at, p, o in zip(trace.arrival, trace.prompt, trace.output, strict=True)
+    ]
 
 
 def write_mooncake(rows: list[TraceRow], path: Path) -> Path:

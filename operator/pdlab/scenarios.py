@@ -2,7 +2,9 @@
 arrivals with a request mix, generated deterministically for a seed.
 
 Owns: the built-in scenarios (``chat``, ``long-docs``, ``burst`` and ``demo``: a
-warm-up ramp from 4 to 21 req/s, then the three in a row and a cool-down), their
+warm-up ramp from 4 to 21 req/s, then the three in a row and a cool-down; and
+``demo-http``, the same phases at the scale of real HTTP requests, which ``make demo``
+replays with aiperf: 1 -> 3 req/s, chat 3, long documents 2.5, burst 5.4), their
 sizing against the demo PDDeployment (``deploy/demo/demo.yaml``), shortening a
 scenario for a quick run (``scaled``), turning a scenario into a
 :class:`pdscaler.sim.traces.Trace`, and loading a real trace window for replay
@@ -117,6 +119,32 @@ WARM_UP_RATE = 4.0
 LONG_DOCS_RATE = 14.0
 BURST_FACTOR = 2.2
 
+#: The demo over real HTTP (client -> front Service -> router -> engines): every output
+#: token is one SSE chunk through the router, so the scale is a few req/s and outputs of
+#: tens of tokens on two cores. Tokens here are aiperf's (its BPE); the simulated engines
+#: count whitespace words, about 0.75 of them (``deploy/demo/demo.yaml`` is sized in
+#: words). Chat ~1:1, long documents prefill-heavy, as in ``demo``.
+HTTP_CHAT = Mix(
+    prompt_mean=160.0,
+    output_mean=16.0,
+    prompt_sigma=0.4,
+    output_sigma=0.4,
+    prompt_range=(24, 480),
+    output_range=(4, 48),
+)
+HTTP_LONG_DOCS = Mix(
+    prompt_mean=480.0,
+    output_mean=4.0,
+    prompt_sigma=0.2,
+    output_sigma=0.3,
+    prompt_range=(240, 900),
+    output_range=(2, 10),
+)
+HTTP_CHAT_RATE = 3.0
+HTTP_WARM_UP_RATE = 1.0
+HTTP_LONG_DOCS_RATE = 2.5
+HTTP_BURST_FACTOR = 1.8
+
 SCENARIOS: dict[str, Scenario] = {
     "chat": Scenario("chat", (Phase("chat", 300.0, CHAT_RATE, CHAT),)),
     "long-docs": Scenario("long-docs", (Phase("long-docs", 300.0, LONG_DOCS_RATE, LONG_DOCS),)),
@@ -136,6 +164,18 @@ SCENARIOS: dict[str, Scenario] = {
             Phase("long-docs", 105.0, LONG_DOCS_RATE, LONG_DOCS),
             Phase("burst", 60.0, CHAT_RATE * BURST_FACTOR, CHAT),
             Phase("cool-down", 30.0, CHAT_RATE, CHAT),
+        ),
+    ),
+    "demo-http": Scenario(
+        "demo-http",
+        (
+            # a slower ramp than demo's: a replica here takes ~10x longer per request,
+            # so a backlog built while the pools grow takes longer to drain
+            Phase("warm-up", 45.0, HTTP_CHAT_RATE, HTTP_CHAT, rate_from=HTTP_WARM_UP_RATE),
+            Phase("chat", 75.0, HTTP_CHAT_RATE, HTTP_CHAT),
+            Phase("long-docs", 90.0, HTTP_LONG_DOCS_RATE, HTTP_LONG_DOCS),
+            Phase("burst", 60.0, HTTP_CHAT_RATE * HTTP_BURST_FACTOR, HTTP_CHAT),
+            Phase("cool-down", 30.0, HTTP_CHAT_RATE, HTTP_CHAT),
         ),
     ),
 }
