@@ -96,10 +96,16 @@ def scales_within_two_ticks(kube: Kube, namespace: str, name: str, rt: Any, feed
     """Once the cell serves at 1 / 1 (every pod Ready), R 1 -> 4: both pools at 4 after
     at most two ticks that started after the change (plus the one that may be running
     when it happens)."""
-    assert wait_stable(kube, namespace, name, hold=1.0, timeout=30) == (1, 1)
+    # the cell starts decode first: prefill follows once a decode pod is Ready, so a
+    # stable (0, 1) can be seen on the way (under load); wait for the 1 / 1 it settles at
+    wait_for(
+        lambda: wait_stable(kube, namespace, name, hold=1.0, timeout=30) == (1, 1),
+        60,
+        "the cell stable at 1 / 1",
+    )
     before = rt.ticks
     feed.set(HIGH)
-    wait_for(lambda: all(total(kube, namespace, name, r) >= 4 for r in Role), 10, "4 / 4 after R 4")
+    wait_for(lambda: all(total(kube, namespace, name, r) >= 4 for r in Role), 30, "4 / 4 after R 4")
     assert rt.ticks - before <= 3, f"took {rt.ticks - before} ticks"
 
 
