@@ -15,7 +15,6 @@ hand-off; (b) a decode handed the KV of another revision's prefill is a pairing 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -29,10 +28,10 @@ import pytest
 from pdlab import prometheus
 from pdlab.lab import Lab
 from pdlab.podrunner import NotAllowedError, resolve, with_host
-from pdlab.svcproxy import SvcProxy, ready_endpoints, selected_endpoints
+from pdlab.svcproxy import ready_endpoints, selected_endpoints
 from pdscaler import router
 from pdscaler.objects import Meta
-from support.labkit import Kube, free_port, gpu_deployment, wait_for
+from support.labkit import Kube, gpu_deployment, request_path, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "chat"
@@ -164,21 +163,8 @@ def cell(lab: Lab, kube: Kube, namespace: str) -> Iterator[tuple[int, int]]:
         _create(kube, obj)
     kube.apps.create_namespaced_deployment(namespace, cast(Any, router_deployment(namespace, "r1")))
     kube.core.create_namespaced_service(namespace, cast(Any, front_service()))
-    control = free_port()
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "pdlab", "engine-sim", "--namespace", namespace,
-         "--port", str(control)],
-        cwd=REPO,
-    )  # fmt: skip
-    front = free_port()
-    proxy = SvcProxy(lab.kubeconfig, namespace, NAME, front, say=print)
-    proxy.start()
-    try:
+    with request_path(lab, namespace, NAME) as (front, control, _):
         yield front, control
-    finally:
-        proxy.stop()
-        sim.terminate()
-        assert sim.wait(30) == 0
 
 
 def test_a_streamed_completion_flows_router_prefill_decode_of_one_cell(

@@ -25,8 +25,6 @@ here: 300 requests, 0 failed, both cells served together for 4.3 s (17 requests)
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -42,7 +40,7 @@ from pdlab.loadclient import AiPerf, TraceRow
 from pdlab.svcproxy import SvcProxy
 from pdscaler import naming
 from pdscaler.observe import is_ready, labels, terminating
-from support.labkit import Kube, free_port, rbac_allows, wait_for
+from support.labkit import Kube, rbac_allows, request_path, wait_for
 from support.opkit import create_pdd, operator_runtime, patch_spec, pod_dicts, ticking
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,23 +80,12 @@ def served(lab: Lab, kube: Kube, crd: str, namespace: str) -> Iterator[tuple[int
     """The PDDeployment applied and the operator ticking; the engine simulator (with the
     pod runner for router pods) and the front Service's proxy; (front port, sim port)."""
     create_pdd(kube, namespace, scaled_chat(namespace, lab.prometheus_url))
-    control = free_port()
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "pdlab", "engine-sim", "--namespace", namespace,
-         "--port", str(control)],
-        cwd=REPO,
-    )  # fmt: skip
-    front = free_port()
-    proxy = SvcProxy(lab.kubeconfig, namespace, NAME, front, say=print)
-    proxy.start()
     rt = operator_runtime(lab)
-    try:
-        with ticking(rt, namespace, NAME, period=1.0):
-            yield front, control, proxy
-    finally:
-        proxy.stop()
-        sim.terminate()
-        sim.wait(30)
+    with (
+        request_path(lab, namespace, NAME) as (front, control, proxy),
+        ticking(rt, namespace, NAME, period=1.0),
+    ):
+        yield front, control, proxy
 
 
 def completion(front: int, max_tokens: int = 8) -> str | None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from pdlab.config import REPO_DIR
 from pdlab.kubeclient import Kube, if_found, pod_ready, wait_until
 from pdlab.kwok import GPU_RESOURCE, GPU_TAINT, STARTUP_DELAY_ANNOTATION, gpu_node
 from support.httpkit import QuietHandler, serving
@@ -246,3 +249,27 @@ def rbac_allows(kube: Kube, user: str, namespace: str, verb: str, resource: str)
     )
     answer = client.AuthorizationV1Api(kube.api).create_subject_access_review(review)
     return bool(answer.status.allowed)
+
+
+@contextlib.contextmanager
+def request_path(lab: Any, namespace: str, service: str) -> Iterator[tuple[int, int, Any]]:
+    """The lab's request path for ``namespace``: the engine simulator (serving its engine
+    pods, running its router pods) and a kube-proxy stand-in for ``service``; yields
+    (front port, simulator control port, the SvcProxy). The simulator must exit cleanly."""
+    from pdlab.svcproxy import SvcProxy
+
+    control = free_port()
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "pdlab", "engine-sim", "--namespace", namespace,
+         "--port", str(control)],
+        cwd=REPO_DIR,
+    )  # fmt: skip
+    front = free_port()
+    proxy = SvcProxy(lab.kubeconfig, namespace, service, front, say=print)
+    proxy.start()
+    try:
+        yield front, control, proxy
+    finally:
+        proxy.stop()
+        sim.terminate()
+        assert sim.wait(30) == 0
