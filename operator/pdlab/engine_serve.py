@@ -485,10 +485,23 @@ class PodServer:
             tokens = self.decode.decode(prompt, output)
         if record.get("pairing_error"):
             self.owner.say(f"pairing error {rid} at {self.pod.name}: {record['error']}")
+        done = False
+
+        def finish() -> None:
+            """Record the request once, before its last byte goes out: a client that reads
+            ``/requests`` right after its answer finds it there."""
+            nonlocal done
+            if not done:
+                done = True
+                record["e2e_s"] = time.monotonic() - t0
+                self.owner.records.add(record)
+
         try:
             if body.get("stream"):
                 timed = _first_token_timed(tokens, record, t0)
-                return await self._stream(req, body, rid, prompt, output, timed, chat, kv_out)
+                return await self._stream(
+                    req, body, rid, prompt, output, timed, chat, kv_out, finish
+                )
             n = 0
             async for n in tokens:
                 if n == 1:
@@ -496,8 +509,7 @@ class PodServer:
             text = "".join(_token_text(i) for i in range(1, n + 1))
             return web.json_response(self._answer(rid, body, prompt, n, text, chat, kv_out))
         finally:
-            record["e2e_s"] = time.monotonic() - t0
-            self.owner.records.add(record)
+            finish()
 
     def _answer(
         self,
@@ -534,6 +546,7 @@ class PodServer:
         tokens: AsyncIterator[int],
         chat: bool,
         kv_out: dict[str, Any] | None,
+        finish: Callable[[], None],
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(req)
@@ -564,6 +577,7 @@ class PodServer:
         opts = body.get("stream_options") or {}
         if opts.get("include_usage"):
             await send({**base, "choices": [], "usage": _usage(prompt, n)})
+        finish()
         await send("[DONE]")
         await resp.write_eof()
         return resp

@@ -140,16 +140,25 @@ def condition(pdd: dict[str, Any], type_: str) -> dict[str, Any] | None:
 
 
 def wait_condition(
-    kube: Kube, namespace: str, name: str, type_: str, status: str, timeout: float
+    kube: Kube,
+    namespace: str,
+    name: str,
+    type_: str,
+    status: str,
+    timeout: float,
+    reason: str | None = None,
 ) -> dict[str, Any]:
-    """Until the PDDeployment's condition ``type_`` has ``status`` ("True"/"False");
-    returns that condition (its reason, message, lastTransitionTime)."""
+    """Until the PDDeployment's condition ``type_`` has ``status`` ("True"/"False") (and
+    ``reason``, if given); returns that condition (its reason, message,
+    lastTransitionTime)."""
 
     def reached() -> dict[str, Any] | None:
         c = condition(get_pdd(kube, namespace, name), type_)
-        return c if c and c["status"] == status else None
+        if c is None or c["status"] != status:
+            return None
+        return c if reason is None or c.get("reason") == reason else None
 
-    return wait_for(reached, timeout, f"{type_}={status}")
+    return wait_for(reached, timeout, f"{type_}={status}" + (f" ({reason})" if reason else ""))
 
 
 def spec_of(pdd: dict[str, Any]) -> PDDeploymentSpec:
