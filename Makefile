@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lint test unit lab-build lab-up lab-down lab-status demo bench fmt clean
+.PHONY: help venv lint test unit drill lab-build lab-up lab-down lab-status demo bench fmt clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,6 +34,11 @@ test: lint lab-build ## The whole suite: lint, unit tests, and lab tests (starts
 
 unit: $(STAMP) ## Unit tests of the pure core only (no lab)
 	$(BIN)/pytest tests/unit
+
+drill: $(STAMP) lab-build ## Fault drills against the lab: bench/results/reliability.md + README
+	rm -rf bench/results/drills
+	PDSCALER_DRILL_OUT=bench/results/drills $(BIN)/pytest tests/drills; status=$$?; \
+	  $(BIN)/python -m bench.reliability >/dev/null; exit $$status
 
 lab-build: ## Build (or reuse from ~/.cache/pdscaler) the control-plane binaries
 	bash operator/pdlab/build-bins.sh

@@ -1,6 +1,44 @@
-"""Drills run against the shared lab with the lab tests' fixtures (``lab``, ``kube``,
-``namespace``, ``crd``, ``exporter``: tests/lab/conftest.py)."""
+"""Drills run against the lab with the lab tests' fixtures (``lab``, ``kube``,
+``namespace``, ``crd``, ``exporter``: tests/lab/conftest.py), plus ``drill``: the
+record each drill fills for ``make drill`` (tests/drills/report.py). A drill that passes
+without describing itself and counting samples fails at teardown: a report of 0
+samples would claim an invariant nobody checked."""
 
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from drills.report import DrillRecord, out_dir
 from lab.conftest import crd, exporter, kube, lab, namespace
 
-__all__ = ["crd", "exporter", "kube", "lab", "namespace"]
+__all__ = ["crd", "drill", "exporter", "kube", "lab", "namespace"]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_OUTCOME] = report.outcome
+    return report
+
+
+_CALL_OUTCOME = pytest.StashKey[str]()
+
+
+@pytest.fixture
+def drill(request: pytest.FixtureRequest) -> Iterator[DrillRecord]:
+    """This drill's record; written to ``$PDSCALER_DRILL_OUT`` after the test."""
+    record = DrillRecord(case=request.node.nodeid)
+    t0 = time.monotonic()
+    yield record
+    record.duration_s = round(time.monotonic() - t0, 1)
+    record.outcome = request.node.stash.get(_CALL_OUTCOME, "error")
+    directory = out_dir()
+    if directory is not None:
+        record.write(directory)
+    if record.outcome == "passed":
+        gap = record.missing()
+        assert gap is None, f"drill record incomplete: {gap}"
