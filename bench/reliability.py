@@ -10,9 +10,10 @@ a drill or invent a figure: a case without a record is listed as ``not run``.
     python -m bench.reliability                 # render from bench/results/drills/
     python -m bench.reliability --check         # exit 1 if the files differ from a render
 
-Worked summary: 14 cases of 12 drills, 9,871 samples, 0 violations, slowest recovery
-31.2 s (D4 ticks resume after the API server's SIGSTOP) ->
-"12 drills (14 cases): 9,871 samples, 0 violations; slowest recovery 31.2 s (D4: ...)".
+Worked summary: records of D3 (123 samples, the Lease taken over 16.6 s after the
+SIGSTOP) and D8 (233 samples), no violation -> "2 drills (D3, D8; 2 cases): 356
+samples, 0 violations; slowest recovery 16.6 s (D3: the other replica took the Lease
+after SIGSTOP)."
 """
 
 from __future__ import annotations

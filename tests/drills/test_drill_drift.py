@@ -26,6 +26,7 @@ import pytest
 from kubernetes import client
 
 from drills.operator_process import OperatorProcess
+from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler import naming
 from pdscaler.observe import is_ready, labels
@@ -118,9 +119,23 @@ def warnings(kube: Kube, namespace: str, reason: str) -> list[str]:
 @pytest.mark.lab
 @pytest.mark.timeout(120)
 def test_drift_squatter_template_and_config_changes(
-    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter, tmp_path: Path
+    lab: Lab,
+    kube: Kube,
+    crd: str,
+    namespace: str,
+    exporter: EngineExporter,
+    tmp_path: Path,
+    drill: DrillRecord,
 ) -> None:
     name = "d12"
+    drill.describe(
+        "D12",
+        fault="kubectl set image on a decode Deployment; a foreign Service squatting the front "
+        "name; a template-only change; an engine-args change",
+        invariant="0 mixed pairs; drift reverted within 2 ticks and reported; the squatter "
+        "untouched and reported; an args change goes through a new cell",
+        shortened="2 s interval, 1 + 1 replicas",
+    )
     serve_light(exporter, namespace, name)
     squatter = client.V1Service(
         metadata=client.V1ObjectMeta(name=name),
@@ -155,6 +170,7 @@ def test_drift_squatter_template_and_config_changes(
                 "the drifted image reverted",
             )
             reverted_after = time.monotonic() - t0
+            drill.recovered("drifted image reverted", reverted_after)
             wait_for(lambda: warnings(kube, namespace, "DriftReverted"), 10, "DriftReverted")
 
             # a template-only change: an annotation on the decode pods
@@ -191,6 +207,7 @@ def test_drift_squatter_template_and_config_changes(
             wait_stable(kube, namespace, name, hold=1.0, timeout=20)
     finally:
         op.stop()
+    drill.sampled(sampler.samples, len(sampler.mixed))
     assert reverted_after <= 2 * INTERVAL + 3, reverted_after
     assert sampler.samples > 0
     assert sampler.mixed == [], sampler.mixed[:5]

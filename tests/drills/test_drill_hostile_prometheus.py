@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from drills.report import DrillRecord
 from pdlab.lab import Lab
 from support.exporter import EngineExporter
 from support.httpkit import read_request
@@ -277,8 +278,22 @@ def servers() -> Iterator[dict[str, Any]]:
 
 
 def test_hostile_prometheus_urls_cannot_stop_the_fleet(
-    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter, tmp_path: Path
+    lab: Lab,
+    kube: Kube,
+    crd: str,
+    namespace: str,
+    exporter: EngineExporter,
+    tmp_path: Path,
+    drill: DrillRecord,
 ) -> None:
+    drill.describe(
+        "D10",
+        fault="hostile Prometheus URLs: byte drip, a 1 GiB body, a redirect to a local server "
+        "holding a secret (3 objects each), one outside the allow-list, beside 1 healthy",
+        invariant="the healthy object keeps its interval (p99 gap <= 2x); RSS bounded, no "
+        "restart; the secret in no status or Event",
+        shortened=f"{WINDOW_S:g} s observation window",
+    )
     serve_light(exporter, namespace, HEALTHY)
     with servers() as srv:
         hostile = {f"{kind}-{i}": f"{srv[kind].url}/t{i}" for kind in KINDS for i in range(3)}
@@ -314,6 +329,15 @@ def test_hostile_prometheus_urls_cannot_stop_the_fleet(
             f" max {max(gaps, default=0):.2f}s ({len(gaps)}); operator RSS max"
             f" {rss_max / 2**20:.0f} MiB; huge bytes read max {max(srv['huge_sent'], default=0)}"
         )
+        shown = json.dumps([pdd.get("status") for pdd in pdds.values()])
+        shown += json.dumps([kube.api.sanitize_for_serialization(e) for e in events])
+        drill.sampled(
+            len(op.rss),
+            sum(r >= RSS_LIMIT_BYTES for r in op.rss)
+            + int(p99(gaps) > 2 * INTERVAL_S)
+            + int(SECRET in shown),
+        )
+        drill.recovered("healthy object's tick gap, p99", p99(gaps))
         # the operator: never restarted, memory bounded
         assert not op.killed_for_rss, f"RSS passed {RSS_KILL_BYTES} bytes: killed"
         assert alive, f"operator exited: see {op.log}"
@@ -336,8 +360,6 @@ def test_hostile_prometheus_urls_cannot_stop_the_fleet(
         assert max(srv["huge_sent"]) < 64 * 2**20, max(srv["huge_sent"])
         # the secret: never fetched, never shown
         assert srv["holder"].connections == 0
-        shown = json.dumps([pdd.get("status") for pdd in pdds.values()])
-        shown += json.dumps([kube.api.sanitize_for_serialization(e) for e in events])
         assert SECRET not in shown
         # outside the allow-list: never contacted, and said so
         assert srv["outside"].connections == 0

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import Role
 from support.background import Background
@@ -166,7 +167,16 @@ def test_drill_leader_stop_and_continue(
     namespace: str,
     exporter: EngineExporter,
     tmp_path: Path,
+    drill: DrillRecord,
 ) -> None:
+    drill.describe(
+        "D3",
+        fault=f"two operators started at once; SIGSTOP the Lease holder {STOP_SECONDS:g} s "
+        "while the load rises, then SIGCONT",
+        invariant="exactly one writes at any time; the stopped one never writes after SIGCONT; "
+        "0 direction flips; no duplicate Events",
+        shortened=f"SIGSTOP {STOP_SECONDS:g} s instead of 90 s",
+    )
     serve(exporter, namespace, rate=1.0, waiting=0)
     ops = [start(i, namespace, lab, str(tmp_path)) for i in IDS]  # both at once
     by_id = {op.identity: op for op in ops}
@@ -238,6 +248,11 @@ def test_drill_leader_stop_and_continue(
         )
     )
     where = f"see {report}"
+    drill.sampled(
+        len(s.rows),
+        len(s.both_wrote()) + len(s.two_leaders()) + sum(flips(s.replicas[role]) for role in Role),
+    )
+    drill.recovered("the other replica took the Lease after SIGSTOP", t_takeover - t_stop)
 
     # exactly one writes at any time
     assert s.both_wrote() == [], where

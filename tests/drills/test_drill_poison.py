@@ -21,7 +21,7 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -29,6 +29,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from test_drill_garbage import fed_runtime, manifest
 
+from drills.report import DrillRecord
 from pdlab.kubeclient import apply_crd
 from pdlab.lab import Lab
 from pdscaler import router
@@ -49,53 +50,71 @@ LOW = snapshot(1.0, ttft=0.3, tpot=0.02, running=0.0)
 HIGH = snapshot(4.0, ttft=0.3, tpot=0.02, running=0.0)
 
 
-def rejected(kube: Kube, namespace: str, body: dict[str, Any]) -> str:
-    """The message of the API server's refusal of creating ``body`` (fails the test if
-    it is admitted). The CRD is cluster-scoped and a shared lab's other users apply
-    their own copy: this branch's is applied again first (a private lab, as the module
-    docstring says, has no such race)."""
+def rejected(kube: Kube, drill: DrillRecord, write: Callable[[], object]) -> str:
+    """The message of the API server's refusal of ``write`` (a create or patch; fails
+    the test if it is admitted), counted in the drill's record (an admitted write is a
+    violation). The CRD is cluster-scoped and a shared lab's other users apply their own
+    copy: this branch's is applied again first (a private lab, as the module docstring
+    says, has no such race)."""
     apply_crd(kube)
-    with pytest.raises(ApiException) as caught:
-        create_pdd(kube, namespace, body)
-    assert caught.value.status == 422, caught.value.body
-    return str(json.loads(caught.value.body)["message"])
+    try:
+        write()
+    except ApiException as err:
+        refusal = err
+    else:
+        drill.sampled(1, 1)
+        pytest.fail("admitted")
+    drill.sampled(1, int(refusal.status != 422))
+    assert refusal.status == 422, refusal.body
+    return str(json.loads(refusal.body)["message"])
 
 
 def test_drill_d11_a_version_that_is_no_label_value_is_refused_at_admission(
-    lab: Lab, kube: Kube, crd: str, namespace: str
+    lab: Lab, kube: Kube, crd: str, namespace: str, drill: DrillRecord
 ) -> None:
     """``v2-`` (a valid image tag, not a label value) is refused on create, and on a
     patch of a running PDDeployment, with the CEL rule's sentence."""
+    drill.describe(
+        "D11",
+        fault="engine.version 'v2-' (a valid tag, no label value) on create and on a patch",
+        invariant="refused at admission (422) with the field's sentence",
+    )
     bad = manifest("dash", lab)
     bad["spec"]["engine"]["version"] = "v2-"  # type: ignore[index]
-    body = rejected(kube, namespace, bad)
+    body = rejected(kube, drill, lambda: create_pdd(kube, namespace, bad))
     assert MSG_VERSION_LABEL in body
     assert "spec.engine.version" in body
     create_pdd(kube, namespace, manifest("dash", lab))
-    apply_crd(kube)
-    with pytest.raises(ApiException) as caught:
-        patch_spec(kube, namespace, "dash", {"engine": {"version": "v2-"}})
-    assert caught.value.status == 422
-    assert MSG_VERSION_LABEL in json.loads(caught.value.body)["message"]
+    body = rejected(
+        kube, drill, lambda: patch_spec(kube, namespace, "dash", {"engine": {"version": "v2-"}})
+    )
+    assert MSG_VERSION_LABEL in body
 
 
 def test_drill_d11_a_name_too_long_for_its_objects_is_refused_at_admission(
-    lab: Lab, kube: Kube, crd: str, namespace: str
+    lab: Lab, kube: Kube, crd: str, namespace: str, drill: DrillRecord
 ) -> None:
     """45 characters: ``<name>-<revision>-prefill`` would be 80 > 63."""
+    drill.describe(
+        "D11",
+        fault="a 45-character PDDeployment name (its objects' names would pass 63)",
+        invariant="refused at admission (422) naming metadata.name; 28 characters admitted",
+    )
     name = "a-pddeployment-name-of-forty-five-characters"
     name += "x" * (45 - len(name))
     assert len(name) == 45
-    body = rejected(kube, namespace, manifest(name, lab))
+    body = rejected(kube, drill, lambda: create_pdd(kube, namespace, manifest(name, lab)))
     assert MSG_NAME_LENGTH in body
     assert "metadata.name" in body
     create_pdd(kube, namespace, manifest("n" * 28, lab))  # the longest name admitted
 
 
-def scales_within_two_ticks(kube: Kube, namespace: str, name: str, rt: Any, feed: Any) -> None:
+def scales_within_two_ticks(
+    kube: Kube, namespace: str, name: str, rt: Any, feed: Any, drill: DrillRecord
+) -> None:
     """Once the cell serves at 1 / 1 (every pod Ready), R 1 -> 4: both pools at 4 after
     at most two ticks that started after the change (plus the one that may be running
-    when it happens)."""
+    when it happens). Recorded: one sample, a violation if it took more than 3 ticks."""
     # the cell starts decode first: prefill follows once a decode pod is Ready, so a
     # stable (0, 1) can be seen on the way (under load); wait for the 1 / 1 it settles at
     wait_for(
@@ -103,20 +122,29 @@ def scales_within_two_ticks(kube: Kube, namespace: str, name: str, rt: Any, feed
         60,
         "the cell stable at 1 / 1",
     )
-    before = rt.ticks
+    before, t0 = rt.ticks, time.monotonic()
     feed.set(HIGH)
     wait_for(lambda: all(total(kube, namespace, name, r) >= 4 for r in Role), 30, "4 / 4 after R 4")
-    assert rt.ticks - before <= 3, f"took {rt.ticks - before} ticks"
+    took = rt.ticks - before  # 0 when the tick running at the change did it all
+    drill.sampled(1, int(took > 3))
+    drill.recovered("scaled 1 / 1 -> 4 / 4 despite the refused write", time.monotonic() - t0)
+    assert took <= 3, f"took {took} ticks"
 
 
 def test_drill_d11_an_exhausted_service_quota_does_not_freeze_the_cell(
-    lab: Lab, kube: Kube, crd: str, namespace: str
+    lab: Lab, kube: Kube, crd: str, namespace: str, drill: DrillRecord
 ) -> None:
     """ResourceQuota services: 0: the front Service is refused (403 exceeded quota) on
     every tick; the cell's Deployments are created and scaled all the same, and
     WritesFailing names the refused create. (Before: creates ran first and the refusal
     aborted every tick: no scale, no status.)"""
     name = "poison-quota"
+    drill.describe(
+        "D11",
+        fault="ResourceQuota services: 0 (the front Service refused on every tick)",
+        invariant="the cell still scales within 2 ticks; WritesFailing names the write",
+        shortened="in-process operator at 1 tick/s",
+    )
     quota: Any = {"metadata": {"name": "no-services"}, "spec": {"hard": {"services": "0"}}}
     kube.core.create_namespaced_resource_quota(namespace, quota)
     rt, feed = fed_runtime(lab)
@@ -128,7 +156,7 @@ def test_drill_d11_an_exhausted_service_quota_does_not_freeze_the_cell(
         assert f"create Service/{name}: 403 Forbidden" in c["message"]
         assert "exceeded quota" in c["message"]
         wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 1, 20, "decode created")
-        scales_within_two_ticks(kube, namespace, name, rt, feed)
+        scales_within_two_ticks(kube, namespace, name, rt, feed, drill)
         kube.core.delete_namespaced_resource_quota("no-services", namespace)
         wait_condition(kube, namespace, name, ConditionType.WRITES_FAILING, "False", 20)
         kube.core.read_namespaced_service(name, namespace)
@@ -196,11 +224,18 @@ def refusing_policy(kube: Kube, namespace: str, binding: str) -> Iterator[str]:
 
 
 def test_drill_d11_a_rejecting_admission_policy_does_not_freeze_the_cell(
-    lab: Lab, kube: Kube, crd: str, namespace: str
+    lab: Lab, kube: Kube, crd: str, namespace: str, drill: DrillRecord
 ) -> None:
     """The routers' RoleBinding is refused by an admission policy on every tick: the
     pools are created and scaled all the same; WritesFailing quotes the policy."""
     name = "poison-policy"
+    drill.describe(
+        "D11",
+        fault="a ValidatingAdmissionPolicy refusing the routers' RoleBinding on every tick",
+        invariant="the cell still scales within 2 ticks; WritesFailing quotes the policy; no "
+        "tick raises",
+        shortened="in-process operator at 1 tick/s",
+    )
     binding = router.account_name(name)
     with refusing_policy(kube, namespace, binding) as message:
         rt, feed = fed_runtime(lab)
@@ -211,7 +246,7 @@ def test_drill_d11_a_rejecting_admission_policy_does_not_freeze_the_cell(
             assert f"create RoleBinding/{binding}:" in c["message"]
             assert message in c["message"]
             wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 1, 20, "decode")
-            scales_within_two_ticks(kube, namespace, name, rt, feed)
+            scales_within_two_ticks(kube, namespace, name, rt, feed, drill)
             time.sleep(1.0)
             assert errors_flat(rt, namespace, name)
 
