@@ -4,8 +4,8 @@ real requests (no synthetic load), with engines slow enough for a two-core lab.
 Owns: the demo's engine capacities (``DEMO_ENGINE``: one replica's true prefill and
 decode speed, in the simulator's tokens, which are whitespace words) and running
 ``pdlab.engine_sim.EngineSim`` with them over the demo's namespace: every prefill and
-decode pod served at its pod IP from Running on (``StartedPods``) until ``LINGER_S``
-after it left (``LingeringPods``, a preStop sleep), the router pods run by
+decode pod served at its pod IP from Running on (``StartedPods``) until its preStop
+sleep has passed after it left (``pdlab.engine_pods.LingeringPods``), the router pods run by
 ``pdlab.podrunner``, the control port's ``/status`` (plus each pool's queued and
 running requests summed over its pods, ``queues``) and ``/requests`` (every
 request's record). Must not: generate load (aiperf sends it through the front
@@ -26,17 +26,12 @@ are 14-20% below these (decode: at the TPOT SLO), as in the simulator benchmark.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
-import threading
-import time
 from dataclasses import replace
-from http.server import ThreadingHTTPServer
 
-from pdlab.engine_pods import PodInfo, PodLister, to_info
-from pdlab.engine_sim import EngineSim, PodSource, make_handler
+from pdlab.engine_pods import LingeringPods, PodInfo, PodLister, to_info
+from pdlab.engine_sim import EngineSim, serve
 from pdscaler.sim.engine import EngineParams
 
 #: One replica of the demo: prefill 175 words/s (a 120-word chat prompt in 0.7 s, a
@@ -51,12 +46,6 @@ DEMO_ENGINE = EngineParams(
     decode_step_per_seq_s=0.01,
     decode_step_per_kv_token_s=0.0,
 )
-
-
-#: How long a pod that left the Ready set keeps being served: the demo's pods declare a
-#: preStop sleep this long (``deploy/demo/demo.yaml``), during which a real vLLM still
-#: accepts the requests a router picked it for before its discovery saw the pod go.
-LINGER_S = 10.0
 
 
 class StartedPods(PodLister):
@@ -87,42 +76,6 @@ class StartedPods(PodLister):
         return out
 
 
-class LingeringPods:
-    """A ``PodSource`` whose pods stay served ``linger_s`` seconds after they stop being
-    Ready or are deleted (their last Ready ``PodInfo``), as a pod with a preStop sleep:
-    a router that chose a decode pod before its prefill finished still reaches it."""
-
-    def __init__(self, inner: PodSource, linger_s: float = LINGER_S) -> None:
-        self.inner = inner
-        self.linger_s = linger_s
-        self.last: dict[tuple[str, str], PodInfo] = {}
-        self.left_at: dict[tuple[str, str], float] = {}
-
-    def _keep(self, key: tuple[str, str], now: float) -> bool:
-        if now - self.left_at.setdefault(key, now) < self.linger_s:
-            return True
-        self.last.pop(key, None)
-        self.left_at.pop(key, None)
-        return False
-
-    def list(self) -> list[PodInfo]:
-        now = time.monotonic()
-        out: list[PodInfo] = []
-        for pod in self.inner.list():
-            key = (pod.namespace, pod.name)
-            if pod.ready:
-                self.last[key] = pod
-                self.left_at.pop(key, None)
-            elif key in self.last and self._keep(key, now):
-                pod = self.last[key]
-            out.append(pod)
-        listed = {(p.namespace, p.name) for p in out}
-        for key in [k for k in self.last if k not in listed]:
-            if self._keep(key, now):
-                out.append(self.last[key])
-        return out
-
-
 class DemoEngineSim(EngineSim):
     """``EngineSim`` whose ``/status`` also carries each pool's queued and running
     requests over its served pods: ``{"queues": {"prefill": 2.0, "decode": 0.0},
@@ -146,7 +99,6 @@ class DemoEngineSim(EngineSim):
 def main(argv: list[str] | None = None) -> int:
     """Run until SIGTERM/SIGINT; 0 on a clean stop, 2 without a lab."""
     from pdlab.lab import Lab
-    from pdlab.podrunner import PodRunner
 
     parser = argparse.ArgumentParser(prog="python -m pdlab.demo_engine")
     parser.add_argument("--namespace", required=True)
@@ -163,24 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         DEMO_ENGINE,
         port=args.port,
     )
-    runner = PodRunner(
-        lab.kubeconfig, lab.dir / "logs" / "pods", [args.namespace], say=EngineSim._say
-    ).start()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(sim))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: sim.stop.set())
-    EngineSim._say(f"demo engines: control http://127.0.0.1:{args.port}/status; pods at their IPs")
-    try:
-        sim.run()
-    finally:
-        with contextlib.suppress(Exception):
-            sim.close()
-        runner.stop()
-        server.shutdown()
-        server.server_close()
-        EngineSim._say("stopped")
+    serve(
+        sim,
+        lab,
+        args.namespace,
+        f"demo engines: control http://127.0.0.1:{args.port}/status; pods at their IPs",
+    )
     return 0
 
 

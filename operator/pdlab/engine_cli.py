@@ -51,6 +51,11 @@ def _engine_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="scenario seed (0)")
     parser.add_argument("--step", type=float, default=0.5, help="model step, seconds (0.5)")
     parser.add_argument("--poll", type=float, default=1.0, help="pod poll, seconds (1)")
+    parser.add_argument(
+        "--prefill-tps",
+        type=float,
+        help="one prefill replica's speed, prompt tokens/s (default: the simulator's, ~8,500)",
+    )
     parser.add_argument("--run-for", type=float, help="exit after this many seconds")
     parser.add_argument(
         "--no-routers",

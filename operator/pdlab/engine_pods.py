@@ -14,9 +14,10 @@ same pods a Service's endpoints would route to. A pod
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client, config
 
@@ -50,6 +51,9 @@ class PodInfo:
     revision: str = ""
     config: str = ""
     uid: str = ""
+    #: the engine container's preStop sleep: how long its container keeps serving
+    #: after the pod is deleted (a kubelet runs the hook before SIGTERM)
+    prestop_s: float = 0.0
 
     @property
     def engine_id(self) -> str:
@@ -70,6 +74,17 @@ def engine_port(pod: Any) -> int:
     named = [p for p in ports if p.name == "http"]
     chosen = named or ports
     return int(chosen[0].container_port) if chosen else DEFAULT_PORT
+
+
+def prestop_seconds(pod: Any) -> float:
+    """The engine container's ``lifecycle.preStop.sleep.seconds`` (0 without one): the
+    container named ``engine``, else the first (a kubernetes-client V1Pod)."""
+    containers = sorted(pod.spec.containers or [], key=lambda c: c.name != "engine")
+    if not containers:
+        return 0.0
+    hook = containers[0].lifecycle.pre_stop if containers[0].lifecycle else None
+    sleep = hook.sleep if hook is not None else None
+    return float(sleep.seconds) if sleep is not None and sleep.seconds else 0.0
 
 
 def is_serving(pod: Any) -> bool:
@@ -103,6 +118,7 @@ def to_info(pod: Any) -> PodInfo | None:
         revision=revision,
         config=annotations.get(SPEC_HASH_ANNOTATION) or revision,
         uid=pod.metadata.uid or "",
+        prestop_s=prestop_seconds(pod),
     )
 
 
@@ -129,3 +145,47 @@ class PodLister:
                 label_selector=self.selector, _request_timeout=10
             ).items
         return [info for info in (to_info(p) for p in items) if info is not None]
+
+
+class PodSource(Protocol):
+    def list(self) -> list[PodInfo]: ...
+
+
+class LingeringPods:
+    """A ``PodSource`` whose pods stay served for their preStop sleep (``prestop_s``)
+    after they stop being Ready or are deleted (their last Ready ``PodInfo``), as a
+    kubelet keeps a deleted pod's container running through its preStop hook: a router
+    that chose a decode pod before its prefill finished still reaches it. A pod without
+    a preStop sleep leaves at once (as vLLM stops listening on SIGTERM).
+
+    A decode pod with ``preStop: {sleep: {seconds: 9}}`` deleted at t = 100 s is listed
+    Ready until t = 109 s, then no more."""
+
+    def __init__(self, inner: PodSource) -> None:
+        self.inner = inner
+        self.last: dict[tuple[str, str], PodInfo] = {}
+        self.left_at: dict[tuple[str, str], float] = {}
+
+    def _keep(self, key: tuple[str, str], now: float) -> bool:
+        if now - self.left_at.setdefault(key, now) < self.last[key].prestop_s:
+            return True
+        self.last.pop(key, None)
+        self.left_at.pop(key, None)
+        return False
+
+    def list(self) -> list[PodInfo]:
+        now = time.monotonic()
+        out: list[PodInfo] = []
+        for pod in self.inner.list():
+            key = (pod.namespace, pod.name)
+            if pod.ready:
+                self.last[key] = pod
+                self.left_at.pop(key, None)
+            elif key in self.last and self._keep(key, now):
+                pod = self.last[key]
+            out.append(pod)
+        listed = {(p.namespace, p.name) for p in out}
+        for key in [k for k in self.last if k not in listed]:
+            if self._keep(key, now):
+                out.append(self.last[key])
+        return out

@@ -46,14 +46,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from pdlab import scenarios
 from pdlab.engine_expo import render_pods
-from pdlab.engine_pods import PodInfo
+from pdlab.engine_pods import PodInfo, PodSource
 from pdlab.engine_serve import PodServers
 from pdscaler.metricsql import PROM_NAME, PROM_NAMESPACE, PROM_POD, PROM_ROLE
 from pdscaler.sim.engine import (
@@ -68,6 +68,9 @@ from pdscaler.sim.prom import histogram_quantile
 from pdscaler.sim.traces import Trace, scale_rate
 from pdscaler.types import Role
 
+if TYPE_CHECKING:
+    from pdlab.lab import Lab
+
 STATUS_WINDOW_S = 15.0
 RATE_WINDOW_S = 10.0
 #: A PDDeployment without any pod for this long is forgotten (its engine dropped).
@@ -76,12 +79,6 @@ FORGET_AFTER_S = 10.0
 
 Workload = Callable[[], tuple[Trace, scenarios.Scenario]]
 Labelled = list[tuple[PodStats, dict[str, str]]]
-
-
-class PodSource(Protocol):
-    """Lists the pool pods (``pdlab.engine_pods.PodLister``, or a fake in tests)."""
-
-    def list(self) -> list[PodInfo]: ...
 
 
 def target_labels(pod: PodInfo) -> dict[str, str]:
@@ -452,9 +449,8 @@ def workload(args: argparse.Namespace) -> tuple[Trace, scenarios.Scenario] | Non
 
 def main(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT (or ``--run-for``); 0 on a clean stop, 2 on bad flags."""
-    from pdlab.engine_pods import PodLister
+    from pdlab.engine_pods import LingeringPods, PodLister
     from pdlab.lab import Lab
-    from pdlab.podrunner import PodRunner
 
     if not (args.rate_scale > 0 and math.isfinite(args.rate_scale)):
         print(f"engine-sim: --rate-scale must be > 0, got {args.rate_scale}", file=sys.stderr)
@@ -470,34 +466,58 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     sim = EngineSim(
-        PodLister(lab.kubeconfig, args.namespace, args.name),
+        LingeringPods(PodLister(lab.kubeconfig, args.namespace, args.name)),
         None if load is None else (lambda: load),
-        EngineParams(),
+        EngineParams() if not args.prefill_tps else EngineParams(prefill_tps=args.prefill_tps),
         port=args.port,
         seed=args.seed,
         step_s=args.step,
         poll_s=args.poll,
     )
-    runner: PodRunner | None = None
-    if not args.no_routers:
-        runner = PodRunner(
-            lab.kubeconfig,
-            lab.dir / "logs" / "pods",
-            [args.namespace] if args.namespace else None,
-            say=EngineSim._say,
-        ).start()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(sim))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: sim.stop.set())
     what = "no synthetic load"
     if load is not None:
         trace, scenario = load
         what = f"scenario {scenario.name}: {len(trace)} requests over {scenario.duration_s:.0f}s"
-    EngineSim._say(f"control http://127.0.0.1:{args.port}/status; pods at their IPs; {what}")
+    serve(
+        sim,
+        lab,
+        args.namespace,
+        f"control http://127.0.0.1:{args.port}/status; pods at their IPs; {what}",
+        routers=not args.no_routers,
+        run_for=args.run_for,
+    )
+    return 0
+
+
+def serve(
+    sim: EngineSim,
+    lab: Lab,
+    namespace: str | None,
+    banner: str,
+    routers: bool = True,
+    run_for: float | None = None,
+) -> None:
+    """Run ``sim`` with its control port on 127.0.0.1 and (``routers``) a pod runner
+    for the router pods of ``namespace`` (None: every namespace) until SIGTERM/SIGINT
+    (or ``run_for`` seconds); everything it started is stopped on the way out."""
+    from pdlab.podrunner import PodRunner
+
+    runner: PodRunner | None = None
+    if routers:
+        runner = PodRunner(
+            lab.kubeconfig,
+            lab.dir / "logs" / "pods",
+            [namespace] if namespace else None,
+            say=EngineSim._say,
+        ).start()
+    server = ThreadingHTTPServer(("127.0.0.1", sim.port), make_handler(sim))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sim.stop.set())
+    EngineSim._say(banner)
     try:
-        sim.run(args.run_for)
+        sim.run(run_for)
     finally:
         with contextlib.suppress(Exception):
             sim.close()
@@ -506,4 +526,3 @@ def main(args: argparse.Namespace) -> int:
         server.shutdown()
         server.server_close()
         EngineSim._say("stopped")
-    return 0

@@ -21,7 +21,11 @@ Rules the builders enforce, whatever the user's template says:
   operator's back (``kubectl set image``);
 * every pod asks for ``gpusPerReplica`` ``nvidia.com/gpu`` (limits = requests) and
   tolerates the usual ``nvidia.com/gpu`` node taint;
-* template labels/annotations pass through (``pdscaler.io/startup-delay`` for the lab).
+* template labels/annotations pass through (``pdscaler.io/startup-delay`` for the lab);
+* a pool pod being deleted keeps serving for ``drain_seconds`` before its engine gets
+  SIGTERM (a ``preStop`` sleep on the engine container added to the template's grace
+  period, unless the template has a preStop hook): a router may have paired a request
+  with that decode pod while its prefill still runs, and the hand-off must find it.
 
 Purely computational: no Kubernetes client, no clock, no I/O.
 
@@ -35,6 +39,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +58,9 @@ DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 ENGINE_CONTAINER = "engine"
 DEFAULT_PORT = 8000
 PORT_NAME = "http"
+#: Kubernetes' terminationGracePeriodSeconds when a pod sets none.
+DEFAULT_GRACE_S = 30
+MAX_DRAIN_S = 120
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,29 @@ def _engine_index(containers: list[dict[str, Any]]) -> int | None:
     return 0 if containers else None
 
 
+def drain_seconds(spec: PDDeploymentSpec) -> int:
+    """How long a deleted pool pod keeps taking requests (its preStop sleep when the
+    template has none): twice the TTFT objective (a request a router paired with the pod
+    just before it went may still be in prefill or queued for that long) plus 5 s for
+    the routers' discovery to drop the pod; at most 120 s. TTFT 2 s -> 2 x 2 + 5 = 9 s;
+    TTFT 15 s -> 35 s."""
+    return min(MAX_DRAIN_S, math.ceil(2 * spec.slo.ttft_seconds) + 5)
+
+
+def _with_drain(pod: dict[str, Any], engine: dict[str, Any], seconds: int) -> None:
+    """A preStop sleep of ``seconds`` on ``engine`` unless the template has a preStop
+    hook of its own; the sleep is added on top of the template's grace period
+    (Kubernetes counts the hook inside it; 30 s, Kubernetes' default, when unset), so the
+    engine keeps the time the template gave it after SIGTERM: template grace 60, drain
+    9 -> 69."""
+    lifecycle = engine.setdefault("lifecycle", {})
+    if "preStop" not in lifecycle:
+        lifecycle["preStop"] = {"sleep": {"seconds": seconds}}
+        grace = pod.get("terminationGracePeriodSeconds")
+        base = grace if isinstance(grace, int) else DEFAULT_GRACE_S
+        pod["terminationGracePeriodSeconds"] = base + seconds
+
+
 def _pod_template(
     meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: Role
 ) -> dict[str, Any]:
@@ -193,6 +224,7 @@ def _pod_template(
     tolerations = pod.setdefault("tolerations", [])
     if not any(t.get("key") == GPU_RESOURCE for t in tolerations):
         tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    _with_drain(pod, engine, drain_seconds(spec))
     return tpl
 
 

@@ -12,6 +12,8 @@ requests go client -> front Service (svcproxy) -> router -> prefill -> decode.
    cells serve, each cell's share of requests within 15 points of its share of Ready
    prefill capacity (the router split). aiperf's client-side TTFT is logged beside
    the server-side figure Prometheus gives the operator.
+3. A decode scale-down (3 -> 1) under aiperf's load fails no request: the pods pdscaler
+   deletes keep serving through the preStop sleep it renders (docs/design.md §4.1.1).
 
 Scaled down: prefill min 3 and maxSurgeGPUs 1 (the rollout moves one level at a time,
 so both cells serve together for a while: old 3 -> 2 + new 1 -> 1 + 2 -> new 3), decode
@@ -24,11 +26,12 @@ here: 300 requests, 0 failed, both cells served together for 4.3 s (17 requests)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,17 +78,26 @@ def scaled_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:
     return doc
 
 
-@pytest.fixture
-def served(lab: Lab, kube: Kube, crd: str, namespace: str) -> Iterator[tuple[int, int, SvcProxy]]:
+@contextlib.contextmanager
+def serving(
+    lab: Lab, kube: Kube, namespace: str, sim_args: Sequence[str] = ()
+) -> Iterator[tuple[int, int, SvcProxy]]:
     """The PDDeployment applied and the operator ticking; the engine simulator (with the
-    pod runner for router pods) and the front Service's proxy; (front port, sim port)."""
+    pod runner for router pods; ``sim_args`` added) and the front Service's proxy;
+    (front port, sim port, proxy)."""
     create_pdd(kube, namespace, scaled_chat(namespace, lab.prometheus_url))
     rt = operator_runtime(lab)
     with (
-        request_path(lab, namespace, NAME) as (front, control, proxy),
+        request_path(lab, namespace, NAME, sim_args) as (front, control, proxy),
         ticking(rt, namespace, NAME, period=1.0),
     ):
         yield front, control, proxy
+
+
+@pytest.fixture
+def served(lab: Lab, kube: Kube, crd: str, namespace: str) -> Iterator[tuple[int, int, SvcProxy]]:
+    with serving(lab, kube, namespace) as path:
+        yield path
 
 
 def completion(front: int, max_tokens: int = 8) -> str | None:
@@ -232,3 +244,58 @@ def test_a_rollout_under_a_third_party_client_fails_no_request_and_pairs_within_
         cap = sum(c.get(rev, 0) / sum(c.values()) for _, c in both) / len(both)
         print(f"{rev}: traffic {traffic:.2f} capacity {cap:.2f}")
         assert abs(traffic - cap) <= 0.15, (rev, traffic, cap)
+
+
+# A decode scale-down under load fails no request: the router may pick a decode pod for a
+# request whose prefill is still running; if that pod is deleted in the meantime its
+# engine must still take the hand-off. pdscaler renders a preStop sleep on every pool pod
+# whose template has none (``manifests.drain_seconds``): a kubelet keeps the deleted pod's
+# container serving through it while the router's discovery drops the pod at once. In
+# the lab the engine simulator serves a deleted pod for its preStop sleep
+# (``pdlab.engine_pods.LingeringPods``, as a kubelet would) and stops listening at once
+# for a pod without one (as vLLM does on SIGTERM).
+
+
+def ready_decode(kube: Kube, namespace: str) -> int:
+    return sum(
+        1
+        for p in pod_dicts(kube, namespace, NAME)
+        if labels(p).get(naming.LABEL_ROLE) == "decode" and is_ready(p) and not terminating(p)
+    )
+
+
+def test_a_decode_scale_down_under_load_fails_no_request(
+    lab: Lab, kube: Kube, crd: str, namespace: str, tmp_path: Path
+) -> None:
+    """Prefill slowed to 1,000 words/s (a 500-word prompt takes 0.5 s) and the engine
+    simulator polling pods every 0.2 s (a deleted pod without a preStop hook stops
+    listening within 0.2 s, as vLLM on SIGTERM): 4 req/s from aiperf while decode goes
+    3 -> 1 (its max lowered): 0 failed requests, 0 failed hand-offs at the engines."""
+    sim_args = ["--prefill-tps", "1000", "--poll", "0.2"]
+    with serving(lab, kube, namespace, sim_args) as (front, control, _):
+        patch_spec(kube, namespace, NAME, {"decode": {"replicas": {"min": 3, "max": 4}}})
+        wait_for(lambda: completion(front), 120, "the cell serves through the front")
+        wait_for(lambda: ready_decode(kube, namespace) >= 3, 90, "3 Ready decode pods")
+        before = records(control)
+        start_index = before[-1]["seq"] if before else 0
+        client = AiPerf.ensure()
+        rate, seconds = 4.0, 30.0
+        rows = [TraceRow(i / rate, 500, 8) for i in range(int(rate * seconds))]
+        proc = client.start(f"http://127.0.0.1:{front}", rows, tmp_path / "aiperf")
+        try:
+            wait_for(lambda: len(records(control, start_index)) >= 20, 240, "aiperf's requests")
+            t_cut = time.monotonic()
+            patch_spec(kube, namespace, NAME, {"decode": {"replicas": {"min": 1, "max": 1}}})
+            wait_for(lambda: ready_decode(kube, namespace) == 1, 30, "decode down to 1")
+            print(f"decode 3 -> 1 in {time.monotonic() - t_cut:.1f} s")
+            proc.wait(timeout=seconds + 120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        seen = records(control, start_index)
+    result = client.result(tmp_path / "aiperf")
+    failed = [r for r in seen if r["kind"] == "decode" and not r["ok"]]
+    print(f"aiperf: {result.requests} requests, {result.errors} errors")
+    assert result.errors == 0, result.raw.get("error_summary")
+    assert result.requests == len(rows)
+    assert failed == [], failed[:3]

@@ -19,7 +19,7 @@ import contextlib
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -252,16 +252,19 @@ def rbac_allows(kube: Kube, user: str, namespace: str, verb: str, resource: str)
 
 
 @contextlib.contextmanager
-def request_path(lab: Any, namespace: str, service: str) -> Iterator[tuple[int, int, Any]]:
+def request_path(
+    lab: Any, namespace: str, service: str, sim_args: Sequence[str] = ()
+) -> Iterator[tuple[int, int, Any]]:
     """The lab's request path for ``namespace``: the engine simulator (serving its engine
-    pods, running its router pods) and a kube-proxy stand-in for ``service``; yields
-    (front port, simulator control port, the SvcProxy). The simulator must exit cleanly."""
+    pods, running its router pods; ``sim_args`` added to its command line) and a
+    kube-proxy stand-in for ``service``; yields (front port, simulator control port, the
+    SvcProxy). The simulator must exit cleanly."""
     from pdlab.svcproxy import SvcProxy
 
     control = free_port()
     sim = subprocess.Popen(
         [sys.executable, "-m", "pdlab", "engine-sim", "--namespace", namespace,
-         "--port", str(control)],
+         "--port", str(control), *sim_args],
         cwd=REPO_DIR,
     )  # fmt: skip
     front = free_port()

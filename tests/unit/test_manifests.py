@@ -322,3 +322,41 @@ def test_pods_count_only_under_their_own_deployment() -> None:
         Observed(deployments=(dep,), pods=(pod(f"{name}-7d9f"), pod("squatter-5c4b"))), "uid-1"
     )
     assert seen[CELL.rev].decode.ready == 1
+
+
+@pytest.mark.parametrize(("ttft", "drain"), [(2.0, 9), (15.0, 35), (0.3, 6), (100.0, 120)])
+def test_drain_is_twice_the_ttft_objective_plus_5_s_at_most_120(ttft: float, drain: int) -> None:
+    assert manifests.drain_seconds(spec(slo={"ttftSeconds": ttft})) == drain
+
+
+@pytest.mark.parametrize("role", list(Role))
+def test_a_deleted_pool_pod_keeps_serving_through_a_prestop_sleep(role: Role) -> None:
+    """No hook in the template: a preStop sleep of drain_seconds (TTFT 2 s -> 9 s) on the
+    engine container, added to Kubernetes' default grace of 30 s; the sidecar gets none."""
+    dep = manifests.pool_deployment(META, spec(), CELL, role)
+    assert engine(dep)["lifecycle"] == {"preStop": {"sleep": {"seconds": 9}}}
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 39
+    assert all("lifecycle" not in c for c in pod["containers"] if c["name"] != "engine")
+
+
+def test_the_drain_adds_to_the_templates_grace_and_a_templates_hook_wins() -> None:
+    s = spec()
+    s.decode.template["spec"] = {"terminationGracePeriodSeconds": 120}
+    dep = manifests.pool_deployment(META, s, CELL, Role.DECODE)
+    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 129
+    own = {"preStop": {"exec": {"command": ["/drain.sh"]}}}
+    s.decode.template["spec"] = {
+        "terminationGracePeriodSeconds": 60,
+        "containers": [{"name": "engine", "lifecycle": own}],
+    }
+    dep = manifests.pool_deployment(META, s, CELL, Role.DECODE)
+    assert engine(dep)["lifecycle"] == own
+    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+
+
+def test_the_drain_does_not_make_a_new_cell() -> None:
+    """The hook is not KV configuration: the same revision with any TTFT objective."""
+    assert manifests.spec_revision(spec()) == manifests.spec_revision(
+        spec(slo={"ttftSeconds": 15.0})
+    )
