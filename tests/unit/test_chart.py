@@ -47,9 +47,11 @@ def schema() -> dict[str, Any]:
 
 
 def test_chart_crd_is_the_source_crd() -> None:
-    """charts/pdscaler/crds/ holds crds/'s file byte for byte (copy it when it changes)."""
+    """charts/pdscaler/files/crds/ holds crds/'s file byte for byte (copy it when it
+    changes); templates/crds.yaml renders it (so ``helm upgrade`` updates the CRD)."""
     source = REPO / "crds" / "pdscaler.io_pddeployments.yaml"
-    assert (CHART / "crds" / source.name).read_bytes() == source.read_bytes()
+    assert (CHART / "files" / "crds" / source.name).read_bytes() == source.read_bytes()
+    assert not (CHART / "crds").exists()  # Helm would install it and never upgrade it
 
 
 def test_values_validate_against_schema() -> None:
