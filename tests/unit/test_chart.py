@@ -2,9 +2,10 @@
 values.schema.json, RBAC is least privilege, the pod is hardened, and the operator
 arguments it passes are options ``pdscaler run`` really has.
 
-Helm is not installed here, so templates are read with a minimal reading: template
-actions alone on a line are dropped (both branches of an ``if`` are kept, so the
-optional leader-election rules are checked too) and inline ``{{ ... }}`` become ``X``.
+These checks need no Helm binary, so templates are read with a minimal reading:
+template actions alone on a line are dropped (both branches of an ``if`` are kept, so
+the optional leader-election rules are checked too) and inline ``{{ ... }}`` become
+``X``. test_chart_render.py renders the chart with real Helm (the lab build's).
 """
 
 from __future__ import annotations
