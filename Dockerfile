@@ -1,6 +1,11 @@
 # The operator image the Helm chart runs (charts/pdscaler: image.repository/tag).
 # Build and push with your own tooling, e.g.:
 #   docker build -t <your-registry>/pdscaler/pdscaler:0.1.0 .
+# or multi-arch with an SBOM (docs/install.md, "Building the image"):
+#   docker buildx build --platform linux/amd64,linux/arm64 --sbom=true \
+#     --provenance=mode=max -t <your-registry>/pdscaler/pdscaler:0.1.0 --push .
+# It installs pdscaler WITHOUT the pdscaler[sim] extra (numpy, matplotlib: only
+# `pdscaler simulate` needs them; `pdscaler run` never imports them).
 # (Not built on the project's CI machines: they have no container engine.)
 FROM python:3.11-slim AS build
 WORKDIR /src

@@ -24,6 +24,7 @@ need() { for b in "$@"; do [ -x "$BIN/$b" ] || return 0; done; return 1; }
 if ! need kube-apiserver kube-controller-manager kube-scheduler etcd kwok kwok.ip-no-reuse && [ -x "$HELM_BIN/helm" ]; then
   echo "[pdlab build] cached: $BIN, $HELM_BIN"
   bash "$here/build-prometheus.sh" || fail "build prometheus"
+  bash "$here/fetch-monitoring-crds.sh" || fail "fetch the prometheus-operator CRDs"
   exit 0
 fi
 # One build at a time per cache: a second caller waits for the first, then reuses it.
@@ -87,8 +88,10 @@ if [ ! -x "$HELM_BIN/helm" ]; then
   GOBIN="$HELM_BIN" go install -trimpath -ldflags="-s -w" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" || fail "go install helm"
 fi
 
-step "prometheus (with Kubernetes service discovery; ~5-10 min cold)"
+step "prometheus (with Kubernetes service discovery) and promtool (~5-10 min cold each)"
 bash "$here/build-prometheus.sh" || fail "build prometheus"
+step "prometheus-operator CRDs (ServiceMonitor, PodMonitor, PrometheusRule)"
+bash "$here/fetch-monitoring-crds.sh" || fail "fetch the prometheus-operator CRDs"
 
 step "done: $BIN (cold build took $(( $(date +%s) - start ))s)"
 ls -la "$BIN"

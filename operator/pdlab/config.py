@@ -74,6 +74,22 @@ def helm_path() -> Path:
     return cache_dir() / "tools" / f"helm-{read_versions()['HELM_VERSION']}" / "helm"
 
 
+def promtool_path() -> Path:
+    """The promtool build-prometheus.sh builds beside Prometheus (the chart's alerting
+    rules are unit-tested with ``promtool test rules``), e.g.
+    ~/.cache/pdscaler/tools/prometheus-3.13.5/promtool."""
+    from pdlab.prometheus import PROMETHEUS_VERSION
+
+    return cache_dir() / "tools" / f"prometheus-{PROMETHEUS_VERSION}" / "promtool"
+
+
+def monitoring_crds_dir() -> Path:
+    """Where fetch-monitoring-crds.sh puts the prometheus-operator CRDs (ServiceMonitor,
+    PodMonitor, PrometheusRule), e.g. ~/.cache/pdscaler/tools/prometheus-operator-crds-0.85.0."""
+    version = read_versions()["PROMETHEUS_OPERATOR_VERSION"]
+    return cache_dir() / "tools" / f"prometheus-operator-crds-{version}"
+
+
 def go_duration_ms(text: str) -> int:
     """A Go duration like "2s", "1m30s" or "500ms" in milliseconds: "1m30s" -> 90000."""
     if not _DURATION.match(text):

@@ -110,16 +110,19 @@ class WriteAudit:
             return [r for r in self.records if r.namespace == namespace]
 
 
-def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
+def load_api_client(
+    kubeconfig: str | None = None, context: str | None = None
+) -> k8s_client.ApiClient:
     """In-cluster config inside a pod (``KUBERNETES_SERVICE_HOST`` set and no explicit
-    kubeconfig), else ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``."""
+    kubeconfig or context), else ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``
+    with ``context`` (default: its current-context)."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     configuration = k8s_client.Configuration()
-    if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if path is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, client_configuration=configuration
+            config_file=path, context=context, client_configuration=configuration
         )
     # one connection per concurrent tick, plus kopf's handlers: the default of 10 makes
     # urllib3 drop connections ("Connection pool is full") under a fleet's load

@@ -265,6 +265,13 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
         rt.telemetry.record_tick(
             namespace, name, fx.decision, before, ready, facts.metrics, done.seconds
         )
+        st = fx.status
+        rt.telemetry.record_status(
+            namespace,
+            name,
+            ((c.type, c.status) for c in st.conditions or []),
+            st.rollout.phase if st.rollout else None,
+        )
     return done
 
 

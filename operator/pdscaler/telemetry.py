@@ -10,6 +10,12 @@ PDDeployment (``namespace``, ``name`` labels):
 * ``pdscaler_model_output{output}``: fractional N_P, N_D, the drain time, T_s, ...;
 * ``pdscaler_reconcile_duration_seconds`` (histogram), ``pdscaler_reconcile_errors_total``;
 * ``pdscaler_api_writes_total{verb,kind}``: every write to the API server;
+* ``pdscaler_condition{type,status}``: 1 for the status each condition of
+  ``status.conditions`` has, 0 for the two others (kube-state-metrics' convention: the
+  series of a condition exist from the first tick, so an alert's ``for`` clock is not
+  reset by a series appearing); at most 6 types x 3 statuses per PDDeployment;
+* ``pdscaler_rollout_phase{phase}``: 1 for ``status.rollout.phase`` (Stable, Progressing,
+  RollingBack, Complete, RolledBack), 0 for the others; 5 series per PDDeployment;
 * ``pdscaler_leader``: 1 while this replica may write (holds the Lease, fence open);
 * ``pdscaler_writes_sent``: writes that passed the fence and were sent, counted as they
   leave (``Kube.audit``), so a write in flight when the process was stopped is counted
@@ -19,9 +25,13 @@ and a small HTTP server for them plus a liveness probe (``/healthz``: 200 while 
 ``healthy`` callback says so; ``Health`` is the tick loop's: alive iff it beat
 recently and no tick has been running too long). Each ``Telemetry`` has its own
 registry, so tests can make several. Must not: decide anything or talk to
-Kubernetes. Example: a tick that scaled decode 4 -> 6 on chat adds one to
+Kubernetes. Every per-PDDeployment series is dropped when the PDDeployment goes
+(``forget``). Example: a tick that scaled decode 4 -> 6 on chat adds one to
 ``pdscaler_decisions_total{namespace="serving",name="chat",pool="decode",direction="up",
-reason="ScaledDecode"}`` and sets ``pdscaler_desired_replicas{...,pool="decode"}`` to 6.
+reason="ScaledDecode"}`` and sets ``pdscaler_desired_replicas{...,pool="decode"}`` to 6;
+with MetricsAvailable=False it sets ``pdscaler_condition{...,type="MetricsAvailable",
+status="False"}`` to 1 and the ``True`` and ``Unknown`` series to 0 (the chart's
+PrometheusRule alerts on these).
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from __future__ import annotations
 import http.server
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -40,9 +50,17 @@ from prometheus_client import (
     generate_latest,
 )
 
-from pdscaler.types import Decision, MetricsSnapshot, PoolObservation, Role
+from pdscaler.types import (
+    ConditionType,
+    Decision,
+    MetricsSnapshot,
+    PoolObservation,
+    Role,
+    RolloutPhase,
+)
 
 _KEY = ("namespace", "name")
+CONDITION_STATUSES = ("True", "False", "Unknown")
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -99,6 +117,18 @@ class Telemetry:
             "Writes sent to the API server, counted before the request leaves.",
             registry=r,
         )
+        self.condition = Gauge(
+            "pdscaler_condition",
+            "1 for the status a PDDeployment condition has, 0 for the others.",
+            [*_KEY, "type", "status"],
+            registry=r,
+        )
+        self.rollout_phase = Gauge(
+            "pdscaler_rollout_phase",
+            "1 for the phase of the PDDeployment's version rollout, 0 for the others.",
+            [*_KEY, "phase"],
+            registry=r,
+        )
         self.leader = Gauge(
             "pdscaler_leader",
             "1 while this replica may write (holds the Lease and its fence is open).",
@@ -142,6 +172,31 @@ class Telemetry:
         )
         self.duration.labels(namespace, name).observe(seconds)
 
+    def record_status(
+        self,
+        namespace: str,
+        name: str,
+        conditions: Iterable[tuple[str, str]],
+        rollout_phase: str | None,
+    ) -> None:
+        """The conditions (``(type, status)`` pairs) and rollout phase a tick wrote.
+        Only the known condition types and phases are exported (bounded cardinality);
+        a known type absent from ``conditions`` keeps its last series."""
+        known = {t.value for t in ConditionType}
+        for ctype, cstatus in conditions:
+            if ctype not in known:
+                continue
+            for value in CONDITION_STATUSES:
+                self.condition.labels(namespace, name, ctype, value).set(
+                    1.0 if value == cstatus else 0.0
+                )
+        phase = rollout_phase or RolloutPhase.STABLE.value
+        if phase in {p.value for p in RolloutPhase}:
+            for p in RolloutPhase:
+                self.rollout_phase.labels(namespace, name, p.value).set(
+                    1.0 if p.value == phase else 0.0
+                )
+
     def _set_many(
         self, gauge: Gauge, namespace: str, name: str, values: Mapping[str, float | None]
     ) -> None:
@@ -153,8 +208,20 @@ class Telemetry:
         self.writes.labels(verb, kind).inc()
 
     def forget(self, namespace: str, name: str) -> None:
-        """Drop the series of a deleted PDDeployment."""
-        for family in (self.desired, self.ready, self.inputs, self.outputs):
+        """Drop the series of a deleted PDDeployment (its counters and histogram too:
+        an alert on a rate that stopped must not fire for a PDDeployment that is gone)."""
+        families: tuple[Gauge | Counter | Histogram, ...] = (
+            self.desired,
+            self.ready,
+            self.inputs,
+            self.outputs,
+            self.condition,
+            self.rollout_phase,
+            self.decisions,
+            self.duration,
+            self.errors,
+        )
+        for family in families:
             for labels in list(_label_sets(family)):
                 if labels[:2] == (namespace, name):
                     family.remove(*labels)
@@ -163,7 +230,7 @@ class Telemetry:
         return generate_latest(self.registry)
 
 
-def _label_sets(family: Gauge) -> list[tuple[str, ...]]:
+def _label_sets(family: Gauge | Counter | Histogram) -> list[tuple[str, ...]]:
     # prometheus-client keeps a family's children keyed by their label values
     return [tuple(key) for key in family._metrics]
 

@@ -86,9 +86,11 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
     lab: Lab, kube: Kube, crd: str, namespace: str, tmp_path: Path
 ) -> None:
     release = f"pds-{namespace[-6:]}"
+    # crds.install=false: the `crd` fixture owns the CRD here (the chart's CRD template
+    # is tested in test_lab_chart_monitoring.py)
     _helm(
         "install", release, str(CHART), "-n", namespace,
-        "--set", f"watchNamespaces={{{namespace}}}", lab=lab,
+        "--set", f"watchNamespaces={{{namespace}}}", "--set", "crds.install=false", lab=lab,
     )  # fmt: skip
     try:
         deployment = kube.apps.read_namespaced_deployment(f"{release}-pdscaler", namespace)

@@ -2,9 +2,10 @@
 values.schema.json, RBAC is least privilege, the pod is hardened, and the operator
 arguments it passes are options ``pdscaler run`` really has.
 
-Helm is not installed here, so templates are read with a minimal reading: template
-actions alone on a line are dropped (both branches of an ``if`` are kept, so the
-optional leader-election rules are checked too) and inline ``{{ ... }}`` become ``X``.
+These checks need no Helm binary, so templates are read with a minimal reading:
+template actions alone on a line are dropped (both branches of an ``if`` are kept, so
+the optional leader-election rules are checked too) and inline ``{{ ... }}`` become
+``X``. test_chart_render.py renders the chart with real Helm (the lab build's).
 """
 
 from __future__ import annotations
@@ -47,9 +48,11 @@ def schema() -> dict[str, Any]:
 
 
 def test_chart_crd_is_the_source_crd() -> None:
-    """charts/pdscaler/crds/ holds crds/'s file byte for byte (copy it when it changes)."""
+    """charts/pdscaler/files/crds/ holds crds/'s file byte for byte (copy it when it
+    changes); templates/crds.yaml renders it (so ``helm upgrade`` updates the CRD)."""
     source = REPO / "crds" / "pdscaler.io_pddeployments.yaml"
-    assert (CHART / "crds" / source.name).read_bytes() == source.read_bytes()
+    assert (CHART / "files" / "crds" / source.name).read_bytes() == source.read_bytes()
+    assert not (CHART / "crds").exists()  # Helm would install it and never upgrade it
 
 
 def test_values_validate_against_schema() -> None:

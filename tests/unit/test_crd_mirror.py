@@ -6,6 +6,7 @@ spec and status. Any drift fails here with the path of the first disagreement.""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -206,6 +207,7 @@ def test_resource_names_and_columns() -> None:
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {
+        "Ready": '.status.conditions[?(@.type=="Ready")].status',
         "Version": ".status.activeVersion",
         "P": ".status.prefill.summary",
         "D": ".status.decode.summary",
@@ -218,14 +220,19 @@ def test_resource_names_and_columns() -> None:
     # every column points at a field the status model has
     status = pdspec.PDDeploymentStatus.model_json_schema(by_alias=True)
     for path in columns.values():
-        parts = path.strip(".").split(".")
+        # a JSONPath filter selects one list item: walk it as the list's items
+        parts = re.sub(r"\[\?\(.*?\)\]", "[]", path).strip(".").split(".")
         if parts[0] != "status":
             continue
         node, defs = status, status["$defs"]
         for part in parts[1:]:
             node, _ = _resolve(node, defs)
-            assert part in node["properties"], path
-            node = node["properties"][part]
+            name = part.removesuffix("[]")
+            assert name in node["properties"], path
+            node = node["properties"][name]
+            if part.endswith("[]"):
+                node, _ = _resolve(node, defs)
+                node = node["items"]
 
 
 def test_one_engine_version_for_both_pools() -> None:

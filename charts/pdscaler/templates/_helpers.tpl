@@ -27,3 +27,28 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The operator image (the test pod runs it too). */}}
+{{- define "pdscaler.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* global.imagePullSecrets then imagePullSecrets, as LocalObjectReferences; a name may
+be given as a string or as {name: ...}. */}}
+{{- define "pdscaler.imagePullSecrets" -}}
+{{- $global := .Values.global | default dict -}}
+{{- $all := concat ($global.imagePullSecrets | default list) (.Values.imagePullSecrets | default list) -}}
+{{- range $all }}
+- name: {{ if kindIs "string" . }}{{ . }}{{ else }}{{ .name }}{{ end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The replicas the Deployment runs: replicaCount with leader election, else 1. */}}
+{{- define "pdscaler.replicas" -}}
+{{- if .Values.leaderElection.enabled }}{{ .Values.replicaCount }}{{ else }}1{{ end -}}
+{{- end -}}
+
+{{/* The metrics Service's name. */}}
+{{- define "pdscaler.metricsService" -}}
+{{ include "pdscaler.fullname" . }}-metrics
+{{- end -}}

@@ -1,9 +1,12 @@
-"""``pdscaler explain NAME [-n NS]``: the last decision of a PDDeployment, for a person.
+"""``pdscaler explain NAME [-n NS] [--kubeconfig F] [--context C]``: the last decision
+of a PDDeployment, for a person.
 
 Owns: reading one PDDeployment's status (through ``kube.py``) and printing its last
 decision with the inputs the policy saw, the models' numbers and the reason, plus the
-pools and the conditions. Must not: decide or recompute anything (it prints what the
-operator published), or write to the cluster.
+pools and the conditions; the namespace default, as kubectl's: ``-n``, else the
+namespace of the kubeconfig context used (``--context``, else current-context), else
+the pod's own namespace in a cluster, else ``default``. Must not: decide or recompute
+anything (it prints what the operator published), or write to the cluster.
 
     $ pdscaler explain chat -n serving
     chat (serving)  version v0.11.0  mode Auto
@@ -19,9 +22,12 @@ operator published), or write to the cluster.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 
 from pdscaler import status
 from pdscaler.cli.common import OneLineCommand, fail, num
@@ -29,6 +35,51 @@ from pdscaler.spec import PDDeploymentStatus
 from pdscaler.types import ConditionType
 
 LABEL_WIDTH = 16
+#: Where a pod's ServiceAccount namespace is mounted (kubectl's in-cluster default).
+POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def kubeconfig_paths(kubeconfig: str | None) -> list[Path]:
+    """``--kubeconfig``, else the files of ``$KUBECONFIG`` (``:``-separated), else
+    ``~/.kube/config``."""
+    if kubeconfig:
+        return [Path(kubeconfig)]
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return [Path(p) for p in env.split(os.pathsep) if p]
+    return [Path.home() / ".kube" / "config"]
+
+
+def default_namespace(
+    kubeconfig: str | None,
+    context: str | None,
+    pod_namespace_file: Path = POD_NAMESPACE_FILE,
+) -> str:
+    """The namespace kubectl would use without ``-n``: the context's ``namespace``
+    (the first file naming the current-context or a context wins, like kubectl's
+    merge), else the pod's own namespace when running in a cluster without a
+    kubeconfig, else ``default``. Example: a kubeconfig whose current-context ``lab``
+    has ``namespace: serving`` gives ``serving``."""
+    docs: list[dict[str, Any]] = []
+    for path in kubeconfig_paths(kubeconfig):
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict):
+            docs.append(doc)
+    if not docs and kubeconfig is None and context is None:
+        try:
+            return pod_namespace_file.read_text().strip() or "default"
+        except OSError:
+            return "default"
+    name = context or next((d["current-context"] for d in docs if d.get("current-context")), None)
+    for doc in docs:
+        for entry in doc.get("contexts") or []:
+            if isinstance(entry, dict) and entry.get("name") == name:
+                namespace = (entry.get("context") or {}).get("namespace")
+                return str(namespace) if namespace else "default"
+    return "default"
 
 
 def _line(label: str, text: str) -> str:
@@ -106,24 +157,41 @@ def render(pdd: dict[str, Any]) -> str:
 
 def cmd_explain(
     name: Annotated[str, typer.Argument(help="The PDDeployment's name.")],
-    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")] = (
-        "default"
-    ),
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="Its namespace (default: the kubeconfig context's, else default).",
+            show_default=False,
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG)."),
+    ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option("--context", help="Kubeconfig context (default: current-context)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The raw status as JSON.")] = False,
 ) -> None:
     """Print the last decision of a PDDeployment: inputs, model outputs, reason."""
     from pdscaler.kube import Kube, KubeError, load_api_client
 
+    if kubeconfig and not os.path.isfile(kubeconfig):
+        fail(f"--kubeconfig {kubeconfig}: no such file")
+    ns = namespace or default_namespace(kubeconfig, context)
     try:
-        pdd = Kube(load_api_client()).get_pdd(namespace, name)
+        pdd = Kube(load_api_client(kubeconfig, context)).get_pdd(ns, name)
     except KubeError as err:
         typer.echo(f"Error: {err}", err=True)
         raise typer.Exit(1) from None
-    except Exception as err:  # no kubeconfig, cluster unreachable: one line, exit 1
+    except Exception as err:  # no kubeconfig, unknown context, cluster unreachable
         typer.echo(f"Error: cannot reach the cluster: {' '.join(str(err).split())}", err=True)
         raise typer.Exit(1) from None
     if pdd is None:
-        fail(f"PDDeployment {namespace}/{name} not found")
+        fail(f"PDDeployment {ns}/{name} not found")
     if as_json:
         typer.echo(json.dumps(pdd.get("status") or {}, indent=2, sort_keys=True))
         return

@@ -1,0 +1,63 @@
+"""Render the Helm chart (charts/pdscaler) with the helm binary the lab build caches,
+for unit tests that need real Helm (``helm lint``, ``helm template``) or promtool.
+
+Owns: finding helm and promtool in ~/.cache/pdscaler/tools (``make lab-build`` builds
+both; CI runs it first) and rendering the chart into parsed documents. Without them a
+test is skipped locally, but fails in CI (``$CI`` set): CI skips nothing. Must not: talk
+to a cluster (tests/lab does). Example::
+
+    docs = template("--set", "monitoring.prometheusRule.enabled=true", monitoring=True)
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pdlab.config import REPO_DIR, helm_path, promtool_path, read_versions
+
+CHART = REPO_DIR / "charts" / "pdscaler"
+KUBE = read_versions()["KUBE_VERSION"]  # helm template's default would be v1.20
+MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
+RELEASE, NAMESPACE = "pds", "pdscaler-system"
+
+
+def tool(path: Path) -> Path:
+    """``path`` if it is built; else skip (fail under ``$CI``)."""
+    if not path.exists():
+        message = f"{path} missing: run `make lab-build`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def helm(*args: str) -> str:
+    done = subprocess.run(
+        [str(tool(helm_path())), *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr or done.stdout}"
+    return done.stdout
+
+
+def template(*args: str, monitoring: bool = False) -> list[dict[str, Any]]:
+    """``helm template`` of the chart (release ``pds`` in ``pdscaler-system``), parsed;
+    ``monitoring``: the cluster serves the monitoring.coreos.com/v1 kinds."""
+    apis: list[str] = []
+    if monitoring:
+        for kind in MONITORING_KINDS:
+            apis += ["--api-versions", f"monitoring.coreos.com/v1/{kind}"]
+    text = helm(
+        "template", RELEASE, str(CHART), "-n", NAMESPACE, "--kube-version", KUBE, *apis, *args
+    )
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def promtool() -> Path:
+    return tool(promtool_path())
