@@ -24,7 +24,8 @@ The steps, each in its own module:
 3. ``forecast``: R over T_s + interval (rising trend extrapolated over at most the
    metrics window, at most 2x; never below the current rate). R itself is the arrival
    rate: prefill completions corrected by the prefill queue's change (``arrival_rate``).
-4. ``sizing``: steady-state targets (ratio model, ceil, at the forecast rate), the
+4. ``sizing``: steady-state targets (ratio model, ceil, at the forecast rate; decode
+   the larger of that and its KV memory bound with ``kvCacheTokens``, ``kvbound``), the
    bottleneck rule (only the bottleneck pool, and a pool short by its own load, grow),
    the drain-sized scale-up; the proportional fallback only where more replicas relieve
    the pressure (``sizing.may_grow_proportionally``).
@@ -42,10 +43,19 @@ record (module ``tick``) that the sentence and the memory are made from.
 
 from __future__ import annotations
 
-from pdscaler.models import RatioResult, ratio_model
+import dataclasses
+
+from pdscaler.models import DecodeBound, RatioResult, ratio_model
 from pdscaler.policy import history, reasons
 from pdscaler.policy.explain import explain, infeasible
 from pdscaler.policy.forecast import forecast_rate
+from pdscaler.policy.kvbound import (
+    decode_tpot,
+    kv_demand,
+    memory_rate,
+    memory_sizes,
+    with_memory,
+)
 from pdscaler.policy.limits import Capacity, Split, capacity, clamp, fit
 from pdscaler.policy.memory import forecast_lookback, record_rate, remember, remember_pools
 from pdscaler.policy.refine import refine_startup, refine_tps
@@ -138,8 +148,11 @@ def size(
     tokens = {Role.PREFILL: snap.prompt_tokens or 0.0, Role.DECODE: snap.output_tokens or 0.0}
     tps = refine_capacities(inp, snap, recent)
     forecast = forecast_arrivals(inp, rate, startup)
-    ratio = ratio_sizes(inp.spec, forecast, tokens, tps)
+    tpot = decode_tpot(inp.spec, snap)
+    memory = memory_sizes(inp.spec, forecast, tokens[Role.PREFILL], tokens[Role.DECODE], tpot)
+    ratio, bound = with_memory(ratio_sizes(inp.spec, forecast, tokens, tps), memory)
     facts = {r: pool_facts(inp, snap, r, tps[r], tokens[r]) for r in ROLES}
+    facts[Role.DECODE] = memory_facts(inp, facts[Role.DECODE], rate, tokens, tpot)
     attribution = attribute(
         facts[Role.PREFILL],
         facts[Role.DECODE],
@@ -165,6 +178,8 @@ def size(
         final={Role.PREFILL: split.prefill, Role.DECODE: split.decode},
         pools=pools,
         gaps=gaps,
+        memory=memory,
+        decode_bound=bound,
     )
 
 
@@ -287,6 +302,24 @@ def pool_facts(
     )
 
 
+def memory_facts(
+    inp: TickInput, decode: PoolFacts, rate: float, tokens: dict[Role, float], tpot: float
+) -> PoolFacts:
+    """Step 4b for decode with ``kvCacheTokens`` (docs/models.md §2b): the share of the
+    ready replicas' KV the load at the arrival ``rate`` holds, and a replica's req/s when
+    its KV binds. Long-context chat at 3.5 req/s on 2 ready: 2.24 of their KV, 0.704 req/s
+    each. Unchanged when the term is off."""
+    prompt, output = tokens[Role.PREFILL], tokens[Role.DECODE]
+    at_rate = memory_sizes(inp.spec, rate, prompt, output, tpot)
+    if at_rate is None:
+        return decode
+    return dataclasses.replace(
+        decode,
+        kv_demand=kv_demand(at_rate, inp.spec, decode.ready),
+        memory_rate=memory_rate(inp.spec, prompt, output, tpot),
+    )
+
+
 def size_pools(
     inp: TickInput,
     facts: dict[Role, PoolFacts],
@@ -309,7 +342,14 @@ def size_pools(
     since = inp.now - mem.last_scale_time if mem.last_scale_time is not None else None
     wants: dict[Role, Want] = {}
     for r in ROLES:
-        drain = plan_drain(facts[r], forecast, startup, spec.slo.recovery_seconds, since)
+        drain = plan_drain(
+            facts[r],
+            forecast,
+            startup,
+            spec.slo.recovery_seconds,
+            since,
+            min_slack=spec.scaling.interval_seconds,
+        )
         if r not in attribution.growing:
             wants[r] = Want(min(targets[r], facts[r].current), targets[r], drain)
             continue
@@ -440,6 +480,10 @@ def _model_outputs(tick: Tick, startup: float) -> ModelOutputs:
         decode_tps=tick.facts[Role.DECODE].tps,
         startup_seconds=startup,
         forecast_rate=tick.forecast,
+        decode_bound=("memory" if tick.decode_bound is DecodeBound.MEMORY else "throughput")
+        if tick.memory is not None
+        else None,
+        n_decode_memory=tick.memory.n_decode if tick.memory is not None else None,
     )
 
 

@@ -1,0 +1,53 @@
+"""``pdscaler plan ratio --kv-cache-tokens``: the decode memory bound (docs/models.md §2b)
+through the command line, golden long-context numbers."""
+
+from __future__ import annotations
+
+import pytest
+from test_cli_plan import as_json, ok, plan
+
+LONG = (
+    "ratio --rate 3.5 --prompt-tokens 12000 --output-tokens 350 --prefill-tps 8500 "
+    "--decode-tps 1400"
+)
+WITH_KV = f"{LONG} --kv-cache-tokens 100000 --tpot 0.03"
+
+
+def test_memory_bound_golden_table() -> None:
+    """t_d 10.5 s, 36.75 sequences of 12,175 tokens = 447,431 tokens over 90,000 per
+    replica: N_D 4.97 -> 5, against 1.25 -> 2 by throughput."""
+    out = ok(WITH_KV)
+    for phrase in (
+        "Decode memory bound (docs/models.md §2b)",
+        "10.5 s",
+        "36.75",
+        "447,431",
+        "N_D 4.97 -> 5",
+        "decode sized by memory: N_D 4.97 -> 5 (throughput 1.25, memory 4.97)",
+        "N_P / N_D by KV memory; 8:5 replicas",
+    ):
+        assert phrase in out, phrase
+
+
+def test_memory_bound_json() -> None:
+    data = as_json(WITH_KV)
+    assert data["n_decode"] == pytest.approx(1.25)  # the ratio model's own figure
+    assert data["memory"]["n_decode"] == pytest.approx(4.9715, abs=1e-4)
+    assert data["decode"] == {
+        "n_decode": pytest.approx(4.9715, abs=1e-4),
+        "decode_replicas": 5,
+        "bound": "memory",
+    }
+    assert data["inputs"]["kv_cache_tokens"] == 100_000
+
+
+def test_without_kv_the_output_is_the_ratio_models() -> None:
+    """No --kv-cache-tokens: no memory table, no ``memory`` in the JSON."""
+    assert "memory" not in ok(LONG)
+    assert "memory" not in as_json(LONG)
+
+
+def test_bad_kv_is_a_one_line_error() -> None:
+    result = plan(f"{LONG} --kv-cache-tokens 0")
+    assert result.exit_code == 2
+    assert "--kv-cache-tokens must be > 0, got 0.0" in result.output
