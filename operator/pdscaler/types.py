@@ -211,6 +211,8 @@ class PolicyMemory:
     capacity_gpus: int | None = None
     capacity_time: float | None = None
     pool_history: tuple[tuple[float, float | None, float | None, int, int], ...] = ()
+    #: prefill's burst head-room factor (``policy.headroom``, >= 1); not persisted
+    burst_factor: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -42,12 +42,18 @@ def infeasible(tick: Tick) -> list[str]:
 
 def explain(tick: Tick) -> tuple[Action, Role | None, str]:
     """(action, pool, sentence) of the tick."""
-    notes = _limit_notes(tick) + infeasible(tick) + _set_aside(tick)
+    notes = _limit_notes(tick) + infeasible(tick) + _set_aside(tick) + _headroom(tick)
     if tick.grown:
         return _explain_up(tick, notes)
     if tick.shrunk:
         return _explain_down(tick, notes)
     return _explain_hold(tick, notes)
+
+
+def _headroom(tick: Tick) -> list[str]:
+    """The note for the prefill replicas held as burst head-room (docs/models.md §2c)."""
+    held = tick.headroom_held
+    return [reasons.burst_headroom(held, tick.burst_factor)] if held > 0 else []
 
 
 def _set_aside(tick: Tick) -> list[str]:

@@ -212,3 +212,12 @@ def budget_note(gpus: int, bottleneck: Role | None) -> str:
 def at_max(role: Role, bound: int, wanted: int) -> str:
     """``decode at its max 32 (wants 41)``."""
     return f"{role.value} at its max {bound} (wants {wanted})"
+
+
+def burst_headroom(replicas: int, factor: float) -> str:
+    """``burst head-room +10 prefill (x1.55 for TTFT breaches the mean load does not
+    explain)``."""
+    return (
+        f"burst head-room +{replicas} prefill (x{factor:.2f} for TTFT breaches the mean "
+        f"load does not explain)"
+    )

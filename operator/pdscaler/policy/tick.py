@@ -56,6 +56,15 @@ class Tick:
     #: the decode memory term at the forecast rate (None: off), and what sizes decode
     memory: MemoryResult | None = None
     decode_bound: DecodeBound = DecodeBound.THROUGHPUT
+    #: prefill's burst head-room factor after this tick, and the replicas it asked for
+    burst_factor: float = 1.0
+    headroom: int = 0
+
+    @property
+    def headroom_held(self) -> int:
+        """Head-room replicas prefill ends with: at most what it asked for, at most what
+        the final size holds above the ratio target."""
+        return max(0, min(self.headroom, self.final[Role.PREFILL] - self.ratio.prefill_replicas))
 
     def current(self, role: Role) -> int:
         return self.facts[role].current
