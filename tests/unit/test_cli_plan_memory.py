@@ -3,8 +3,13 @@ through the command line, golden long-context numbers."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from test_cli_plan import as_json, ok, plan
+
+from support.crd_schema import EXAMPLES_DIR
 
 LONG = (
     "ratio --rate 3.5 --prompt-tokens 12000 --output-tokens 350 --prefill-tps 8500 "
@@ -51,3 +56,22 @@ def test_bad_kv_is_a_one_line_error() -> None:
     result = plan(f"{LONG} --kv-cache-tokens 0")
     assert result.exit_code == 2
     assert "--kv-cache-tokens must be > 0, got 0.0" in result.output
+
+
+def test_from_file_uses_the_decode_kv_cache_tokens(tmp_path: Path) -> None:
+    """The chat example with ``decode.kvCacheTokens: 20000`` at 20 req/s, 2000/500
+    tokens: memory needs 20 x 25 s (500 x 50 ms, the TPOT SLO) x 2,250 tokens / 18,000 =
+    62.5 decode replicas, above the 17.86 of throughput: decode wants 63, capped at its
+    max 24 and the budget; the plan says memory binds. Without it: 18, throughput."""
+    doc = yaml.safe_load((EXAMPLES_DIR / "chat.yaml").read_text(encoding="utf-8"))
+    doc["spec"]["decode"]["kvCacheTokens"] = 20_000
+    path = tmp_path / "chat-kv.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    load = "--rate 20 --prompt-tokens 2000 --output-tokens 500"
+    data = as_json(f"from-file {path} {load}")
+    assert data["decode_bound"] == "memory"
+    assert data["decode"]["n"] == pytest.approx(62.5)
+    assert data["decode"]["want"] == 63
+    plain = as_json(f"from-file {EXAMPLES_DIR / 'chat.yaml'} {load}")
+    assert plain["decode_bound"] is None
+    assert plain["decode"]["want"] == 18
