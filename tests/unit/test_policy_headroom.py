@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pdscaler.policy import decide
 from pdscaler.policy.headroom import MAX_FACTOR, headroom_target, learn_factor
-from pdscaler.types import PolicyMemory
+from pdscaler.types import PolicyMemory, PoolObservation
 from support.builders import chat_spec, snapshot, tick
 
 
@@ -97,3 +97,14 @@ def test_without_learnt_headroom_the_switch_changes_nothing(
     b = decide(tick(on, snap, p_ready, d_ready))
     assert (a.prefill, a.decode, a.action, a.message) == (b.prefill, b.decode, b.action, b.message)
     assert b.model.burst_headroom_replicas == 0
+
+
+def test_no_burst_is_learnt_while_prefill_replicas_are_starting() -> None:
+    """The same breach with 4 of 24 prefill replicas still starting is a shortage being
+    fixed, not a burst: the factor stays at 1."""
+    on = chat_spec(scaling={"maxGPUs": 64, "burstHeadroom": True})
+    starting = PoolObservation(replicas=24, ready=20)
+    d = decide(tick(on, BURSTY, starting, 18))
+    assert d.memory.burst_factor == 1.0
+    learnt = decide(tick(on, BURSTY, 20, 18))
+    assert learnt.memory.burst_factor == pytest.approx(1.05)

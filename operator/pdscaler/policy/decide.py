@@ -331,13 +331,16 @@ def memory_facts(
 def burst_factor(inp: TickInput, prefill: PoolFacts, attribution: Attribution) -> float:
     """Step 4c, ``headroom``: prefill's burst factor after this tick (docs/models.md §2c),
     learnt from a TTFT breach while prefill is not short by its load (utilisation within
-    target, fewer than one request waiting per ready replica); 1 with
+    target, fewer than one request waiting per ready replica, no replica still
+    starting); 1 with
     ``scaling.burstHeadroom`` off. 1.0, TTFT 3 s of 2 s, prefill at 67% with no queue
     -> 1.05."""
     if not inp.spec.scaling.burst_headroom:
         return 1.0
-    short = attribution.load_pressure[Role.PREFILL] > PRESSURE_LIMIT or history.backlogged(
-        prefill.queue, prefill.ready
+    short = (
+        attribution.load_pressure[Role.PREFILL] > PRESSURE_LIMIT
+        or history.backlogged(prefill.queue, prefill.ready)
+        or prefill.in_flight > 0  # replicas still starting: a shortage being fixed
     )
     return learn_factor(inp.memory.burst_factor, prefill.latency, prefill.slo_seconds, short)
 

@@ -9,7 +9,8 @@ What is observed. Bursts that last seconds come and go between two ticks (15 s) 
 scrapes: the rate over the metrics window averages them away and the queue is usually
 empty again when it is sampled. What they leave is the TTFT percentile over the window:
 above its SLO while prefill, sized for the mean, is not short by its load (utilisation
-within target, fewer than one request waiting per ready replica). That is the signature
+within target, fewer than one request waiting per ready replica, no replica still
+starting: those are a shortage being fixed). That is the signature
 the factor learns from, the same series in the operator and in the simulator:
 
 * burst signature (TTFT p over SLO, prefill not short): ``h *= 1 + GAIN * (min(r, 2) -
