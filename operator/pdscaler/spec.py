@@ -63,6 +63,9 @@ MAX_GPUS_PER_REPLICA = 256
 MAX_GPUS = 100000
 MAX_DURATION_LENGTH = 32
 MAX_QUERY_LENGTH = 4096
+#: The largest KV cache one replica may declare, in tokens (a typo guard: 10^9 tokens is
+#: hundreds of TB of KV).
+MAX_KV_CACHE_TOKENS = 1_000_000_000
 
 # The messages of the CRD's CEL rules (x-kubernetes-validations), word for word.
 MSG_REPLICAS_MIN_MAX = "replicas.min must be less than or equal to replicas.max"
@@ -185,6 +188,10 @@ class PoolSpec(_Model):
 
     ``template`` is a PodTemplateSpec kept as plain data (``{"metadata": {...},
     "spec": {...}}``); the operator sets the engine image and version on it.
+    ``kv_cache_tokens`` (decode only; ignored on prefill) is M, the tokens of KV one
+    replica holds (vLLM: ``num_gpu_blocks * block_size``, logged at start-up and exported
+    as the labels of ``vllm:cache_config_info``): set, the policy also sizes decode by
+    its KV memory (docs/models.md §2b); unset, by output tokens/s only.
     """
 
     template: dict[str, Any] = Field(default_factory=dict)
@@ -192,6 +199,7 @@ class PoolSpec(_Model):
     replicas: ReplicaBounds = ReplicaBounds()
     tokens_per_second: float = Field(gt=0)
     target_utilization: float = Field(default=0.7, gt=0, le=1)
+    kv_cache_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CACHE_TOKENS)
 
     _template_parts_are_objects = field_validator("template")(_pod_template_parts)
 
@@ -264,10 +272,15 @@ class MetricsSpec(_Model):
 
 
 class ScalingSpec(_Model):
+    """How and how often the pools are resized. ``burst_headroom``: hold extra prefill
+    replicas for the short bursts the policy has seen in the arrivals (docs/models.md
+    §2c), within ``max_gpus``; off: prefill is sized for the mean rate."""
+
     mode: Literal["Auto", "Recommend"] = "Auto"
     interval: Duration = "15s"
     max_gpus: int = Field(default=64, ge=1, le=MAX_GPUS, alias="maxGPUs")
     scale_down_stabilization: Duration = "5m"
+    burst_headroom: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> ScalingSpec:
@@ -401,7 +414,10 @@ class DecisionInputs(_Model):
 
 class DecisionModel(_Model):
     """The models' numbers behind the decision (fractional replicas, drain time, the
-    capacities and T_s used after online refinement, the forecast rate)."""
+    capacities and T_s used after online refinement, the forecast rate). ``n_decode`` is
+    the larger of decode's throughput and memory sizings, ``decode_bound`` says which
+    (``memory`` only with ``decode.kvCacheTokens``), ``n_decode_memory`` is the memory
+    one; ``burst_headroom_replicas`` the prefill replicas held for bursts."""
 
     n_prefill: float | None = None
     n_decode: float | None = None
@@ -411,6 +427,9 @@ class DecisionModel(_Model):
     decode_tokens_per_second: float | None = None
     startup_seconds: float | None = None
     forecast_rate: float | None = None
+    decode_bound: Literal["throughput", "memory"] | None = None
+    n_decode_memory: float | None = None
+    burst_headroom_replicas: int | None = Field(default=None, ge=0)
 
 
 class LastDecision(_Model):

@@ -397,6 +397,9 @@ def last_decision(
             decode_tokens_per_second=_finite(m.decode_tps),
             startup_seconds=_finite(m.startup_seconds),
             forecast_rate=_finite(m.forecast_rate),
+            decode_bound=m.decode_bound,
+            n_decode_memory=_finite(m.n_decode_memory),
+            burst_headroom_replicas=m.burst_headroom_replicas,
         ),
     )
 

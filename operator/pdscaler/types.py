@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Generic, TypeVar, cast
+from typing import Generic, Literal, TypeVar, cast
 
 from pdscaler.spec import PDDeploymentSpec
 
@@ -211,6 +211,8 @@ class PolicyMemory:
     capacity_gpus: int | None = None
     capacity_time: float | None = None
     pool_history: tuple[tuple[float, float | None, float | None, int, int], ...] = ()
+    #: prefill's burst head-room factor (``policy.headroom``, >= 1); not persisted
+    burst_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,9 @@ class ModelOutputs:
     decode_tps: float | None = None
     startup_seconds: float | None = None
     forecast_rate: float | None = None
+    decode_bound: Literal["throughput", "memory"] | None = None  # None: no memory term
+    n_decode_memory: float | None = None  # decode replicas the KV memory needs
+    burst_headroom_replicas: int | None = None  # prefill replicas held for bursts
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ does), or talk to a cluster or to Prometheus.
 
     pdscaler plan drain --arrival 3.5 --startup 10 --service 4.55 --deadline 60
         backlog 35 requests, drained at 43.3 s, meets 60 s: yes
+    pdscaler plan ratio --rate 3.5 --prompt-tokens 12000 --output-tokens 350 \
+        --prefill-tps 8500 --decode-tps 1400 --kv-cache-tokens 100000 --tpot 0.03
+        decode sized by memory: N_D 4.97 -> 5 (throughput 1.25, memory 4.97)
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pdscaler.cli.plan_render import (
     drain_table,
     drain_verdict,
     emit,
+    memory_table,
     ratio_tables,
     table,
 )
@@ -90,9 +94,25 @@ def cmd_ratio(
         float | None,
         typer.Option("--decode-utilization", help="u_D (default: --utilization)."),
     ] = None,
+    kv_cache_tokens: Annotated[
+        float | None,
+        typer.Option(
+            "--kv-cache-tokens",
+            help="KV tokens ONE decode replica holds, M: also size decode by memory (§2b).",
+        ),
+    ] = None,
+    tpot: Annotated[
+        float,
+        typer.Option("--tpot", help="TPOT a sequence decodes at, seconds (memory bound)."),
+    ] = 0.05,
+    kv_utilization: Annotated[
+        float,
+        typer.Option("--kv-utilization", help="Target KV utilisation u_kv (memory bound)."),
+    ] = models.bottleneck.KV_LIMIT,
     as_json: JsonOpt = False,
 ) -> None:
-    """Steady-state replicas of each pool: N = load / (per-replica tokens/s x u), rounded up."""
+    """Steady-state replicas of each pool: N = load / (per-replica tokens/s x u), rounded up;
+    with --kv-cache-tokens decode is the larger of that and its KV memory bound."""
     u_p = utilization if prefill_utilization is None else prefill_utilization
     u_d = utilization if decode_utilization is None else decode_utilization
     options = {**RATIO_OPTIONS}
@@ -115,15 +135,50 @@ def cmd_ratio(
         "prefill_utilization": u_p,
         "decode_utilization": u_d,
     }
-    emit(
-        as_json,
-        {"inputs": inputs, **dataclasses.asdict(result)},
-        ratio_tables(result, (prefill_tps, decode_tps), (u_p, u_d)),
+    lines = [
         f"R = {num(rate)} req/s, {num(prompt_tokens, 0)} prompt / {num(output_tokens, 0)} "
         f"output tokens per request",
         f"P:D ratio {num(result.ratio)} (N_P / N_D; {result.prefill_replicas}:"
         f"{result.decode_replicas} replicas)",
-    )
+    ]
+    doc: dict[str, Any] = {"inputs": inputs, **dataclasses.asdict(result)}
+    tables: list[Table] = [ratio_tables(result, (prefill_tps, decode_tps), (u_p, u_d))]
+    if kv_cache_tokens is not None:
+        m = kv_cache_tokens
+        memory = checked(
+            lambda: models.decode_memory(
+                rate, prompt_tokens, output_tokens, tpot, m, kv_utilization
+            ),
+            MEMORY_OPTIONS,
+        )
+        n_decode, bound = models.decode_bound(result.n_decode, memory)
+        inputs.update(kv_cache_tokens=m, tpot_seconds=tpot, kv_utilization=kv_utilization)
+        doc["memory"] = dataclasses.asdict(memory)
+        doc["decode"] = {
+            "n_decode": n_decode,
+            "decode_replicas": models.ceil_replicas(n_decode),
+            "bound": bound.value,
+        }
+        tables.append(memory_table(memory, m, kv_utilization))
+        if bound is models.DecodeBound.MEMORY:
+            lines[1] = (
+                f"P:D ratio {num(result.n_prefill / n_decode)} (N_P / N_D by KV memory; "
+                f"{result.prefill_replicas}:{models.ceil_replicas(n_decode)} replicas)"
+            )
+        lines.append(
+            f"decode sized by {bound.value}: N_D {num(n_decode)} -> "
+            f"{models.ceil_replicas(n_decode)} (throughput {num(result.n_decode)}, "
+            f"memory {num(memory.n_decode)})"
+        )
+    emit(as_json, doc, *tables, *lines)
+
+
+MEMORY_OPTIONS = {
+    **RATIO_OPTIONS,
+    "tpot_seconds": "--tpot",
+    "kv_cache_tokens": "--kv-cache-tokens",
+    "kv_utilization": "--kv-utilization",
+}
 
 
 DRAIN_OPTIONS = {

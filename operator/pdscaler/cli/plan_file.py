@@ -3,9 +3,11 @@ manifest at a given load.
 
 Owns: reading the one PDDeployment of a YAML file (any problem is a one-line error),
 and planning its pools: the ratio model with the manifest's capacities and
-utilisations, clamped to its replica bounds and split under its maxGPUs
-(``models.split_budget``). Must not: talk to a cluster, or size anything the models
-do not (the operator's policy adds forecasts, the drain model and stabilization).
+utilisations (decode raised to its KV memory bound at the TPOT SLO when the manifest
+sets ``decode.kvCacheTokens``, docs/models.md §2b), clamped to its replica bounds and
+split under its maxGPUs (``models.split_budget``). Must not: talk to a cluster, or size
+anything the models do not (the operator's policy adds forecasts, the drain model and
+stabilization).
 
     pdscaler plan from-file deploy/examples/chat.yaml --rate 20 \\
         --prompt-tokens 2000 --output-tokens 500
@@ -81,6 +83,16 @@ def plan_manifest(
         ),
         RATIO_OPTIONS,
     )
+    bound = None
+    if spec.decode.kv_cache_tokens is not None:  # docs/models.md §2b, at the TPOT SLO
+        memory = models.decode_memory(
+            rate,
+            prompt_tokens,
+            output_tokens,
+            spec.slo.tpot_seconds,
+            float(spec.decode.kv_cache_tokens),
+        )
+        ratio, bound = models.with_memory(ratio, memory)
     split = models.split_budget(
         max_gpus=spec.scaling.max_gpus,
         want_prefill=ratio.prefill_replicas,
@@ -127,6 +139,7 @@ def plan_manifest(
     out["max_gpus"] = spec.scaling.max_gpus
     out["limited"] = split.limited
     out["ratio"] = ratio.ratio
+    out["decode_bound"] = bound.value if bound is not None else None
     return out
 
 

@@ -92,6 +92,26 @@ def ratio_tables(
     )
 
 
+def memory_table(
+    memory: models.MemoryResult, kv_cache_tokens: float, kv_utilization: float
+) -> Table:
+    """The decode memory bound as a table: residence, resident sequences and tokens, and
+    ``N_D 4.97 -> 5`` (docs/models.md §2b)."""
+    rows = [
+        ("t_d = L_d x TPOT", f"{num(memory.residence_seconds)} s"),
+        ("resident sequences R x t_d", num(memory.resident_sequences)),
+        ("tokens per sequence L_p + L_d/2", num(memory.tokens_per_sequence, 0)),
+        ("resident KV tokens", num(memory.resident_tokens, 0)),
+        (
+            "per replica M x u_kv",
+            f"{num(kv_cache_tokens, 0)} x {num(kv_utilization * 100, 1)}% = "
+            f"{num(kv_cache_tokens * kv_utilization, 0)}",
+        ),
+        ("replicas", f"N_D {num(memory.n_decode)} -> {memory.decode_replicas}"),
+    ]
+    return table("Decode memory bound (docs/models.md §2b)", ("", "value"), rows)
+
+
 def backlog_sentence(
     arrival: float, startup: float, queue: float, current_service: float, backlog: float
 ) -> str:

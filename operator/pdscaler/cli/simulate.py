@@ -33,7 +33,7 @@ from rich.table import Table
 
 from pdscaler.cli.common import OneLineCommand, fail, percent
 from pdscaler.sim.compare import POLICIES, Comparison, compare, parse_policies
-from pdscaler.sim.engine import EngineParams
+from pdscaler.sim.engine import QUEUE_DISCIPLINES, EngineParams
 from pdscaler.sim.loop import LoopConfig
 from pdscaler.sim.plot import render_png
 from pdscaler.sim.setup import DECODE_PRIOR_TPS, PREFILL_PRIOR_TPS, sim_spec
@@ -148,6 +148,13 @@ def cmd_simulate(
     true_decode_speed: Annotated[
         float, typer.Option(help="Multiply the engine's decode speed (1 = calibrated).")
     ] = 1.0,
+    queue: Annotated[
+        str,
+        typer.Option(
+            help="Queue discipline of the simulated engine, for every policy: fcfs, or "
+            "deadline (a request that can no longer meet its TTFT yields to one that can)."
+        ),
+    ] = "fcfs",
     utilization: Annotated[float, typer.Option(help="Target utilisation of both pools.")] = 0.7,
     max_replicas: Annotated[int, typer.Option(help="Max replicas per pool.")] = 64,
     interval: Annotated[str, typer.Option(help="Scaling interval (duration).")] = "15s",
@@ -176,6 +183,8 @@ def cmd_simulate(
         _positive(name, value)
     if duration is not None:
         _positive("--duration", duration)
+    if queue not in QUEUE_DISCIPLINES:
+        fail(f"--queue must be one of {', '.join(QUEUE_DISCIPLINES)}, got {queue!r}")
     try:
         names = parse_policies(policy)
     except ValueError as err:
@@ -202,6 +211,8 @@ def cmd_simulate(
         decode_step_base_s=base.decode_step_base_s / true_decode_speed,
         decode_step_per_seq_s=base.decode_step_per_seq_s / true_decode_speed,
         decode_step_per_kv_token_s=base.decode_step_per_kv_token_s / true_decode_speed,
+        queue_discipline=queue,
+        ttft_deadline_s=ttft,
     )
     data = load(trace, rate_scale, duration, seed)
     cfg = LoopConfig(spec=spec, params=params, startup_s=startup, seed=seed)

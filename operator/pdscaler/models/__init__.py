@@ -1,8 +1,9 @@
 """The capacity models of docs/models.md as pure, typed functions with small frozen results.
 
-Owns: ratio (§2), drain (§3), bottleneck (§4), budget split (docs/design.md §3.5) and
-migration/reconfiguration (§5). Must not: do I/O, read clocks, import kopf, kubernetes,
-prometheus_client or HTTP clients (import-linter enforces it). Floats are SI units
+Owns: ratio (§2), the decode memory bound (§2b), drain (§3), bottleneck (§4), budget
+split (docs/design.md §3.5) and migration/reconfiguration (§5). Must not: do I/O, read
+clocks, import kopf, kubernetes, prometheus_client or HTTP clients (import-linter
+enforces it). Floats are SI units
 (req/s, tokens/s, seconds, bytes); ``None`` means "never" or "infeasible".
 """
 
@@ -15,6 +16,15 @@ from pdscaler.models.drain import (
     drain_time,
     min_service_rate,
     replicas_for_deadline,
+)
+from pdscaler.models.memory import (
+    DecodeBound,
+    MemoryResult,
+    decode_bound,
+    decode_memory,
+    fits_one_replica,
+    memory_service_rate,
+    with_memory,
 )
 from pdscaler.models.migration import (
     CatchUp,
@@ -29,16 +39,22 @@ __all__ = [
     "Bottleneck",
     "BudgetSplit",
     "CatchUp",
+    "DecodeBound",
     "DrainResult",
+    "MemoryResult",
     "PoolSignals",
     "RatioResult",
     "backlog",
     "bandwidth_gain",
     "catch_up",
     "ceil_replicas",
+    "decode_bound",
+    "decode_memory",
     "drain_time",
+    "fits_one_replica",
     "kv_bytes",
     "locate_bottleneck",
+    "memory_service_rate",
     "min_service_rate",
     "pool_pressure",
     "ratio_model",
@@ -47,4 +63,5 @@ __all__ = [
     "shape_ratio",
     "split_budget",
     "utilization",
+    "with_memory",
 ]

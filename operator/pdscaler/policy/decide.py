@@ -24,10 +24,12 @@ The steps, each in its own module:
 3. ``forecast``: R over T_s + interval (rising trend extrapolated over at most the
    metrics window, at most 2x; never below the current rate). R itself is the arrival
    rate: prefill completions corrected by the prefill queue's change (``arrival_rate``).
-4. ``sizing``: steady-state targets (ratio model, ceil, at the forecast rate), the
+4. ``sizing``: steady-state targets (ratio model, ceil, at the forecast rate; decode
+   the larger of that and its KV memory bound with ``kvCacheTokens``, ``kvbound``), the
    bottleneck rule (only the bottleneck pool, and a pool short by its own load, grow),
    the drain-sized scale-up; the proportional fallback only where more replicas relieve
-   the pressure (``sizing.may_grow_proportionally``).
+   the pressure (``sizing.may_grow_proportionally``); with ``scaling.burstHeadroom``,
+   prefill held at its burst head-room (``headroom``).
 5. ``stabilize``: up at once; down only to the highest recommendation of the
    ``scaleDownStabilization`` window, once the window is covered, outside the 10%
    tolerance, never during a rollout, at most a third of the pool per window.
@@ -42,10 +44,21 @@ record (module ``tick``) that the sentence and the memory are made from.
 
 from __future__ import annotations
 
-from pdscaler.models import RatioResult, ratio_model
+import dataclasses
+
+from pdscaler.models import DecodeBound, RatioResult, ratio_model
+from pdscaler.models.bottleneck import PRESSURE_LIMIT
 from pdscaler.policy import history, reasons
 from pdscaler.policy.explain import explain, infeasible
 from pdscaler.policy.forecast import forecast_rate
+from pdscaler.policy.headroom import headroom_target, learn_factor
+from pdscaler.policy.kvbound import (
+    decode_tpot,
+    kv_demand,
+    memory_rate,
+    memory_sizes,
+    with_memory,
+)
 from pdscaler.policy.limits import Capacity, Split, capacity, clamp, fit
 from pdscaler.policy.memory import forecast_lookback, record_rate, remember, remember_pools
 from pdscaler.policy.refine import refine_startup, refine_tps
@@ -138,17 +151,23 @@ def size(
     tokens = {Role.PREFILL: snap.prompt_tokens or 0.0, Role.DECODE: snap.output_tokens or 0.0}
     tps = refine_capacities(inp, snap, recent)
     forecast = forecast_arrivals(inp, rate, startup)
-    ratio = ratio_sizes(inp.spec, forecast, tokens, tps)
+    tpot = decode_tpot(inp.spec, snap)
+    memory = memory_sizes(inp.spec, forecast, tokens[Role.PREFILL], tokens[Role.DECODE], tpot)
+    ratio, bound = with_memory(ratio_sizes(inp.spec, forecast, tokens, tps), memory)
     facts = {r: pool_facts(inp, snap, r, tps[r], tokens[r]) for r in ROLES}
+    facts[Role.DECODE] = memory_facts(inp, facts[Role.DECODE], rate, tokens, tpot)
     attribution = attribute(
         facts[Role.PREFILL],
         facts[Role.DECODE],
         rate,
         prefill_drained=history.drained_since_rise(recent, Role.PREFILL),
     )
-    wants = size_pools(inp, facts, attribution, ratio, recent, rate, forecast, startup)
+    burst = burst_factor(inp, facts[Role.PREFILL], attribution)
+    room, headroom = headroom_target(ratio.n_prefill, burst)
+    held = room if headroom > 0 else None  # no head-room: sizing is exactly as without it
+    wants = size_pools(inp, facts, attribution, ratio, recent, rate, forecast, startup, held)
     window, stabilized = stabilize_pools(inp, facts, wants, gaps)
-    cap, split = apply_limits(inp, ratio, attribution, wants, stabilized)
+    cap, split = apply_limits(inp, ratio, attribution, wants, stabilized, headroom)
     split = keep_gapped(inp, split, gaps)
     return Tick(
         inp=inp,
@@ -165,6 +184,10 @@ def size(
         final={Role.PREFILL: split.prefill, Role.DECODE: split.decode},
         pools=pools,
         gaps=gaps,
+        memory=memory,
+        decode_bound=bound,
+        burst_factor=burst,
+        headroom=headroom,
     )
 
 
@@ -287,6 +310,41 @@ def pool_facts(
     )
 
 
+def memory_facts(
+    inp: TickInput, decode: PoolFacts, rate: float, tokens: dict[Role, float], tpot: float
+) -> PoolFacts:
+    """Step 4b for decode with ``kvCacheTokens`` (docs/models.md §2b): the share of the
+    ready replicas' KV the load at the arrival ``rate`` holds, and a replica's req/s when
+    its KV binds. Long-context chat at 3.5 req/s on 2 ready: 2.24 of their KV, 0.704 req/s
+    each. Unchanged when the term is off."""
+    prompt, output = tokens[Role.PREFILL], tokens[Role.DECODE]
+    at_rate = memory_sizes(inp.spec, rate, prompt, output, tpot)
+    if at_rate is None:
+        return decode
+    return dataclasses.replace(
+        decode,
+        kv_demand=kv_demand(at_rate, inp.spec, decode.ready),
+        memory_rate=memory_rate(inp.spec, prompt, output, tpot),
+    )
+
+
+def burst_factor(inp: TickInput, prefill: PoolFacts, attribution: Attribution) -> float:
+    """Step 4c, ``headroom``: prefill's burst factor after this tick (docs/models.md §2c),
+    learnt from a TTFT breach while prefill is not short by its load (utilisation within
+    target, fewer than one request waiting per ready replica, no replica still
+    starting); 1 with
+    ``scaling.burstHeadroom`` off. 1.0, TTFT 3 s of 2 s, prefill at 67% with no queue
+    -> 1.05."""
+    if not inp.spec.scaling.burst_headroom:
+        return 1.0
+    short = (
+        attribution.load_pressure[Role.PREFILL] > PRESSURE_LIMIT
+        or history.backlogged(prefill.queue, prefill.ready)
+        or prefill.in_flight > 0  # replicas still starting: a shortage being fixed
+    )
+    return learn_factor(inp.memory.burst_factor, prefill.latency, prefill.slo_seconds, short)
+
+
 def size_pools(
     inp: TickInput,
     facts: dict[Role, PoolFacts],
@@ -296,6 +354,7 @@ def size_pools(
     rate: float,
     forecast: float,
     startup: float,
+    prefill_room: int | None = None,
 ) -> dict[Role, Want]:
     """Step 4c, ``sizing``: what each pool asks for, unbounded, at the arrival ``rate``
     (the proportional step's pressure) and the ``forecast`` (the drain). A pool the
@@ -303,15 +362,29 @@ def size_pools(
     or the proportional step when the models see no shortfall (``sizing.grow``); any
     other pool its ratio target, never more than it runs. Prefill at r = 0.65 req/s per
     replica, R 3.5, T_s 10 s, deadline 60 s, 100 queued on 5 ready: backlog 102.5 ->
-    9 replicas (ratio target at u 0.7: 8)."""
+    9 replicas (ratio target at u 0.7: 8). ``prefill_room``: prefill's target with its
+    burst head-room (``headroom.headroom_target``), which it grows to even when not
+    short (19.05 at h 1.55 -> 30 from 20)."""
     spec, mem = inp.spec, inp.memory
     targets = ratio_targets(ratio.n_prefill, ratio.n_decode)
+    if prefill_room is not None:
+        targets[Role.PREFILL] = max(targets[Role.PREFILL], prefill_room)
     since = inp.now - mem.last_scale_time if mem.last_scale_time is not None else None
     wants: dict[Role, Want] = {}
     for r in ROLES:
-        drain = plan_drain(facts[r], forecast, startup, spec.slo.recovery_seconds, since)
+        drain = plan_drain(
+            facts[r],
+            forecast,
+            startup,
+            spec.slo.recovery_seconds,
+            since,
+            min_slack=spec.scaling.interval_seconds,
+        )
         if r not in attribution.growing:
-            wants[r] = Want(min(targets[r], facts[r].current), targets[r], drain)
+            keep = min(targets[r], facts[r].current)
+            if r is Role.PREFILL and prefill_room is not None:
+                keep = max(keep, prefill_room)  # burst head-room: grown to even if not short
+            wants[r] = Want(keep, targets[r], drain)
             continue
         pressure = attribution.bottleneck.pressure(r)
         if r is Role.PREFILL:
@@ -385,10 +458,12 @@ def apply_limits(
     attribution: Attribution,
     wants: dict[Role, Want],
     stabilized: dict[Role, Stabilized],
+    headroom: int = 0,
 ) -> tuple[Capacity, Split]:
     """Step 6, ``limits``: the stabilized sizes within [min, max], then within maxGPUs and
     the schedulable capacity, split by load (the ratio model's, raised to a growing
-    pool's want) in favour of the bottleneck. Chat wants 20 / 18 at loads 19.05 / 17.86:
+    pool's want) in favour of the bottleneck; prefill's burst ``headroom`` only from what
+    that leaves (``add_headroom``). Chat wants 20 / 18 at loads 19.05 / 17.86:
     maxGPUs 64 -> 20 / 18; maxGPUs 32 -> 17 / 15, or 16 / 16 with decode the
     bottleneck."""
     spec, mem = inp.spec, inp.memory
@@ -405,16 +480,30 @@ def apply_limits(
         inp.now,
         spec.scaling.scale_down_stabilization_seconds,
     )
+    room = min(headroom, max(bounded[Role.PREFILL] - ratio.prefill_replicas, 0))
     split = fit(
         spec,
-        bounded[Role.PREFILL],
+        bounded[Role.PREFILL] - room,
         bounded[Role.DECODE],
         loads[Role.PREFILL],
         loads[Role.DECODE],
         cap,
         attribution.primary,
     )
-    return cap, split
+    return cap, add_headroom(spec, split, room)
+
+
+def add_headroom(spec: PDDeploymentSpec, split: Split, room: int) -> Split:
+    """Prefill's burst head-room from the GPUs the split left over, never from what
+    either pool's load needs (docs/models.md §2c): budget 40, split 20 / 18, 10
+    head-room replicas asked -> 22 / 18."""
+    if room <= 0:
+        return split
+    per = spec.prefill.gpus_per_replica
+    used = split.prefill * per + split.decode * spec.decode.gpus_per_replica
+    fits = max(split.budget_gpus - used, 0) // per
+    extra = min(room, fits, max(spec.prefill.replicas.max - split.prefill, 0))
+    return dataclasses.replace(split, prefill=split.prefill + extra)
 
 
 def _bounded(spec: PDDeploymentSpec, role: Role, replicas: int) -> int:
@@ -440,6 +529,13 @@ def _model_outputs(tick: Tick, startup: float) -> ModelOutputs:
         decode_tps=tick.facts[Role.DECODE].tps,
         startup_seconds=startup,
         forecast_rate=tick.forecast,
+        decode_bound=("memory" if tick.decode_bound is DecodeBound.MEMORY else "throughput")
+        if tick.memory is not None
+        else None,
+        n_decode_memory=tick.memory.n_decode if tick.memory is not None else None,
+        burst_headroom_replicas=(
+            tick.headroom_held if tick.inp.spec.scaling.burst_headroom else None
+        ),
     )
 
 
@@ -472,6 +568,7 @@ def _hold_unavailable(inp: TickInput, clean: CleanMetrics, startup: float) -> De
         capacity_gpus=inp.memory.capacity_gpus,
         capacity_time=inp.memory.capacity_time,
         pool_history=inp.memory.pool_history,
+        burst_factor=inp.memory.burst_factor,
     )
     problems = "; ".join(clean.problems) or "request rate or token lengths unknown"
     message = reasons.sentence(

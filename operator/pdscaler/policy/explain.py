@@ -12,6 +12,7 @@ it gets here), read clocks or do I/O.
 
 from __future__ import annotations
 
+from pdscaler.models import DecodeBound
 from pdscaler.policy import reasons
 from pdscaler.policy.stabilize import HELD_DATA, HELD_ROLLOUT, HELD_WINDOW
 from pdscaler.policy.tick import ROLES, Tick, pool_spec
@@ -41,12 +42,18 @@ def infeasible(tick: Tick) -> list[str]:
 
 def explain(tick: Tick) -> tuple[Action, Role | None, str]:
     """(action, pool, sentence) of the tick."""
-    notes = _limit_notes(tick) + infeasible(tick) + _set_aside(tick)
+    notes = _limit_notes(tick) + infeasible(tick) + _set_aside(tick) + _headroom(tick)
     if tick.grown:
         return _explain_up(tick, notes)
     if tick.shrunk:
         return _explain_down(tick, notes)
     return _explain_hold(tick, notes)
+
+
+def _headroom(tick: Tick) -> list[str]:
+    """The note for the prefill replicas held as burst head-room (docs/models.md §2c)."""
+    held = tick.headroom_held
+    return [reasons.burst_headroom(held, tick.burst_factor)] if held > 0 else []
 
 
 def _set_aside(tick: Tick) -> list[str]:
@@ -58,6 +65,11 @@ def _set_aside(tick: Tick) -> list[str]:
     latency, queue = f.latency or 0.0, f.queue or 0.0
     percentile = tick.inp.spec.slo.percentile
     return [reasons.ttft_set_aside(percentile, latency, f.slo_seconds, queue, f.ready)]
+
+
+def _by_memory(tick: Tick) -> bool:
+    """Whether decode's N_D is the KV memory bound's (docs/models.md §2b)."""
+    return tick.decode_bound is DecodeBound.MEMORY
 
 
 def _changes(tick: Tick, roles: tuple[Role, ...]) -> str:
@@ -77,6 +89,7 @@ def _why(tick: Tick, role: Role, named: bool) -> str:
         f.utilization(tick.rate),
         f.target_utilization,
         f.kv_usage if role is Role.DECODE else None,
+        kv_demand=f.kv_demand if role is Role.DECODE else None,
     )
     parts = [signals] if signals else []
     drain = want.drain
@@ -86,7 +99,8 @@ def _why(tick: Tick, role: Role, named: bool) -> str:
         parts.append(reasons.drain_sized(drain.replicas, drain.backlog))
     else:
         n = tick.ratio.n_prefill if role is Role.PREFILL else tick.ratio.n_decode
-        parts.append(reasons.ratio_sized(role, n, tick.forecast))
+        memory = role is Role.DECODE and _by_memory(tick)
+        parts.append(reasons.ratio_sized(role, n, tick.forecast, memory))
     if drain is not None and drain.backlog > 0:
         parts.append(reasons.drain_clause(drain.drain_seconds(tick.final[role]), drain.deadline))
     text = "; ".join(parts)
@@ -112,7 +126,9 @@ def _explain_down(tick: Tick, notes: list[str]) -> tuple[Action, Role | None, st
         action, head, why = Action.CAPACITY_LIMITED, "Limited", ""
     else:
         action, head = Action.SCALED_DOWN, "Scaled down"
-        why = reasons.scaled_down(window, tick.ratio.n_prefill, tick.ratio.n_decode, tick.forecast)
+        why = reasons.scaled_down(
+            window, tick.ratio.n_prefill, tick.ratio.n_decode, tick.forecast, _by_memory(tick)
+        )
         steps = [(r, tick.stabilized[r].towards) for r in shrunk]
         why = "; ".join([why, *(reasons.step_down(r, n) for r, n in steps if n is not None)])
     parts = [why, *notes] if why else notes
@@ -141,7 +157,7 @@ def _explain_hold(tick: Tick, notes: list[str]) -> tuple[Action, Role | None, st
     n_p, n_d = tick.ratio.n_prefill, tick.ratio.n_decode
     if deferred:
         return action, None, reasons.sentence("Hold", sizes, [*deferred, *notes])
-    within = reasons.within_targets(n_p, n_d, tick.forecast)
+    within = reasons.within_targets(n_p, n_d, tick.forecast, _by_memory(tick))
     return action, None, reasons.sentence("Hold", sizes, [within, *notes])
 
 

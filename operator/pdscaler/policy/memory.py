@@ -65,7 +65,7 @@ def pool_point(inp: TickInput, snap: MetricsSnapshot) -> history.Point:
 def remember(tick: Tick, startup: float) -> PolicyMemory:
     """What the next tick starts from: the stabilization window's records, the rate
     history with this tick's rate, the refined capacities and T_s, when the pools last
-    grew, the learnt schedulable capacity and the pool points."""
+    grew, the learnt schedulable capacity, the pool points and the burst factor."""
     inp = tick.inp
     return PolicyMemory(
         recommendations=tick.window,
@@ -79,4 +79,5 @@ def remember(tick: Tick, startup: float) -> PolicyMemory:
         capacity_gpus=tick.capacity.gpus,
         capacity_time=tick.capacity.since,
         pool_history=tick.pools,
+        burst_factor=tick.burst_factor,
     )

@@ -61,12 +61,15 @@ def pool_signals(
     target_utilization: float,
     kv_usage: float | None = None,
     kv_limit: float = 0.9,
+    kv_demand: float | None = None,
 ) -> str:
     """Why a pool is under pressure, strongest-first, only the signals over their limit.
 
     ``pool_signals(Role.DECODE, 0.95, 0.062, 0.05, 0, 0.5, 0.7)`` ->
     ``"TPOT p95 62ms > 50ms SLO"``; a prefill queue of 12 and utilisation 0.91 of 0.7 ->
-    ``"queue 12; utilization 91% > 70% target"``. Empty when nothing is over.
+    ``"queue 12; utilization 91% > 70% target"``; decode whose load implies 2.24 of its
+    ready replicas' KV (``kv_demand``, docs/models.md §2b) -> ``"load needs 224% of the
+    ready KV cache > 90%"``. Empty when nothing is over.
     """
     parts: list[str] = []
     if latency is not None and latency > slo:
@@ -81,6 +84,8 @@ def pool_signals(
         parts.append(f"utilization {shown} > {target_utilization:.0%} target")
     if kv_usage is not None and kv_usage > kv_limit:
         parts.append(f"KV cache {kv_usage:.0%} > {kv_limit:.0%}")
+    if kv_demand is not None and kv_demand > kv_limit and kv_demand > (kv_usage or 0.0):
+        parts.append(f"load needs {kv_demand:.0%} of the ready KV cache > {kv_limit:.0%}")
     return "; ".join(parts)
 
 
@@ -107,10 +112,12 @@ def drain_clause(drain_seconds: float | None, deadline: float) -> str:
     return f"drain {seconds(drain_seconds)} {'<=' if meets else '>'} {seconds(deadline)}"
 
 
-def ratio_sized(role: Role, fractional: float, rate: float) -> str:
-    """``ratio model N_D 22.86 at 32 req/s``."""
+def ratio_sized(role: Role, fractional: float, rate: float, memory: bool = False) -> str:
+    """``ratio model N_D 22.86 at 32 req/s``; sized by the KV memory bound
+    (docs/models.md §2b): ``KV memory bound N_D 4.97 at 3.5 req/s``."""
     symbol = "N_P" if role is Role.PREFILL else "N_D"
-    return f"ratio model {symbol} {fractional:.2f} at {rate:.3g} req/s"
+    model = "KV memory bound" if memory else "ratio model"
+    return f"{model} {symbol} {fractional:.2f} at {rate:.3g} req/s"
 
 
 def drain_sized(replicas: int, backlog: float) -> str:
@@ -141,12 +148,19 @@ def drain_short(
     )
 
 
-def scaled_down(window: float, n_prefill: float, n_decode: float, rate: float) -> str:
+def scaled_down(
+    window: float, n_prefill: float, n_decode: float, rate: float, memory: bool = False
+) -> str:
     """Why a scale-down applies now."""
     return (
         f"recommendations lower for the whole {window:g}s stabilization window "
-        f"(N_P {n_prefill:.2f}, N_D {n_decode:.2f} at {rate:.3g} req/s)"
+        f"(N_P {n_prefill:.2f}, N_D {n_decode:.2f}{memory_note(memory)} at {rate:.3g} req/s)"
     )
+
+
+def memory_note(memory: bool) -> str:
+    """`` by KV memory`` after an N_D that the memory bound sized (docs/models.md §2b)."""
+    return " by KV memory" if memory else ""
 
 
 def step_down(role: Role, towards: int) -> str:
@@ -154,9 +168,13 @@ def step_down(role: Role, towards: int) -> str:
     return f"{role.value} towards {towards}, a third at a time (one step per window)"
 
 
-def within_targets(n_prefill: float, n_decode: float, rate: float) -> str:
-    """``within targets (N_P 19.05, N_D 17.86 at 20 req/s)``."""
-    return f"within targets (N_P {n_prefill:.2f}, N_D {n_decode:.2f} at {rate:.3g} req/s)"
+def within_targets(n_prefill: float, n_decode: float, rate: float, memory: bool = False) -> str:
+    """``within targets (N_P 19.05, N_D 17.86 at 20 req/s)``; with decode sized by its
+    KV: ``within targets (N_P 5.20, N_D 4.97 by KV memory at 3.5 req/s)``."""
+    return (
+        f"within targets (N_P {n_prefill:.2f}, N_D {n_decode:.2f}{memory_note(memory)} "
+        f"at {rate:.3g} req/s)"
+    )
 
 
 def ttft_set_aside(percentile: float, latency: float, slo: float, queue: float, ready: int) -> str:
@@ -194,3 +212,12 @@ def budget_note(gpus: int, bottleneck: Role | None) -> str:
 def at_max(role: Role, bound: int, wanted: int) -> str:
     """``decode at its max 32 (wants 41)``."""
     return f"{role.value} at its max {bound} (wants {wanted})"
+
+
+def burst_headroom(replicas: int, factor: float) -> str:
+    """``burst head-room +10 prefill (x1.55 for TTFT breaches the mean load does not
+    explain)``."""
+    return (
+        f"burst head-room +{replicas} prefill (x{factor:.2f} for TTFT breaches the mean "
+        f"load does not explain)"
+    )

@@ -9,9 +9,11 @@ Which pools may grow (the bottleneck rule, docs/models.md §4)
 --------------------------------------------------------
 A pool's *load signals* are its own: token utilisation (load / capacity of its ready
 replicas vs ``targetUtilization``), its queue (more than one waiting request per ready
-replica) and, for decode, KV-cache usage (> 90%). Its *latency* (TTFT, TPOT) can be
-inherited from the other pool: a decode pool that cannot admit holds first tokens back,
-so TTFT rises although prefill is idle. Hence:
+replica) and, for decode, KV-cache usage (> 90%; with ``kvCacheTokens``, the larger of
+the usage observed and the share of the ready replicas' KV the load implies,
+docs/models.md §2b, so a memory shortage shows before the cache fills). Its *latency*
+(TTFT, TPOT) can be inherited from the other pool: a decode pool that cannot admit holds
+first tokens back, so TTFT rises although prefill is idle. Hence:
 
 1. The *primary* bottleneck is the pool with the larger pressure among the pools whose
    load signals exceed their limits; when no pool is short by load, the pool whose
@@ -27,19 +29,23 @@ utilisation crosses its target (decode alone when prefill still has head-room).
 How much a pool grows
 ---------------------
 ``want = max(ratio target, drain target)`` where the ratio target is
-``ceil(R_forecast * L / (P * u))`` and the drain target the fewest replicas that drain
+``ceil(R_forecast * L / (P * u))`` (for decode with ``kvCacheTokens``, the larger of that
+and the memory bound, docs/models.md §2b) and the drain target the fewest replicas that drain
 the backlog by ``slo.recoverySeconds`` (``models.replicas_for_deadline``):
 
 * per-replica service rate ``r = P / L`` req/s (P = refined tokens/s, L = tokens per
-  request of the pool: L_p for prefill, L_d for decode), arrivals ``lambda = R_forecast``;
+  request of the pool: L_p for prefill, L_d for decode; for decode with
+  ``kvCacheTokens``, at most what its KV holds, ``kvbound.memory_rate``), arrivals
+  ``lambda = R_forecast``;
 * backlog ``B = Q_0 + (lambda - mu_0) * T_s`` (``models.backlog``), where ``mu_0`` is
   what the current replicas serve during T_s: the ready ones all along, the in-flight
   ones (requested earlier, not ready yet) from when they come up
   (``T_s - (now - last scale-up)`` from now; all T_s when unknown);
-* only when ``B > 0``. When ``slo.recoverySeconds <= T_s`` no size can meet the
-  deadline: the pool is sized to drain the backlog ``recoverySeconds`` after the new
-  capacity is up (deadline ``T_s + recoverySeconds``), and the deadline is reported
-  infeasible.
+* only when ``B > 0``, and giving the new capacity at least one scaling interval to
+  drain (a deadline a second after T_s would otherwise ask for hundreds of replicas).
+  When ``slo.recoverySeconds <= T_s`` no size can meet the deadline: the pool is sized
+  to drain the backlog ``recoverySeconds`` after the new capacity is up (deadline
+  ``T_s + recoverySeconds``), and the deadline is reported infeasible.
 
 Worked numbers (prefill, r = 1300/2000 = 0.65 req/s per replica): R = 3.5 req/s,
 T_s = 10 s, deadline 60 s, 100 requests queued, 5 ready replicas (mu_0 = 3.25):
@@ -121,6 +127,16 @@ class PoolFacts:
     latency: float | None
     queue: float | None
     kv_usage: float | None
+    #: decode with ``kvCacheTokens``: the share of the ready replicas' KV the load holds
+    #: (``kvbound.kv_demand``), and a replica's req/s when its KV binds
+    kv_demand: float | None = None
+    memory_rate: float | None = None
+
+    def kv_signal(self) -> float | None:
+        """Decode's KV signal: the larger of the cache usage observed and the share of
+        the ready replicas' KV the load implies (0.62 observed, 2.24 implied -> 2.24)."""
+        known = [v for v in (self.kv_usage, self.kv_demand) if v is not None]
+        return max(known) if known else None
 
     def load_tps(self, rate: float) -> float:
         """Tokens/s this pool must process at ``rate`` req/s."""
@@ -138,7 +154,7 @@ class PoolFacts:
             slo_seconds=self.slo_seconds,
             queue_depth=self.queue,
             utilization=self.utilization(rate),
-            kv_usage=self.kv_usage if self.role is Role.DECODE else None,
+            kv_usage=self.kv_signal() if self.role is Role.DECODE else None,
             target_utilization=self.target_utilization,
             queue_limit=max(1.0, float(self.ready)),
         )
@@ -236,11 +252,16 @@ def plan_drain(
     startup_seconds: float,
     deadline: float,
     since_last_scale: float | None,
+    min_slack: float = 0.0,
 ) -> DrainPlan | None:
     """The drain sizing of one pool; None when the pool has no per-request work
     (``tokens`` 0 or so small that the service rate is infinite). See the module
-    docstring for the numbers."""
+    docstring for the numbers. ``min_slack``: the new capacity gets at least this long
+    to drain (the policy passes one scaling interval): with T_s refined to 59.5 s and a
+    60 s deadline, 139 queued would otherwise need mu_min = lambda + 139 / 0.5 s."""
     per_replica = facts.tps / facts.tokens if facts.tokens > 0 else math.inf
+    if facts.memory_rate is not None:  # a decode replica whose KV binds serves fewer
+        per_replica = min(per_replica, facts.memory_rate)
     if per_replica > MAX_SERVICE_RATE:  # no per-request work to speak of (or overflow)
         return None
     if since_last_scale is None:
@@ -252,7 +273,9 @@ def plan_drain(
     mu_0 = served / startup_seconds if startup_seconds > 0 else 0.0
     b = backlog_of(arrival_rate, startup_seconds, facts.queue or 0.0, mu_0)
     feasible = deadline > startup_seconds
-    effective = deadline if feasible else startup_seconds + deadline
+    effective = (
+        max(deadline, startup_seconds + min_slack) if feasible else startup_seconds + deadline
+    )
     replicas = None
     if b > 0:
         replicas = replicas_for_deadline(arrival_rate, b, startup_seconds, effective, per_replica)

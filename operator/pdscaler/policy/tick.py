@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pdscaler.models import RatioResult
+from pdscaler.models import DecodeBound, MemoryResult, RatioResult
 from pdscaler.policy import history
 from pdscaler.policy.limits import Capacity, Split
 from pdscaler.policy.sizing import Attribution, DrainPlan, PoolFacts, Want
@@ -53,6 +53,18 @@ class Tick:
     final: dict[Role, int]
     pools: tuple[history.Point, ...] = ()
     gaps: dict[Role, tuple[str, ...]] = field(default_factory=dict)
+    #: the decode memory term at the forecast rate (None: off), and what sizes decode
+    memory: MemoryResult | None = None
+    decode_bound: DecodeBound = DecodeBound.THROUGHPUT
+    #: prefill's burst head-room factor after this tick, and the replicas it asked for
+    burst_factor: float = 1.0
+    headroom: int = 0
+
+    @property
+    def headroom_held(self) -> int:
+        """Head-room replicas prefill ends with: at most what it asked for, at most what
+        the final size holds above the ratio target."""
+        return max(0, min(self.headroom, self.final[Role.PREFILL] - self.ratio.prefill_replicas))
 
     def current(self, role: Role) -> int:
         return self.facts[role].current

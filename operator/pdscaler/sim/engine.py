@@ -8,6 +8,19 @@ life cycle (requested -> ready after the start-up time -> draining -> gone),
 per-request timings, per-pod vLLM-like counters/gauges/histograms (summed per pool for
 the simulated Prometheus), and GPU-seconds billed from the moment a replica is
 requested until it is gone.
+A request whose whole context (prompt + output) exceeds one decode replica's KV can
+never be served: it is rejected on arrival (``RequestTimes.rejected``, its finish the
+arrival, its first token never), counted (``Engine.unservable``) and never queued, so
+it holds up nothing behind it.
+
+Queue discipline (``EngineParams.queue_discipline``, both pools, every policy alike):
+``fcfs`` serves in arrival order. ``deadline`` serves first the requests that can still
+meet the TTFT (``ttft_deadline_s``): a request at the head of a queue whose wait plus
+its own prefill time exceeds it is set aside on a late line (FIFO), served only when no
+request that can still make it waits. With a 2 s TTFT, a prefill replica busy for 3 s
+and requests arriving at 0 s and 2.5 s, ``fcfs`` serves the first (late: TTFT > 3 s)
+then the second; ``deadline`` serves the second first.
+
 Must not: read clocks, draw unseeded randomness, or import kopf, kubernetes,
 prometheus_client or HTTP clients. Time is a float in seconds on the engine's clock.
 
@@ -57,7 +70,7 @@ import itertools
 import math
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -79,6 +92,10 @@ TPOT_BUCKETS: tuple[float, ...] = (
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+#: The queue disciplines of ``EngineParams.queue_discipline``.
+QUEUE_DISCIPLINES = ("fcfs", "deadline")
 
 
 @dataclass(frozen=True)
@@ -99,6 +116,26 @@ class EngineParams:
     decode_gpus: int = 1
     #: start-up time of a replica = startup * (1 + jitter * U(-1, 1)), seeded.
     startup_jitter: float = 0.1
+    #: The order both pool queues serve in (``QUEUE_DISCIPLINES``): ``fcfs`` (arrival
+    #: order) or ``deadline`` (a request that can no longer meet ``ttft_deadline_s``
+    #: yields to one that can, module docstring). The same for every policy.
+    queue_discipline: str = "fcfs"
+    #: The TTFT the ``deadline`` discipline serves for (the scenario's TTFT SLO).
+    ttft_deadline_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.queue_discipline not in QUEUE_DISCIPLINES:
+            known = ", ".join(QUEUE_DISCIPLINES)
+            raise ValueError(
+                f"queue_discipline must be one of {known}, got {self.queue_discipline!r}"
+            )
+        if not self.ttft_deadline_s > 0:
+            raise ValueError(f"ttft_deadline_s must be > 0, got {self.ttft_deadline_s!r}")
+
+    def fits(self, prompt_tokens: int, output_tokens: int) -> bool:
+        """Whether a request's whole context fits one decode replica's KV
+        (docs/models.md §2b): 99,700 + 300 fits 100,000; 126,000 + 300 never does."""
+        return prompt_tokens + output_tokens <= self.decode_kv_tokens
 
     def gpus(self, role: Role) -> int:
         return self.prefill_gpus if role is Role.PREFILL else self.decode_gpus
@@ -245,6 +282,15 @@ class RequestTimes:
     decode_admit: FloatArray
     first_token: FloatArray
     finish: FloatArray
+    #: Requests rejected on arrival because their context (prompt + output) does not
+    #: fit one decode replica's KV: never servable (first token NaN, finish = arrival,
+    #: the moment they were answered with an error). None: none was.
+    rejected: BoolArray | None = None
+
+    @property
+    def unservable(self) -> int:
+        """How many requests were rejected as unservable."""
+        return 0 if self.rejected is None else int(np.sum(self.rejected))
 
     @property
     def ttft(self) -> FloatArray:
@@ -287,6 +333,57 @@ def _reserved(rep: Replica) -> int:
     return rep.kv_reserved
 
 
+def _no_cost(_: int) -> float:
+    return 0.0
+
+
+class _Queue:
+    """One pool's queue of request indices, in the order ``EngineParams.
+    queue_discipline`` serves them (module docstring). ``head(now)`` is the request to
+    serve next, ``popleft()`` takes it (call ``head`` first). With a ``deadline`` a
+    request at the head whose wait plus ``cost`` (its own service time) exceeds it is
+    moved to the late line, served only when no request that can still make it waits:
+    deadlines are arrival + TTFT, so arrival order is deadline order and lateness is
+    checked at the head. Without a deadline: one FIFO."""
+
+    def __init__(
+        self, arrival: list[float], deadline: float | None, cost: Callable[[int], float]
+    ) -> None:
+        self._arrival = arrival
+        self._deadline = deadline
+        self._cost = cost
+        self._on_time: deque[int] = deque()
+        self._late: deque[int] = deque()
+        self._from_late = False
+
+    def __len__(self) -> int:
+        return len(self._on_time) + len(self._late)
+
+    def __bool__(self) -> bool:
+        return bool(self._on_time) or bool(self._late)
+
+    def append(self, i: int) -> None:
+        self._on_time.append(i)
+
+    def appendleft(self, i: int) -> None:
+        """Back to the front (work a lost replica held)."""
+        self._on_time.appendleft(i)
+
+    def head(self, now: float) -> int:
+        """The next request to serve (the queue must not be empty)."""
+        on_time = self._on_time
+        if self._deadline is not None:
+            arrival, cost, deadline = self._arrival, self._cost, self._deadline
+            while on_time and now - arrival[on_time[0]] + cost(on_time[0]) > deadline:
+                self._late.append(on_time.popleft())
+        self._from_late = not on_time
+        return self._late[0] if self._from_late else on_time[0]
+
+    def popleft(self) -> int:
+        """Take the request ``head`` returned."""
+        return (self._late if self._from_late else self._on_time).popleft()
+
+
 class Engine:
     """The P/D system. Drive it with :meth:`run_until`, :meth:`scale_to` (or
     :meth:`add_replica`/:meth:`remove_replica`) and :meth:`sample`; it processes the
@@ -325,8 +422,10 @@ class Engine:
         self._seq = 0
         self.replicas: list[Replica] = []
         self._by_name: dict[str, Replica] = {}
-        self._pf_queue: deque[int] = deque()
-        self._dc_queue: deque[int] = deque()
+        deadline = params.ttft_deadline_s if params.queue_discipline == "deadline" else None
+        self._pf_queue = _Queue(self._arr, deadline, self._prefill_cost)
+        self._dc_queue = _Queue(self._arr, deadline, _no_cost)
+        self._rejected: list[bool] = []
         self._idle_prefill: list[Replica] = []
         self._ready_decode: list[Replica] = []
         self._live: dict[Role, list[Replica]] = {Role.PREFILL: [], Role.DECODE: []}
@@ -359,6 +458,7 @@ class Engine:
         self._arr.extend(new)
         self._prompt.extend(int(x) for x in prompt)
         self._out.extend(max(1, int(x)) for x in output)
+        self._rejected.extend([False] * n)
         for column in (
             self._pf_start,
             self._pf_end,
@@ -529,6 +629,9 @@ class Engine:
                 self._next_arrival += 1
                 self.now = next_arr
                 self._c_arrived += 1
+                if not self.p.fits(self._prompt[i], self._out[i]):
+                    self._reject(i, next_arr)
+                    continue
                 self._pf_queue.append(i)
                 if self._idle_prefill:
                     self._dispatch_prefill(next_arr)
@@ -553,6 +656,23 @@ class Engine:
                     self._decode_event(rep, ev_t)
         self.now = max(self.now, t)
 
+    def _prefill_cost(self, i: int) -> float:
+        """Seconds request ``i``'s own prefill takes alone (the deadline discipline's
+        lower bound on its TTFT from now): 0.015 + 8,500 / 8,500 = 1.015 s."""
+        return self.p.prefill_overhead_s + self._prompt[i] / self.p.prefill_tps
+
+    def _reject(self, i: int, now: float) -> None:
+        """Answer request ``i`` with an error on arrival: its context cannot fit one
+        decode replica, so no pool size serves it (it never queues)."""
+        self._rejected[i] = True
+        self._finish[i] = now
+        self._c_finished += 1
+
+    @property
+    def unservable(self) -> int:
+        """Requests rejected so far because their context does not fit one replica."""
+        return sum(self._rejected)
+
     def pending(self) -> bool:
         """True while any request added so far is unfinished (arrived or not)."""
         return self._c_finished < len(self._arr)
@@ -566,15 +686,16 @@ class Engine:
     def _dispatch_prefill(self, now: float) -> None:
         budget = self.p.prefill_token_budget
         prompt = self._prompt
-        while self._pf_queue and self._idle_prefill:
+        queue = self._pf_queue
+        while queue and self._idle_prefill:
             rep = self._idle_prefill.pop()
             tokens = 0
             batch: list[int] = []
-            while self._pf_queue:
-                nxt = prompt[self._pf_queue[0]]
+            while queue:
+                nxt = prompt[queue.head(now)]
                 if batch and tokens + nxt > budget:
                     break
-                i = self._pf_queue.popleft()
+                i = queue.popleft()
                 batch.append(i)
                 tokens += nxt
                 self._pf_start[i] = now
@@ -659,7 +780,7 @@ class Engine:
             return
         touched: dict[int, Replica] = {}
         while self._dc_queue:
-            i = self._dc_queue[0]
+            i = self._dc_queue.head(now)
             need = self._prompt[i] + self._out[i]
             best = self._pick_decode(need)
             if best is None:
@@ -779,4 +900,5 @@ class Engine:
             decode_admit=np.array(self._admit),
             first_token=np.array(self._first),
             finish=np.array(self._finish),
+            rejected=np.array(self._rejected, dtype=np.bool_),
         )
