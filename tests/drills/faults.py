@@ -2,14 +2,15 @@
 
 Owns: signalling ONE recorded component of the lab the test runs against (its PID from
 the lab's state file, checked against the recorded start time, so a reused PID is never
-signalled): ``paused`` (SIGSTOP, SIGCONT in ``finally``) and ``killed`` (SIGKILL, the
-lab brought up again in ``finally``: ``Lab.ensure_up`` restarts a missing component
-with its recorded arguments); ``DrillOperator``, the operator process of
-``operator_process`` with ``/metrics`` and ``/healthz`` on a free port (its successful
-ticks counted from ``pdscaler_reconcile_duration_seconds_count``); and ``ClusterSampler``
-(every owned Deployment's uid and ``spec.replicas``, the PDDeployments' rollout phase,
-their CapacityLimited condition). Must not signal any process it did not look up in the
-lab's state file, or leave a component stopped.
+signalled): ``paused`` (SIGSTOP, SIGCONT in ``finally``) and ``killed`` (SIGKILL,
+started again in ``finally`` with its recorded arguments: ``Lab.restart``);
+``DrillOperator``, the operator process of ``operator_process`` with ``/metrics`` and
+``/healthz`` on a free port (its successful ticks counted from
+``pdscaler_reconcile_duration_seconds_count``); ``ClusterSampler`` (every owned
+Deployment's uid and ``spec.replicas``, the PDDeployments' rollout phase, their
+CapacityLimited condition, a cell gone while its pods serve) and ``TickSampler``. Must
+not signal any process it did not look up in the lab's state file, or leave a component
+stopped.
 
     with paused(lab, "apiserver"):
         time.sleep(15)            # the API server answers nothing; connections hang
@@ -63,9 +64,9 @@ def paused(lab: Lab, component: str) -> Iterator[int]:
 
 @contextlib.contextmanager
 def killed(lab: Lab, component: str, restart_timeout: float = 90.0) -> Iterator[int]:
-    """SIGKILL the component (waits until it is gone) for the block; on exit the lab is
-    brought up again (the component restarted with its recorded arguments, and waited
-    for until healthy)."""
+    """SIGKILL the component (waits until it is gone) for the block; on exit it is
+    started again with its recorded arguments (``Lab.restart``) and waited for until
+    its health probe answers."""
     pid = component_pid(lab, component)
     os.kill(pid, signal.SIGKILL)
     try:
@@ -75,7 +76,7 @@ def killed(lab: Lab, component: str, restart_timeout: float = 90.0) -> Iterator[
                 time.sleep(0.05)
         yield pid
     finally:
-        lab.ensure_up(timeout=restart_timeout)
+        lab.restart(component, timeout=restart_timeout)
 
 
 TICKS = re.compile(r"^pdscaler_reconcile_duration_seconds_count\{([^}]*)\} ([0-9.e+]+)$", re.M)
@@ -153,6 +154,8 @@ class ClusterSampler(Background):
     replicas: dict[str, list[int]] = field(default_factory=dict)
     phases: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     capacity_limited: list[tuple[float, str, str]] = field(default_factory=list)
+    #: (time, Deployment, spec.replicas) at every change
+    timeline: list[tuple[float, str, int]] = field(default_factory=list)
     _seen_versions: set[str] = field(default_factory=set)
     #: (time, version, Ready engine pods of it) when that version's cell was gone or
     #: being deleted while its pods still served
@@ -182,7 +185,10 @@ class ClusterSampler(Background):
             for d in deps:
                 name = str(d.metadata.name)
                 self.uids.setdefault(name, set()).add(str(d.metadata.uid))
-                self.replicas.setdefault(name, []).append(int(d.spec.replicas or 0))
+                series = self.replicas.setdefault(name, [])
+                if not series or series[-1] != int(d.spec.replicas or 0):
+                    series.append(int(d.spec.replicas or 0))
+                    self.timeline.append((now, name, int(d.spec.replicas or 0)))
             for p in pdds.get("items", []):
                 name = p["metadata"]["name"]
                 st = p.get("status") or {}
