@@ -1,15 +1,17 @@
-"""D6: the kube-controller-manager SIGSTOPped in the middle of a rollout v1 -> v2, and
-the kube-scheduler SIGSTOPped during a scale-up, of a PDDeployment at 2 + 2.
+"""D6: the kube-controller-manager SIGSTOPped in the middle of a rollout v1 -> v2 (at its
+most fragile point: v1 prefill just asked 0, v1 decode still up), and the
+kube-scheduler SIGSTOPped during a scale-up, of a PDDeployment at 2 + 2.
 
 With the controller-manager stopped, the Deployments' spec changes but no pod is
-created or removed; with the scheduler stopped, the new pods stay Pending without a
-PodScheduled condition. Invariants, sampled every 200 ms (``faults.ClusterSampler``,
+created or removed (the v1 prefill pods asked away stay Ready: an operator that counts
+what a Deployment asks instead of the pods that run would retire v1 under them); with
+the scheduler stopped, the new pods stay Pending without a PodScheduled condition.
+Invariants, sampled every 200 ms (``faults.ClusterSampler``,
 ``operator_process.Sampler``): no cell is gone or being deleted while pods of its
-version are Ready (a cell deleted from what its Deployment asks instead of what runs);
-CapacityLimited is never True (nothing is unschedulable for lack of GPUs: the pods
-wait for a stopped control plane); no mixed pairs; serving capacity never below the
-2 + 2 before the fault; and after SIGCONT the rollout completes on v2 / the scale-up
-reaches its replicas, all Ready.
+version are Ready; CapacityLimited is never True (nothing is unschedulable for lack of
+GPUs: the pods wait for a stopped control plane); no mixed pairs; serving capacity never
+below the 2 + 2 before the fault; and after SIGCONT the rollout completes on v2 / the
+scale-up reaches its replicas, all Ready.
 
 Shortened (each case < 90 s): the issue's 60 s stops are 20 s (the controller-manager)
 and, for the scheduler, from before the load rises until 10 s after the operator asked
@@ -54,15 +56,17 @@ def _serve(exporter: EngineExporter, namespace: str, rate: float) -> None:
     )  # fmt: skip
 
 
-def _mid_rollout(kube: Kube, namespace: str) -> bool:
+def _old_prefill_drained(kube: Kube, namespace: str) -> bool:
+    """The last steps of the rollout: v1 prefill asked 0 while v1 decode still runs (a
+    stopped controller-manager then leaves the v1 prefill pods Ready)."""
     c = cells(kube, namespace, NAME)
-    new = c.get(("v2", Role.PREFILL.value))
-    old = c.get(("v1", Role.PREFILL.value))
+    prefill = c.get(("v1", Role.PREFILL.value))
+    decode = c.get(("v1", Role.DECODE.value))
     return (
-        new is not None
-        and int(new["spec"].get("replicas") or 0) > 0
-        and old is not None
-        and int(old["spec"].get("replicas") or 0) > 0
+        prefill is not None
+        and int(prefill["spec"].get("replicas") or 0) == 0
+        and decode is not None
+        and int(decode["spec"].get("replicas") or 0) > 0
     )
 
 
@@ -132,7 +136,12 @@ def test_controller_manager_stopped_mid_rollout(
             ClusterSampler(kube, namespace) as cluster,
         ):
             patch_spec(kube, namespace, NAME, {"engine": {"version": "v2"}})
-            wait_for(lambda: _mid_rollout(kube, namespace), 60, "v2 prefill > 0, v1 still up")
+            wait_for(
+                lambda: _old_prefill_drained(kube, namespace),
+                60,
+                "v1 prefill asked 0, v1 decode up",
+                interval=0.05,
+            )
             with paused(lab, "controller_manager"):
                 time.sleep(STOP)
             cont = time.monotonic()
