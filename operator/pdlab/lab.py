@@ -398,6 +398,23 @@ class Lab:
             self._wait("prometheus", lambda: prometheus.ready(self.prometheus_url), "/-/ready", 60)
         return time.monotonic() - t0
 
+    def restart(self, component: str, timeout: float = 60.0) -> bool:
+        """Start one component again with its recorded arguments if its process is gone
+        (a drill killed it) and wait until its health probe answers; True if started.
+        The rest of the lab is left as it is (``ensure_up`` repairs everything)."""
+        with self._locked():
+            st = self._state()
+            started = self._start(st, component)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.health().get(component):
+                return started
+            time.sleep(0.2)
+        raise LabError(
+            f"pdlab: {component} not healthy {timeout:.0f}s after its restart; "
+            f"log {self.log(component)}:\n{_tail(self.log(component))}"
+        )
+
     # ----- shutdown ---------------------------------------------------------------------
     def down(self, purge: bool = False) -> list[str]:
         """Stop exactly the recorded processes (all at once); names of those stopped.

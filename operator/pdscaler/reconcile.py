@@ -120,6 +120,9 @@ class Runtime:
     intervals: dict[tuple[str, str], float] = field(default_factory=dict)
     rollouts: dict[str, rollout.RolloutState] = field(default_factory=dict)
     uids: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: (namespace, name) -> when its first failed tick since its last good one started
+    #: (``TickFacts.unobserved``); kept when a new leader clears the memory
+    failing_since: dict[tuple[str, str], float] = field(default_factory=dict)
     warned: set[tuple[str, ...]] = field(default_factory=set)
     ticks: int = 0  # reconcile_once calls so far (tests, the benchmark)
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
@@ -208,19 +211,23 @@ class Runtime:
             self.rollouts.pop(uid, None)
         self.last.pop((namespace, name), None)
         self.intervals.pop((namespace, name), None)
+        self.failing_since.pop((namespace, name), None)
         with self._guard:
             self._paused.pop((namespace, name), None)
         self.telemetry.forget(namespace, name)
 
     def tick(self, namespace: str, name: str) -> TickReport | None:
         """``reconcile_once`` under the PDDeployment's lock; errors are logged and
-        counted, never raised (the next tick retries: level-triggered)."""
+        counted, never raised (the next tick retries: level-triggered). The start of
+        the first failed tick since the last good one is kept in ``failing_since``."""
         with self.lock(namespace, name):
+            started = self.clock()
             try:
                 return reconcile_once(self, namespace, name)
             except Exception:
                 log.exception("reconcile of %s/%s failed", namespace, name)
                 self.telemetry.errors.labels(namespace, name).inc()
+                self.failing_since.setdefault((namespace, name), started)
                 return None
 
 
@@ -244,6 +251,7 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
         pdd, facts = read
         fx = tick.compute(facts)
         events = _apply(rt, pdd, facts, fx)
+        rt.failing_since.pop((namespace, name), None)
     done = TickReport(
         namespace,
         name,
@@ -307,6 +315,7 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
         raw_status=pdd.get("status"),
         memory=rt.memory.get(uid),
         rollout=rt.rollouts.get(uid),
+        unobserved=max(0.0, now - rt.failing_since.get((namespace, name), now)),
     )
 
 

@@ -67,7 +67,10 @@ class TickFacts:
 
     ``raw_status`` is the PDDeployment's status as stored (to write only on change);
     ``memory`` / ``rollout`` are what this process kept from its previous tick (None
-    after a restart: rebuilt from the status and the cluster)."""
+    after a restart: rebuilt from the status and the cluster); ``unobserved``: seconds
+    since this PDDeployment's first failed tick when its ticks failed since the last
+    good one (the cluster could not be read then: not counted against the rollout's
+    progress deadline), else 0."""
 
     now: float
     owner: Meta
@@ -80,6 +83,7 @@ class TickFacts:
     raw_status: Mapping[str, Any] | None = None
     memory: PolicyMemory | None = None
     rollout: rollout.RolloutState | None = None
+    unobserved: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -122,8 +126,11 @@ def compute(facts: TickFacts) -> TickEffects:
     previous = status.parse_status(dict(facts.raw_status) if facts.raw_status else None)
     cells = observe.cells(facts.observed, owner.uid)
     memory = facts.memory or status.memory_from_status(previous.memory if previous else None, now)
-    roll = facts.rollout or rollout.state_from_status(
-        previous.rollout if previous else None, spec, cells, now
+    roll = rollout.discount_unobserved(
+        facts.rollout
+        or rollout.state_from_status(previous.rollout if previous else None, spec, cells, now),
+        facts.unobserved,
+        now,
     )
     prefill_obs, decode_obs = rollout.policy_pools(cells, roll)
     decision = decide(

@@ -70,6 +70,7 @@ from pdscaler.rollout.levels import runnable
 from pdscaler.rollout.phases import (
     Event,
     RolloutState,
+    discount_unobserved,
     in_progress,
     policy_pools,
     state_from_status,
@@ -82,6 +83,7 @@ __all__ = [
     "Event",
     "RolloutState",
     "RolloutStep",
+    "discount_unobserved",
     "in_progress",
     "policy_pools",
     "runnable",

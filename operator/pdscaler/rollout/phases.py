@@ -360,6 +360,22 @@ def _pause_for_gap(spec: PDDeploymentSpec, state: RolloutState, now: float) -> R
     return replace(state, progress_at=state.progress_at + skipped)
 
 
+def discount_unobserved(state: RolloutState, seconds: float, now: float) -> RolloutState:
+    """Move the progress clock and the last tick's time on by ``seconds`` during which
+    every tick of this PDDeployment failed (the API server or etcd unreachable: nothing
+    could be read, so nothing could be moved on), at most up to ``now``. The outage
+    then counts neither as time without progress nor as part of a gap between ticks.
+    Example: last good tick at 100 (progress at 95), ticks failing from 102 to 140,
+    good again at 141 with ``seconds`` 39: progress at 134, last tick at 139."""
+    if seconds <= 0 or state.progress_at is None or not state.phase.moving:
+        return state
+    shift = min(seconds, now - max(state.progress_at, state.checked_at or state.progress_at))
+    if shift <= 0:
+        return state
+    checked = None if state.checked_at is None else state.checked_at + shift
+    return replace(state, progress_at=state.progress_at + shift, checked_at=checked)
+
+
 def _remember(
     images: tuple[tuple[str, str], ...], rev: str, image: str | None
 ) -> tuple[tuple[str, str], ...]:

@@ -1,0 +1,262 @@
+"""Control-plane faults for drills, and what the control-plane drills sample.
+
+Owns: signalling ONE recorded component of the lab the test runs against (its PID from
+the lab's state file, checked against the recorded start time, so a reused PID is never
+signalled): ``paused`` (SIGSTOP, SIGCONT in ``finally``) and ``killed`` (SIGKILL,
+started again in ``finally`` with its recorded arguments: ``Lab.restart``);
+``DrillOperator``, the operator process of ``operator_process`` with ``/metrics`` and
+``/healthz`` on a free port (its successful ticks counted from
+``pdscaler_reconcile_duration_seconds_count``); ``ClusterSampler`` (every owned
+Deployment's uid and ``spec.replicas``, the PDDeployments' rollout phase, their
+CapacityLimited condition, a cell gone while its pods serve) and ``TickSampler``. Must
+not signal any process it did not look up in the lab's state file, or leave a component
+stopped.
+
+    with paused(lab, "apiserver"):
+        time.sleep(15)            # the API server answers nothing; connections hang
+    with killed(lab, "apiserver"):
+        time.sleep(15)            # connections refused; restarted on exit
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from drills.operator_process import OperatorProcess
+from pdlab import processes
+from pdlab.lab import Lab
+from pdscaler import naming
+from pdscaler.spec import GROUP, PLURAL, VERSION
+from pdscaler.types import ConditionType
+from support.background import Background
+from support.labkit import Kube, free_port
+
+
+def component_pid(lab: Lab, component: str) -> int:
+    """The PID of ``component`` ("apiserver", "etcd", "controller_manager", "scheduler")
+    of THIS lab, as recorded when pdlab started it; LookupError if it does not run."""
+    rec = processes.State(lab.dir / "state.json").procs.get(component)
+    if rec is None or not processes.is_alive(rec):
+        raise LookupError(f"{component} of the lab in {lab.dir} does not run")
+    return rec.pid
+
+
+@contextlib.contextmanager
+def paused(lab: Lab, component: str) -> Iterator[int]:
+    """SIGSTOP the component for the block; SIGCONT on exit, whatever happens."""
+    pid = component_pid(lab, component)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pid
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def killed(lab: Lab, component: str, restart_timeout: float = 90.0) -> Iterator[int]:
+    """SIGKILL the component (waits until it is gone) for the block; on exit it is
+    started again with its recorded arguments (``Lab.restart``) and waited for until
+    its health probe answers."""
+    pid = component_pid(lab, component)
+    os.kill(pid, signal.SIGKILL)
+    try:
+        deadline = time.monotonic() + 10
+        with contextlib.suppress(LookupError):
+            while time.monotonic() < deadline and component_pid(lab, component) == pid:
+                time.sleep(0.05)
+        yield pid
+    finally:
+        lab.restart(component, timeout=restart_timeout)
+
+
+TICKS = re.compile(r"^pdscaler_reconcile_duration_seconds_count\{([^}]*)\} ([0-9.e+]+)$", re.M)
+
+
+@dataclass
+class DrillOperator(OperatorProcess):
+    """``OperatorProcess`` with ``/metrics`` and ``/healthz`` on ``port`` and, with
+    ``leader_elect``, a Lease in its namespace (as the chart's HA setting runs it)."""
+
+    port: int = field(default_factory=free_port)
+    leader_elect: bool = False
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1"}
+        if self.allowed is not None:
+            env["PDSCALER_PROMETHEUS_ALLOWED_URLS"] = self.allowed
+        argv = [sys.executable, "-m", "pdscaler", "run", "--namespace", self.namespace]
+        argv += ["--metrics-port", str(self.port), "--log-format", "full"]
+        if self.leader_elect:
+            argv += ["--leader-elect", "--lease-namespace", self.namespace]
+            argv += ["--identity", "drill-op"]
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.started_at = time.time()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _get(self, path: str) -> tuple[int, str]:
+        try:
+            url = f"http://127.0.0.1:{self.port}{path}"
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as err:
+            return int(err.code), ""
+        except OSError:
+            return 0, ""
+
+    def healthy(self) -> bool:
+        """``/healthz`` answers 200."""
+        return self._get("/healthz")[0] == 200
+
+    def ticks(self) -> dict[str, float]:
+        """Successful ticks so far per PDDeployment name ({} when /metrics is silent)."""
+        code, text = self._get("/metrics")
+        if code != 200:
+            return {}
+        out: dict[str, float] = {}
+        for labels, value in TICKS.findall(text):
+            name = re.search(r'name="([^"]*)"', labels)
+            if name:
+                out[name.group(1)] = float(value)
+        return out
+
+    def tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+
+@dataclass
+class ClusterSampler(Background):
+    """Every ``period`` s (reads with a 2 s timeout: an API server that answers nothing
+    costs a sample, not the drill): each owned Deployment's uid by name (a name seen with
+    a second uid was recreated) and ``spec.replicas``; each PDDeployment's rollout phase
+    and whether its CapacityLimited condition is True."""
+
+    kube: Kube
+    namespace: str
+    period: float = 0.2
+    samples: int = 0
+    uids: dict[str, set[str]] = field(default_factory=dict)
+    replicas: dict[str, list[int]] = field(default_factory=dict)
+    phases: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    capacity_limited: list[tuple[float, str, str]] = field(default_factory=list)
+    #: (time, Deployment, spec.replicas) at every change
+    timeline: list[tuple[float, str, int]] = field(default_factory=list)
+    _seen_versions: set[str] = field(default_factory=set)
+    #: (time, version, Ready engine pods of it) when that version's cell was gone or
+    #: being deleted while its pods still served
+    deleted_serving: list[tuple[float, str, int]] = field(default_factory=list)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                deps = self.kube.apps.list_namespaced_deployment(
+                    self.namespace, label_selector=naming.LABEL_NAME, _request_timeout=2
+                ).items
+                pdds: Any = self.kube.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, _request_timeout=2
+                )
+            except Exception:
+                self._stop.wait(self.period)
+                continue
+            try:
+                pods = self.kube.core.list_namespaced_pod(
+                    self.namespace, label_selector=naming.LABEL_NAME, _request_timeout=2
+                ).items
+            except Exception:
+                self._stop.wait(self.period)
+                continue
+            now = time.time()
+            self._cells(deps, pods, now)
+            for d in deps:
+                name = str(d.metadata.name)
+                self.uids.setdefault(name, set()).add(str(d.metadata.uid))
+                series = self.replicas.setdefault(name, [])
+                if not series or series[-1] != int(d.spec.replicas or 0):
+                    series.append(int(d.spec.replicas or 0))
+                    self.timeline.append((now, name, int(d.spec.replicas or 0)))
+            for p in pdds.get("items", []):
+                name = p["metadata"]["name"]
+                st = p.get("status") or {}
+                phase = str((st.get("rollout") or {}).get("phase") or "")
+                seen = self.phases.setdefault(name, [])
+                if not seen or seen[-1][1] != phase:
+                    seen.append((now, phase))
+                for c in st.get("conditions") or []:
+                    limited = c.get("type") == ConditionType.CAPACITY_LIMITED
+                    if limited and c.get("status") == "True":
+                        self.capacity_limited.append((now, name, str(c.get("message", ""))))
+            self.samples += 1
+            self._stop.wait(self.period)
+
+    def _cells(self, deps: list[Any], pods: list[Any], now: float) -> None:
+        live: set[str] = set()
+        for d in deps:
+            version = (d.metadata.labels or {}).get(naming.LABEL_VERSION, "")
+            self._seen_versions.add(version)
+            if d.metadata.deletion_timestamp is None:
+                live.add(version)
+        ready: dict[str, int] = {}
+        for p in pods:
+            lab = p.metadata.labels or {}
+            if lab.get(naming.LABEL_ROLE) == naming.ROLE_ROUTER:
+                continue
+            conds = (p.status.conditions or []) if p.status else []
+            if any(c.type == "Ready" and c.status == "True" for c in conds):
+                v = lab.get(naming.LABEL_VERSION, "")
+                ready[v] = ready.get(v, 0) + 1
+        for version in self._seen_versions - live:
+            if ready.get(version, 0) > 0:
+                self.deleted_serving.append((now, version, ready[version]))
+
+    def recreated(self) -> dict[str, set[str]]:
+        """Deployment names seen with more than one uid."""
+        return {n: u for n, u in self.uids.items() if len(u) > 1}
+
+
+@dataclass
+class TickSampler(Background):
+    """The operator's successful ticks per PDDeployment, scraped every ``period`` s:
+    ``rows`` of (monotonic time, {name: ticks so far}) (an unanswered scrape is not
+    a row)."""
+
+    op: DrillOperator
+    period: float = 0.5
+    rows: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            counts = self.op.ticks()
+            if counts:
+                self.rows.append((time.monotonic(), counts))
+            self._stop.wait(self.period)
+
+    def first_tick_after(self, since: float) -> dict[str, float]:
+        """Per PDDeployment: seconds from ``since`` to the first row after ``since`` in
+        which its count rose above its last count at or before ``since``."""
+        before = {}
+        for t, counts in self.rows:
+            if t <= since:
+                before = counts
+        out: dict[str, float] = {}
+        for t, counts in self.rows:
+            if t <= since:
+                continue
+            for name, n in counts.items():
+                if name not in out and n > before.get(name, 0.0):
+                    out[name] = t - since
+        return out

@@ -1,0 +1,225 @@
+"""D6: the kube-controller-manager SIGSTOPped in the middle of a rollout v1 -> v2 (at its
+most fragile point: v1 prefill just asked 0, v1 decode still up), and the
+kube-scheduler SIGSTOPped during a scale-up, of a PDDeployment at 2 + 2.
+
+With the controller-manager stopped, the Deployments' spec changes but no pod is
+created or removed (the v1 prefill pods asked away stay Ready: an operator that counts
+what a Deployment asks instead of the pods that run would retire v1 under them); with
+the scheduler stopped, the new pods stay Pending without a PodScheduled condition.
+Invariants, sampled every 200 ms (``faults.ClusterSampler``,
+``operator_process.Sampler``): no cell is gone or being deleted while pods of its
+version are Ready; CapacityLimited is never True (nothing is unschedulable for lack of
+GPUs: the pods wait for a stopped control plane); no mixed pairs; serving capacity never
+below the 2 + 2 before the fault; and after SIGCONT the rollout completes on v2 / the
+scale-up reaches its replicas, all Ready.
+
+Shortened (each case < 90 s): the issue's 60 s stops are 20 s (the controller-manager)
+and, for the scheduler, from before the load rises until 10 s after the operator asked
+for more pods (at most 50 s); 2 s interval, pods Ready 1 s after creation, 2 + 2
+replicas, surge 2.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from drills.faults import ClusterSampler, DrillOperator, paused
+from drills.operator_process import Sampler, cells, ready_by_version
+from drills.report import DrillRecord
+from pdlab.lab import Lab
+from pdscaler.types import Role, RolloutPhase
+from support.exporter import EngineExporter
+from support.labkit import Kube, wait_for
+from support.opkit import (
+    create_pdd,
+    get_pdd,
+    patch_spec,
+    pdd_manifest,
+    pod_dicts,
+    ready_count,
+    spec_of,
+    total,
+)
+
+INTERVAL = 2.0
+STOP = 20.0
+NAME = "d6"
+
+
+def _serve(exporter: EngineExporter, namespace: str, rate: float) -> None:
+    exporter.set_deployment(
+        namespace, NAME, [f"{NAME}-p0", f"{NAME}-p1"], [f"{NAME}-d0", f"{NAME}-d1"],
+        rate=rate, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
+    )  # fmt: skip
+
+
+def _old_prefill_drained(kube: Kube, namespace: str) -> bool:
+    """The last steps of the rollout: v1 prefill asked 0 while v1 decode still runs (a
+    stopped controller-manager then leaves the v1 prefill pods Ready)."""
+    c = cells(kube, namespace, NAME)
+    prefill = c.get(("v1", Role.PREFILL.value))
+    decode = c.get(("v1", Role.DECODE.value))
+    return (
+        prefill is not None
+        and int(prefill["spec"].get("replicas") or 0) == 0
+        and decode is not None
+        and int(decode["spec"].get("replicas") or 0) > 0
+    )
+
+
+def _complete(kube: Kube, namespace: str) -> bool:
+    st = get_pdd(kube, namespace, NAME).get("status") or {}
+    ready = ready_by_version(pod_dicts(kube, namespace, NAME))
+    return (
+        (st.get("rollout") or {}).get("phase") == RolloutPhase.COMPLETE
+        and st.get("activeVersion") == "v2"
+        and ("prefill", "v1") not in ready
+        and ("decode", "v1") not in ready
+    )
+
+
+def _start(
+    lab: Lab, kube: Kube, namespace: str, exporter: EngineExporter, tmp_path: Path
+) -> DrillOperator:
+    _serve(exporter, namespace, 2.0)
+    op = DrillOperator(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
+    manifest = pdd_manifest(
+        NAME, lab.prometheus_url, interval=f"{INTERVAL:g}s", surge=2, progress_deadline="60s"
+    )
+    create_pdd(kube, namespace, manifest)
+    op.start()
+    wait_for(
+        lambda: (
+            ready_by_version(pod_dicts(kube, namespace, NAME))
+            == {("prefill", "v1"): 2, ("decode", "v1"): 2}
+        ),
+        90,
+        "2 + 2 Ready v1 pods",
+    )
+    return op
+
+
+def _record(drill: DrillRecord, pairs: Sampler, cluster: ClusterSampler) -> None:
+    drill.sampled(pairs.samples, len(pairs.mixed) + len(pairs.below))
+    drill.sampled(
+        cluster.samples,
+        len(cluster.deleted_serving) + len(cluster.capacity_limited) + len(cluster.recreated()),
+    )
+
+
+@pytest.mark.lab
+@pytest.mark.timeout(300)
+def test_controller_manager_stopped_mid_rollout(
+    lab: Lab,
+    kube: Kube,
+    crd: str,
+    namespace: str,
+    exporter: EngineExporter,
+    tmp_path: Path,
+    drill: DrillRecord,
+) -> None:
+    drill.describe(
+        "D6",
+        fault=f"kube-controller-manager SIGSTOP {STOP:g} s mid-rollout",
+        invariant="no cell deleted while its pods serve; no false CapacityLimited; "
+        "the rollout completes after SIGCONT",
+        shortened=f"{STOP:g} s stop (issue: 60 s); 2 s interval, 2 + 2 replicas",
+    )
+    op = _start(lab, kube, namespace, exporter, tmp_path)
+    try:
+        spec = spec_of(get_pdd(kube, namespace, NAME))
+        with (
+            Sampler(kube, namespace, NAME, spec, floor=(2, 2)) as pairs,
+            ClusterSampler(kube, namespace) as cluster,
+        ):
+            patch_spec(kube, namespace, NAME, {"engine": {"version": "v2"}})
+            wait_for(
+                lambda: _old_prefill_drained(kube, namespace),
+                60,
+                "v1 prefill asked 0, v1 decode up",
+                interval=0.05,
+            )
+            with paused(lab, "controller_manager"):
+                time.sleep(STOP)
+            cont = time.monotonic()
+            wait_for(lambda: _complete(kube, namespace), 90, "rollout to v2 complete")
+            done_s = time.monotonic() - cont
+        alive = op.alive()
+    finally:
+        op.stop()
+    _record(drill, pairs, cluster)
+    drill.recovered("rollout complete after SIGCONT", done_s)
+    where = f"operator log tail:\n{op.tail()}"
+    assert alive, where
+    assert cluster.deleted_serving == [], cluster.deleted_serving[:5]
+    assert cluster.capacity_limited == [], cluster.capacity_limited[:5]
+    assert cluster.recreated() == {}
+    assert pairs.mixed == [], pairs.mixed[:5]
+    assert pairs.below == [], pairs.below[:5]
+
+
+@pytest.mark.lab
+@pytest.mark.timeout(300)
+def test_scheduler_stopped_during_a_scale_up(
+    lab: Lab,
+    kube: Kube,
+    crd: str,
+    namespace: str,
+    exporter: EngineExporter,
+    tmp_path: Path,
+    drill: DrillRecord,
+) -> None:
+    drill.describe(
+        "D6",
+        fault="kube-scheduler SIGSTOP during a scale-up (until 10 s after more pods asked)",
+        invariant="no cell deleted while its pods serve; no false CapacityLimited; "
+        "the scale-up completes after SIGCONT",
+        shortened="stop <= 50 s (issue: 60 s); 2 s interval, 2 + 2 -> more replicas",
+    )
+    op = _start(lab, kube, namespace, exporter, tmp_path)
+    try:
+        spec = spec_of(get_pdd(kube, namespace, NAME))
+        with (
+            Sampler(kube, namespace, NAME, spec, floor=(2, 2)) as pairs,
+            ClusterSampler(kube, namespace) as cluster,
+        ):
+            with paused(lab, "scheduler"):
+                _serve(exporter, namespace, 5.0)
+                grown = wait_for(
+                    lambda: (
+                        (
+                            total(kube, namespace, NAME, Role.PREFILL)
+                            + total(kube, namespace, NAME, Role.DECODE)
+                            > 4
+                        )
+                        or None
+                    ),
+                    40,
+                    "the operator asks for more pods",
+                )
+                assert grown
+                time.sleep(10.0)  # pods Pending, unscheduled, while ticks run
+            cont = time.monotonic()
+
+            def scaled() -> bool:
+                want = [total(kube, namespace, NAME, r) for r in Role]
+                have = [ready_count(kube, namespace, NAME, r) for r in Role]
+                return sum(want) > 4 and want == have
+
+            wait_for(scaled, 60, "the scale-up Ready")
+            done_s = time.monotonic() - cont
+        alive = op.alive()
+    finally:
+        op.stop()
+    _record(drill, pairs, cluster)
+    drill.recovered("scale-up Ready after SIGCONT", done_s)
+    where = f"operator log tail:\n{op.tail()}"
+    assert alive, where
+    assert cluster.deleted_serving == [], cluster.deleted_serving[:5]
+    assert cluster.capacity_limited == [], cluster.capacity_limited[:5]
+    assert cluster.recreated() == {}
+    assert pairs.mixed == [], pairs.mixed[:5]
+    assert pairs.below == [], pairs.below[:5]
