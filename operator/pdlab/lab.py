@@ -297,6 +297,10 @@ class Lab:
                 f"--cluster-signing-cert-file={k / 'ca.crt'}",
                 f"--cluster-signing-key-file={k / 'ca.key'}",
                 "--leader-elect=false", "--profiling=false", "--node-monitor-period=1s",
+                # kwok renews the fake nodes' Leases through the API server: a drill that
+                # stops the API server must not turn into a node failure (the default
+                # 50 s grace lapses ~13 s after a 25 s outage, with kwok's backoff)
+                "--node-monitor-grace-period=3m",
             ]  # fmt: skip
         if component == "scheduler":
             kc = d / "scheduler.kubeconfig"
