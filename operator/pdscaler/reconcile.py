@@ -412,6 +412,7 @@ def _apply(rt: Runtime, pdd: Obj, facts: tick.TickFacts, fx: tick.TickEffects) -
             rt.telemetry.record_write("status", "PDDeployment")
         except KubeError as err:
             log.warning("status of %s/%s not written: %s", namespace, name, err)
+    rt.telemetry.record_status(namespace, name, facts.spec, new_status)
     rt.memory[uid] = fx.memory
     if fx.rollout is not None:
         rt.rollouts[uid] = fx.rollout

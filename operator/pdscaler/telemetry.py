@@ -10,6 +10,13 @@ PDDeployment (``namespace``, ``name`` labels):
 * ``pdscaler_model_output{output}``: fractional N_P, N_D, the drain time, T_s, ...;
 * ``pdscaler_reconcile_duration_seconds`` (histogram), ``pdscaler_reconcile_errors_total``;
 * ``pdscaler_api_writes_total{verb,kind}``: every write to the API server;
+* ``pdscaler_condition{type,reason}``: 1 while the condition is True, 0 while False
+  (one series per condition type, its current reason);
+* ``pdscaler_rollout_phase{phase}`` (1 for the current phase, ``Stable`` when no rollout
+  ever ran) and ``pdscaler_rollout_step``: the version rollout in flight or the last one;
+* ``pdscaler_slo_seconds{slo}`` (``ttft``/``tpot``), ``pdscaler_gpu_budget``
+  (``scaling.maxGPUs``) and ``pdscaler_gpus_per_replica{pool}``: the spec's targets, so
+  a dashboard draws them next to what was measured;
 * ``pdscaler_leader``: 1 while this replica may write (holds the Lease, fence open);
 * ``pdscaler_writes_sent``: writes that passed the fence and were sent, counted as they
   leave (``Kube.audit``), so a write in flight when the process was stopped is counted
@@ -40,7 +47,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from pdscaler.types import Decision, MetricsSnapshot, PoolObservation, Role
+from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
+from pdscaler.types import Decision, MetricsSnapshot, PoolObservation, Role, RolloutPhase
 
 _KEY = ("namespace", "name")
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -99,6 +107,39 @@ class Telemetry:
             "Writes sent to the API server, counted before the request leaves.",
             registry=r,
         )
+        self.conditions = Gauge(
+            "pdscaler_condition",
+            "1 while the PDDeployment's condition is True, 0 while False (its current reason).",
+            [*_KEY, "type", "reason"],
+            registry=r,
+        )
+        self.rollout_phase = Gauge(
+            "pdscaler_rollout_phase",
+            "1 for the phase of the version rollout in flight (or the last one).",
+            [*_KEY, "phase"],
+            registry=r,
+        )
+        self.rollout_step = Gauge(
+            "pdscaler_rollout_step",
+            "Capacity-shift steps the rollout has taken.",
+            list(_KEY),
+            registry=r,
+        )
+        self.slo = Gauge(
+            "pdscaler_slo_seconds",
+            "The latency objectives of spec.slo (ttft, tpot) at slo.percentile.",
+            [*_KEY, "slo"],
+            registry=r,
+        )
+        self.gpu_budget = Gauge(
+            "pdscaler_gpu_budget", "spec.scaling.maxGPUs.", list(_KEY), registry=r
+        )
+        self.gpus_per_replica = Gauge(
+            "pdscaler_gpus_per_replica",
+            "GPUs of one replica of a pool (spec.<pool>.gpusPerReplica).",
+            [*_KEY, "pool"],
+            registry=r,
+        )
         self.leader = Gauge(
             "pdscaler_leader",
             "1 while this replica may write (holds the Lease and its fence is open).",
@@ -142,6 +183,33 @@ class Telemetry:
         )
         self.duration.labels(namespace, name).observe(seconds)
 
+    def record_status(
+        self, namespace: str, name: str, spec: PDDeploymentSpec, status: PDDeploymentStatus
+    ) -> None:
+        """The spec's targets and the status' conditions and rollout, as written by the
+        tick: ``Ready`` True with reason ``Serving`` sets
+        ``pdscaler_condition{type="Ready",reason="Serving"}`` to 1 and removes the
+        series of the type's previous reason (at most one series per condition type)."""
+        self.slo.labels(namespace, name, "ttft").set(spec.slo.ttft_seconds)
+        self.slo.labels(namespace, name, "tpot").set(spec.slo.tpot_seconds)
+        self.gpu_budget.labels(namespace, name).set(spec.scaling.max_gpus)
+        for role in Role:
+            pool = spec.prefill if role is Role.PREFILL else spec.decode
+            self.gpus_per_replica.labels(namespace, name, role.value).set(pool.gpus_per_replica)
+        current = {(c.type, c.reason): c.status == "True" for c in status.conditions or []}
+        for labels in _label_sets(self.conditions):
+            if labels[:2] == (namespace, name) and (labels[2], labels[3]) not in current:
+                self.conditions.remove(*labels)
+        for (kind, reason), on in current.items():
+            self.conditions.labels(namespace, name, kind, reason).set(1.0 if on else 0.0)
+        rollout = status.rollout
+        phase = (rollout.phase if rollout is not None else None) or RolloutPhase.STABLE.value
+        for labels in _label_sets(self.rollout_phase):
+            if labels[:2] == (namespace, name) and labels[2] != phase:
+                self.rollout_phase.remove(*labels)
+        self.rollout_phase.labels(namespace, name, phase).set(1.0)
+        self.rollout_step.labels(namespace, name).set((rollout.step if rollout else None) or 0)
+
     def _set_many(
         self, gauge: Gauge, namespace: str, name: str, values: Mapping[str, float | None]
     ) -> None:
@@ -154,7 +222,18 @@ class Telemetry:
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop the series of a deleted PDDeployment."""
-        for family in (self.desired, self.ready, self.inputs, self.outputs):
+        for family in (
+            self.desired,
+            self.ready,
+            self.inputs,
+            self.outputs,
+            self.conditions,
+            self.rollout_phase,
+            self.rollout_step,
+            self.slo,
+            self.gpu_budget,
+            self.gpus_per_replica,
+        ):
             for labels in list(_label_sets(family)):
                 if labels[:2] == (namespace, name):
                     family.remove(*labels)
