@@ -11,7 +11,7 @@ from typing import Any
 
 from test_chart import grants, read_template, values
 
-from pdscaler.spec import PrometheusAuth
+from pdscaler.spec import MAX_CUSTOM_HEADERS, PrometheusAuth
 
 
 def secrets_docs() -> list[dict[str, Any]]:
@@ -55,24 +55,33 @@ def test_the_policy_checks_deployments_and_every_named_secret() -> None:
     deploy, secret = (v["expression"] for v in spec["validations"])
     assert "resource('deployments')" in deploy
     assert ".check('create').allowed()" in deploy
-    assert "resource('secrets')" in secret
-    assert ".name(n).check('get').allowed()" in secret
-    assert "variables.secretNames.all(" in secret
+    checks = {v["name"]: v["expression"] for v in spec["variables"] if v["name"].startswith("get_")}
+    assert secret == " && ".join(f"variables.{name}" for name in checks)
+    for expression in checks.values():  # one authorizer check each (the cost limit)
+        assert expression.count("authorizer.") == 1
+        assert "resource('secrets')" in expression
+        assert ".check('get').allowed()" in expression
 
 
-def test_the_policy_collects_every_secret_reference_of_the_spec() -> None:
-    """Each Secret reference field of ``PrometheusAuth`` (and the custom headers'
-    names) is in the policy's list: a field added to the spec without the policy
-    would let its Secret through unchecked."""
-    (names,) = [v for v in policy()["spec"]["variables"] if v["name"] == "secretNames"]
-    expression = names["expression"]
+def test_the_policy_checks_every_secret_reference_of_the_spec() -> None:
+    """Each Secret reference field of ``PrometheusAuth``, and each of the (at most 8)
+    custom headers, has its check: a field added to the spec without the policy would
+    let its Secret through unchecked."""
+    checks = {
+        v["name"]: v["expression"]
+        for v in policy()["spec"]["variables"]
+        if v["name"].startswith("get_")
+    }
+    auth = "object.spec.metrics.prometheus.auth"
     for field in PrometheusAuth.model_fields.values():
         alias = field.alias
         assert alias is not None
         if alias == "customHeaders":
-            assert "auth.customHeaders.map(h, h.name)" in expression
+            assert field.metadata[0].max_length == MAX_CUSTOM_HEADERS == 8
+            for i in range(MAX_CUSTOM_HEADERS):
+                assert f".name({auth}.customHeaders[{i}].name)" in checks[f"get_header{i}"]
         else:
-            assert f"object.spec.metrics.prometheus.auth.{alias}.name" in expression
+            assert f".name({auth}.{alias}.name)" in checks[f"get_{alias}"]
 
 
 def test_the_policy_is_bound_with_deny_and_on_by_default() -> None:
