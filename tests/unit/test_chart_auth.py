@@ -1,7 +1,8 @@
 """The chart's side of ``metrics.prometheus.auth``: the operator may only ``get``
-Secrets (a role of its own, bound as the workload role is, switched by
-``prometheus.readSecrets``), and the ValidatingAdmissionPolicy admits a PDDeployment only
-if its author may create Deployments in its namespace and get every Secret it names.
+Secrets (a role of its own, bound as the workload role is, only with
+``prometheus.readSecrets: true``, off by default), and the ValidatingAdmissionPolicy
+admits a PDDeployment only if its author may create Deployments in its namespace and
+get every Secret it names.
 Read with test_chart's minimal template reading (Helm is not installed here); the policy's
 CEL is checked for what it asks the authorizer, field by field of the spec."""
 
@@ -38,7 +39,7 @@ def test_the_secrets_role_is_bound_like_the_workload_role() -> None:
             }
     text = (read_template.__globals__["CHART"] / "templates" / "secrets-rbac.yaml").read_text()
     assert text.startswith("{{- if .Values.prometheus.readSecrets }}")
-    assert values()["prometheus"]["readSecrets"] is True
+    assert values()["prometheus"]["readSecrets"] is False  # opt-in
 
 
 def policy() -> dict[str, Any]:
