@@ -185,3 +185,18 @@ DYNAMO = Preset(
 )
 
 PRESETS: Mapping[str, Preset] = {"vllm": VLLM, "sglang": SGLANG, "dynamo": DYNAMO}
+
+#: What R, the request rate, counts under each preset (status and ``explain`` say it):
+#: completions everywhere, as the P/D routers' arrival counters are not scraped yet.
+RATE_SOURCES: Mapping[str, str] = {
+    "vllm": "completed requests/s (vllm:request_success_total, prefill pool)",
+    "sglang": "finished requests/s (sglang:num_requests_total, prefill pool)",
+    "dynamo": "requests/s handled by the frontend (dynamo_frontend_requests_total)",
+    "custom": "metrics.queries.requestRate",
+}
+
+
+def rate_source(preset: str) -> str:
+    """What R counts under ``preset``: ``rate_source("vllm")`` ->
+    ``"completed requests/s (vllm:request_success_total, prefill pool)"``."""
+    return RATE_SOURCES.get(preset, "metrics.queries.requestRate")
