@@ -1,7 +1,10 @@
 """Prometheus text exposition of one simulated vLLM pod's series.
 
 Owns: the metric names, types and help texts the engine simulator exports (the vLLM
-names ``pdscaler.metricsql``'s ``vllm`` preset queries) and rendering a
+names ``pdscaler.metricsql``'s ``vllm`` preset queries: the per-request TPOT histogram
+``vllm:request_time_per_output_token_seconds`` the preset reads first, and the
+token-weighted inter-token latency under its current and its deprecated name, for the
+preset's fall-backs) and rendering a
 :class:`pdscaler.sim.engine.PodStats` in the text format (version 0.0.4).
 Must not: run the engine, hold state, or do I/O.
 
@@ -36,6 +39,10 @@ METRICS: dict[str, tuple[str, str]] = {
     "vllm:generation_tokens": ("counter", "Number of generation tokens processed."),
     "vllm:request_success": ("counter", "Count of successfully processed requests."),
     "vllm:time_to_first_token_seconds": ("histogram", "Histogram of time to first token."),
+    "vllm:request_time_per_output_token_seconds": (
+        "histogram",
+        "Histogram of time_per_output_token_seconds per request.",
+    ),
     "vllm:inter_token_latency_seconds": ("histogram", "Histogram of inter-token latency."),
     "vllm:time_per_output_token_seconds": (
         "histogram",
@@ -113,6 +120,13 @@ def _series(stats: PodStats, labels: Mapping[str, str]) -> dict[str, str]:
             TTFT_BUCKETS,
             stats.ttft_counts,
             stats.ttft_sum,
+            base,
+        ),
+        "vllm:request_time_per_output_token_seconds": histogram(
+            "vllm:request_time_per_output_token_seconds",
+            TPOT_BUCKETS,
+            stats.request_tpot_counts,
+            stats.request_tpot_sum,
             base,
         ),
         "vllm:inter_token_latency_seconds": histogram(

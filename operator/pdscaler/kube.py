@@ -14,6 +14,10 @@ pods of its pools), and every write the operator makes, each with the field mana
   as ``null`` so they are removed);
 * Events (core/v1) on the PDDeployment, one per action.
 
+One read of a Secret (``read_secret``: ``get`` only, never list or watch), for the
+Prometheus credentials a PDDeployment names (``metrics.prometheus.auth``); its values are
+returned decoded and are never logged, counted by name in ``Kube.audit`` or kept here.
+
 Every write goes through ``Kube._write``, which records it in ``Kube.audit`` (a
 ``WriteAudit``): the lab tests count writes there to prove a converged tick makes
 none. Must not: decide anything (the planner and the policy do), or swallow errors
@@ -32,6 +36,7 @@ Events go through one small path. Example::
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -138,6 +143,7 @@ _PATHS = {
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "Event": "/api/v1/namespaces/{ns}/events",
+    "Secret": "/api/v1/namespaces/{ns}/secrets",
     KIND: f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}",
 }
 
@@ -238,6 +244,22 @@ class Kube:
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         return self._get(_item(kind, namespace, name))
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        """The data of Secret ``namespace/name``, each value base64-decoded; None when it
+        does not exist. Raises ``KubeError`` for any other refusal (403 when the operator
+        may not get it). A value that is not valid base64 is left out (the caller reports
+        its key as missing). Only ``data`` is read: ``stringData`` is write-only."""
+        obj = self._get(_item("Secret", namespace, name))
+        if obj is None:
+            return None
+        out: dict[str, bytes] = {}
+        for key, value in (obj.get("data") or {}).items():
+            try:
+                out[str(key)] = base64.b64decode(str(value), validate=True)
+            except (ValueError, TypeError):
+                continue
+        return out
 
     def list(self, kind: str, namespace: str, selector: Mapping[str, str]) -> list[Obj]:
         """Objects of ``kind`` whose labels match ``selector`` exactly."""

@@ -67,18 +67,33 @@ def _quantile(hist: str) -> str:
 #             vllm:generation_tokens; prometheus_client exposes them with `_total`;
 #   histograms vllm:request_prompt_tokens, vllm:request_generation_tokens (tokens per
 #             finished request), vllm:time_to_first_token_seconds,
-#             vllm:inter_token_latency_seconds, and vllm:time_per_output_token_seconds,
-#             same buckets, documented "DEPRECATED: Use vllm:inter_token_latency_seconds"
-#             (older releases have only it, hence the `or` fallback);
+#             vllm:request_time_per_output_token_seconds (ONE observation per finished
+#             request: its decode time over its output tokens - 1), and the inter-token
+#             latency vllm:inter_token_latency_seconds (one observation per generated
+#             TOKEN);
 #   gauges    vllm:num_requests_waiting, vllm:num_requests_running,
-#             vllm:kv_cache_usage_perc (older releases: vllm:gpu_cache_usage_perc).
+#             vllm:kv_cache_usage_perc.
+# TPOT: the SLO is per request ("p95 of requests see a TPOT under 50 ms"), so the
+# per-request histogram is read first. The inter-token latency is token-weighted: a long
+# answer counts once per token, and its p95 is not the requests' p95. It is the
+# fall-back for releases without the per-request histogram; the last fall-back,
+# vllm:time_per_output_token_seconds, is its DEPRECATED name ("Use
+# vllm:inter_token_latency_seconds"), for old releases only. Likewise
+# vllm:gpu_cache_usage_perc is the deprecated name of vllm:kv_cache_usage_perc, read
+# only when the new one is absent (old releases). `a or b` answers a's series when a
+# has any: the fall-backs never mix with the current names.
+# R: vllm:request_success_total counts COMPLETIONS. Arrivals would be better (a growing
+# backlog hides demand from a completion rate), but the P/D router's request counters
+# (vllm_router_requests_total on its metrics port) are not scraped with the engines'
+# labels yet (docs/operator.md, "What the presets read"); completions are the reading.
 VLLM = Preset(
     request_rate=_rate("vllm:request_success_total"),
     prompt_tokens=_mean("vllm:request_prompt_tokens"),
     output_tokens=_mean("vllm:request_generation_tokens"),
     ttft=_quantile("vllm:time_to_first_token_seconds"),
     tpot=(
-        f"{_quantile('vllm:inter_token_latency_seconds')}"
+        f"{_quantile('vllm:request_time_per_output_token_seconds')}"
+        f" or {_quantile('vllm:inter_token_latency_seconds')}"
         f" or {_quantile('vllm:time_per_output_token_seconds')}"
     ),
     queue_depth="sum(vllm:num_requests_waiting{selector})",
@@ -90,14 +105,29 @@ VLLM = Preset(
 )
 
 # SGLang, names as registered in python/sglang/srt/metrics/collector.py (and listed in
-# docs/references/production_metrics.md):
+# docs/references/production_metrics.md); SGLang exports them only when started with
+# `--enable-metrics`:
 #   TokenizerMetricsCollector: counters sglang:num_requests_total,
 #             sglang:prompt_tokens_total, sglang:generation_tokens_total; histograms
 #             sglang:time_to_first_token_seconds, sglang:inter_token_latency_seconds
-#             (older releases: sglang:time_per_output_token_seconds);
+#             (older releases: sglang:time_per_output_token_seconds, fall-back only);
 #   SchedulerMetricsCollector: gauges sglang:num_queue_reqs, sglang:num_running_reqs,
-#             sglang:token_usage (KV pool usage, 0..1).
+#             sglang:token_usage (KV pool usage, 0..1), and in PD mode the hand-off
+#             queues: on a prefill server the bootstrap queue
+#             (sglang:num_prefill_prealloc_queue_reqs; some releases
+#             sglang:num_prefill_bootstrap_queue_reqs), on a decode server
+#             sglang:num_decode_prealloc_queue_reqs (waiting for KV memory) and
+#             sglang:num_decode_transfer_queue_reqs (KV in flight).
+# Queue depth: a PD request waits in those hand-off queues BEFORE it reaches
+# num_queue_reqs (a decode server short of KV memory shows an empty waiting queue and a
+# full prealloc queue), so the queue signal is their sum. The scheduler queue is
+# required (absent: unknown); the hand-off queues count 0 when a server exports none
+# (not in PD mode, or a release without them).
 # Token means come from the counters: the per-request token histograms are optional.
+_SGLANG_HANDOFF = (
+    "sglang:num_prefill_prealloc_queue_reqs|sglang:num_prefill_bootstrap_queue_reqs"
+    "|sglang:num_decode_prealloc_queue_reqs|sglang:num_decode_transfer_queue_reqs"
+)
 SGLANG = Preset(
     request_rate=_rate("sglang:num_requests_total"),
     prompt_tokens=f"{_rate('sglang:prompt_tokens_total')} / {_rate('sglang:num_requests_total')}",
@@ -109,7 +139,10 @@ SGLANG = Preset(
         f"{_quantile('sglang:inter_token_latency_seconds')}"
         f" or {_quantile('sglang:time_per_output_token_seconds')}"
     ),
-    queue_depth="sum(sglang:num_queue_reqs{selector})",
+    queue_depth=(
+        "sum(sglang:num_queue_reqs{selector})"
+        f' + (sum({{__name__=~"{_SGLANG_HANDOFF}",{{matchers}}}}) or vector(0))'
+    ),
     running="sum(sglang:num_running_reqs{selector})",
     prefill_tokens_per_second=_rate("sglang:prompt_tokens_total"),
     decode_tokens_per_second=_rate("sglang:generation_tokens_total"),
@@ -152,3 +185,18 @@ DYNAMO = Preset(
 )
 
 PRESETS: Mapping[str, Preset] = {"vllm": VLLM, "sglang": SGLANG, "dynamo": DYNAMO}
+
+#: What R, the request rate, counts under each preset (status and ``explain`` say it):
+#: completions everywhere, as the P/D routers' arrival counters are not scraped yet.
+RATE_SOURCES: Mapping[str, str] = {
+    "vllm": "completed requests/s (vllm:request_success_total, prefill pool)",
+    "sglang": "finished requests/s (sglang:num_requests_total, prefill pool)",
+    "dynamo": "requests/s handled by the frontend (dynamo_frontend_requests_total)",
+    "custom": "metrics.queries.requestRate",
+}
+
+
+def rate_source(preset: str) -> str:
+    """What R counts under ``preset``: ``rate_source("vllm")`` ->
+    ``"completed requests/s (vllm:request_success_total, prefill pool)"``."""
+    return RATE_SOURCES.get(preset, "metrics.queries.requestRate")

@@ -44,8 +44,13 @@ from pdscaler.prometheus import (
     DEFAULT_ALLOWED_URLS,
     DEFAULT_MAX_BODY_BYTES,
     REASON_NOT_ALLOWED,
+    REASON_UNAUTHORIZED,
+    Credentials,
     MetricsUnavailableError,
     PrometheusClient,
+    SecretCache,
+    SecretUnreadableError,
+    credentials_from,
     parse_allowed_urls,
     read_snapshot,
     url_allowed,
@@ -126,6 +131,9 @@ class Runtime:
     warned: set[tuple[str, ...]] = field(default_factory=set)
     ticks: int = 0  # reconcile_once calls so far (tests, the benchmark)
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
+    #: (namespace, name) -> its client with credentials (metrics.prometheus.auth)
+    _auth_clients: dict[tuple[str, str], tuple[str, PrometheusClient]] = field(default_factory=dict)
+    _secrets: SecretCache | None = None
     #: (namespace, name) -> (paused until, the URL, its error)
     _paused: dict[tuple[str, str], tuple[float, str, MetricsUnavailableError]] = field(
         default_factory=dict
@@ -151,10 +159,17 @@ class Runtime:
             prometheus_max_body_bytes=max_body,
         )
 
-    def prometheus(self, url: str) -> PrometheusClient:
-        """The client for a PDDeployment's ``metrics.prometheus.url`` (or the override).
-        Raises ``MetricsUnavailableError`` (``PrometheusNotAllowed``) for a URL outside
-        the allow-list: no request is made."""
+    def prometheus(
+        self,
+        url: str,
+        credentials: Credentials | None = None,
+        owner: tuple[str, str] | None = None,
+    ) -> PrometheusClient:
+        """The client for a PDDeployment's ``metrics.prometheus.url`` (or the override),
+        with the ``credentials`` of PDDeployment ``owner`` if any (one such client per
+        PDDeployment, rebuilt when they change). Raises ``MetricsUnavailableError``
+        (``PrometheusNotAllowed``) for a URL outside the allow-list: no request is made
+        and no Secret read."""
         target = self.prometheus_url or url
         allowed = self.prometheus_allowed
         if self.prometheus_url is None and allowed is not None and not url_allowed(url, allowed):
@@ -163,6 +178,18 @@ class Runtime:
                 f"metrics.prometheus.url is not one the operator may query "
                 f"(allowed: {', '.join(allowed)}); no query sent",
             )
+        if credentials is not None and owner is not None:
+            key = f"{target} {credentials.fingerprint()}"
+            with self._guard:
+                held = self._auth_clients.get(owner)
+                if held is not None and held[0] == key:
+                    return held[1]
+            client = PrometheusClient(
+                target, self.prometheus_timeout, self.prometheus_max_body_bytes, credentials
+            )
+            with self._guard:
+                self._auth_clients[owner] = (key, client)
+            return client
         with self._guard:
             if target not in self._clients:
                 self._clients[target] = PrometheusClient(
@@ -177,8 +204,18 @@ class Runtime:
         PDDeployment is paused: after a query that ran into its deadline, its Prometheus
         is not asked again for ``prometheus_pause`` seconds and its ticks get the same
         error at once. Raises ``MetricsUnavailableError``."""
-        client = self.prometheus(spec.metrics.prometheus.url)
         key = (namespace, name)
+        prom = spec.metrics.prometheus
+        if prom.auth is None and not prom.insecure_skip_verify:
+            with self._guard:
+                self._auth_clients.pop(key, None)
+            self.secrets().forget(key)
+            client = self.prometheus(prom.url)
+        else:
+            self.prometheus(prom.url)  # the allow-list first: no Secret read for a refused URL
+            names = prom.auth.secret_names() if prom.auth is not None else []
+            data = self.secrets().read(namespace, names, user=key)
+            client = self.prometheus(prom.url, credentials_from(prom, data, namespace), key)
         with self._guard:
             paused = self._paused.get(key)
             if paused is not None and (self.monotonic() >= paused[0] or paused[1] != client.url):
@@ -189,11 +226,21 @@ class Runtime:
         try:
             return read_snapshot(client, spec, namespace, name, now)
         except MetricsUnavailableError as err:
+            if err.reason == REASON_UNAUTHORIZED and prom.auth is not None:
+                self.secrets().refresh(namespace, prom.auth.secret_names())  # rotated?
             if err.timed_out and self.prometheus_pause > 0:
                 with self._guard:
                     until = self.monotonic() + self.prometheus_pause
                     self._paused[key] = (until, client.url, err)
             raise
+
+    def secrets(self) -> SecretCache:
+        """The cache of the Secrets ``metrics.prometheus.auth`` names (read through
+        ``kube.read_secret``)."""
+        with self._guard:
+            if self._secrets is None:
+                self._secrets = SecretCache(_secret_reader(self.kube))
+            return self._secrets
 
     def lock(self, namespace: str, name: str) -> threading.Lock:
         with self._guard:
@@ -214,6 +261,8 @@ class Runtime:
         self.failing_since.pop((namespace, name), None)
         with self._guard:
             self._paused.pop((namespace, name), None)
+            self._auth_clients.pop((namespace, name), None)
+        self.secrets().forget((namespace, name))
         self.telemetry.forget(namespace, name)
 
     def tick(self, namespace: str, name: str) -> TickReport | None:
@@ -229,6 +278,18 @@ class Runtime:
                 self.telemetry.errors.labels(namespace, name).inc()
                 self.failing_since.setdefault((namespace, name), started)
                 return None
+
+
+def _secret_reader(kube: Kube) -> Callable[[str, str], dict[str, bytes] | None]:
+    """``kube.read_secret`` with the API's refusals as ``SecretUnreadableError``."""
+
+    def read(namespace: str, name: str) -> dict[str, bytes] | None:
+        try:
+            return kube.read_secret(namespace, name)
+        except KubeError as err:
+            raise SecretUnreadableError(err.status, err.reason) from None
+
+    return read
 
 
 # ------------------------------------------------------------------------ the tick
@@ -367,6 +428,7 @@ def _apply(rt: Runtime, pdd: Obj, facts: tick.TickFacts, fx: tick.TickEffects) -
             rt.telemetry.record_write("status", "PDDeployment")
         except KubeError as err:
             log.warning("status of %s/%s not written: %s", namespace, name, err)
+    rt.telemetry.record_targets(namespace, name, facts.spec, new_status)
     rt.memory[uid] = fx.memory
     if fx.rollout is not None:
         rt.rollouts[uid] = fx.rollout

@@ -89,6 +89,31 @@ MSG_NAME_LENGTH = (
     "metadata.name must be at most 28 characters (<name>-<revision>-prefill must fit 63)"
 )
 MSG_VERSION_LABEL = "engine.version must end with a letter or a digit (it is a label value)"
+MSG_AUTH_BASIC_PAIR = "metrics.prometheus.auth.username and password must be given together"
+MSG_AUTH_CERT_PAIR = "metrics.prometheus.auth.cert and key must be given together"
+MSG_AUTH_ONE_SCHEME = (
+    "metrics.prometheus.auth: bearerToken and username/password both set the Authorization"
+    " header; give one"
+)
+MSG_AUTH_TLS_HTTPS = "metrics.prometheus.auth.ca, cert and key need an https:// url"
+MSG_AUTH_HEADER_RESERVED = (
+    "metrics.prometheus.auth.customHeaders: Authorization, Proxy-Authorization, Host,"
+    " Connection, Content-Type, Content-Length and Transfer-Encoding are set by the operator"
+)
+MSG_AUTH_HEADER_UNIQUE = "metrics.prometheus.auth.customHeaders: each header at most once"
+MSG_AUTH_HEADER_NAME = (
+    "metrics.prometheus.auth.customHeaders: a header name is letters, digits, '-' and '_'"
+)
+#: Headers a custom header may not set (lower case): the operator sets them itself.
+RESERVED_HEADERS = (
+    "authorization",
+    "proxy-authorization",
+    "host",
+    "connection",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+)
 _VERSION_END = re.compile(r"[A-Za-z0-9]$")
 CEL_MESSAGES = frozenset(
     {
@@ -100,6 +125,13 @@ CEL_MESSAGES = frozenset(
         MSG_QUERY_SCOPE,
         MSG_NAME_LENGTH,
         MSG_VERSION_LABEL,
+        MSG_AUTH_BASIC_PAIR,
+        MSG_AUTH_CERT_PAIR,
+        MSG_AUTH_ONE_SCHEME,
+        MSG_AUTH_TLS_HTTPS,
+        MSG_AUTH_HEADER_RESERVED,
+        MSG_AUTH_HEADER_UNIQUE,
+        MSG_AUTH_HEADER_NAME,
     }
 )
 #: The CRD's CEL check of one custom query template (RE2 and Python agree on it): a
@@ -213,10 +245,91 @@ class SLOSpec(_Model):
     recovery_seconds: float = Field(default=60.0, gt=0)
 
 
+#: A Secret's name (DNS subdomain) and a key in its data, as the API server allows them.
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+HEADER_NAME_PATTERN = r"^[A-Za-z0-9][-A-Za-z0-9_]*$"
+_HEADER_NAME = re.compile(HEADER_NAME_PATTERN)
+MAX_CUSTOM_HEADERS = 8
+
+
+class SecretKeyRef(_Model):
+    """One value of a Secret in the PDDeployment's own namespace: ``{name: prom-creds,
+    key: password}`` (KEDA's ``secretTargetRef`` without the parameter, which is the
+    field's name here)."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=SECRET_NAME_PATTERN)
+    key: str = Field(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
+
+
+class CustomHeader(_Model):
+    """A header sent with every query, its value from a Secret: ``{header: X-Scope-OrgID,
+    name: prom-tenant, key: org-id}`` (KEDA's ``customHeaders``, never an inline value).
+    The header's name is checked by ``PrometheusAuth`` (the CRD's rule sits on the
+    list's owner, where the API server reports it)."""
+
+    header: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=253)
+    key: str = Field(min_length=1, max_length=253)
+
+
+class PrometheusAuth(_Model):
+    """How the operator authenticates to Prometheus, KEDA's Prometheus scaler parameters
+    (``authModes`` bearer, basic, tls and custom headers), every value read from a
+    Secret in the PDDeployment's namespace: ``bearerToken``; or ``username`` and
+    ``password`` (basic); ``ca`` (PEM bundle verifying the server); ``cert`` and ``key``
+    (PEM client certificate, TLS authentication); ``customHeaders``."""
+
+    bearer_token: SecretKeyRef | None = None
+    username: SecretKeyRef | None = None
+    password: SecretKeyRef | None = None
+    ca: SecretKeyRef | None = None
+    cert: SecretKeyRef | None = None
+    key: SecretKeyRef | None = None
+    custom_headers: list[CustomHeader] = Field(default_factory=list, max_length=MAX_CUSTOM_HEADERS)
+
+    @model_validator(mode="after")
+    def _check(self) -> PrometheusAuth:
+        if (self.username is None) != (self.password is None):
+            raise ValueError(MSG_AUTH_BASIC_PAIR)
+        if (self.cert is None) != (self.key is None):
+            raise ValueError(MSG_AUTH_CERT_PAIR)
+        if self.bearer_token is not None and self.username is not None:
+            raise ValueError(MSG_AUTH_ONE_SCHEME)
+        headers = [h.header.lower() for h in self.custom_headers]
+        if any(not _HEADER_NAME.match(h.header) for h in self.custom_headers):
+            raise ValueError(MSG_AUTH_HEADER_NAME)
+        if any(h in RESERVED_HEADERS for h in headers):
+            raise ValueError(MSG_AUTH_HEADER_RESERVED)
+        if len(headers) != len(set(headers)):
+            raise ValueError(MSG_AUTH_HEADER_UNIQUE)
+        return self
+
+    def refs(self) -> list[SecretKeyRef]:
+        """Every Secret value it names, in field order (custom headers last)."""
+        fields = (self.bearer_token, self.username, self.password, self.ca, self.cert, self.key)
+        out = [ref for ref in fields if ref is not None]
+        out.extend(SecretKeyRef(name=h.name, key=h.key) for h in self.custom_headers)
+        return out
+
+    def secret_names(self) -> list[str]:
+        """The Secrets it names, each once, sorted: ``["prom-creds", "prom-tls"]``."""
+        return sorted({ref.name for ref in self.refs()})
+
+
 class PrometheusSpec(_Model):
     url: str = Field(
         default="http://prometheus.monitoring:9090", max_length=2048, pattern=r"^https?://"
     )
+    insecure_skip_verify: bool = False
+    auth: PrometheusAuth | None = None
+
+    @model_validator(mode="after")
+    def _tls_needs_https(self) -> PrometheusSpec:
+        auth = self.auth
+        if auth is not None and (auth.ca or auth.cert) and not self.url.startswith("https://"):
+            raise ValueError(MSG_AUTH_TLS_HTTPS)
+        return self
 
 
 Preset = Literal["vllm", "sglang", "dynamo", "custom"]

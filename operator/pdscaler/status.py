@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pdscaler.presets import rate_source
 from pdscaler.spec import (
     Condition,
     ConditionStatus,
@@ -183,10 +184,11 @@ def metrics_available(inp: StatusInput) -> Condition:
     ``InvalidQuery`` for a custom query refused before sending) with why; a snapshot
     without R (or a decision that held for missing metrics) -> False,
     ``MetricsIncomplete`` naming the problems (``request rate: empty answer; holding
-    replicas, no scale-down``); else True, ``MetricsOK``. A decision that
-    lacked a pool's data (``Decision.data_gaps``) -> False, ``MetricsIncomplete`` naming
-    it (``prefill targets: 1 of 2 ready pods scraped (up); no scale-down of the pools
-    concerned``)."""
+    replicas, no scale-down``); else True, ``MetricsOK`` (``load shape known; R =
+    completed requests/s (vllm:request_success_total, prefill pool)``: what R counts, per
+    preset). A decision that lacked a pool's data (``Decision.data_gaps``) -> False,
+    ``MetricsIncomplete`` naming it (``prefill targets: 1 of 2 ready pods scraped (up);
+    no scale-down of the pools concerned``)."""
     metrics = inp.metrics
     if metrics is None:
         return _condition(
@@ -216,7 +218,7 @@ def metrics_available(inp: StatusInput) -> Condition:
         ConditionType.METRICS_AVAILABLE,
         True,
         ConditionReason.METRICS_OK,
-        "load shape known",
+        f"load shape known; R = {rate_source(inp.spec.metrics.preset)}",
     )
 
 

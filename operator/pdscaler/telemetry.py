@@ -16,6 +16,13 @@ PDDeployment (``namespace``, ``name`` labels):
   reset by a series appearing); at most 6 types x 3 statuses per PDDeployment;
 * ``pdscaler_rollout_phase{phase}``: 1 for ``status.rollout.phase`` (Stable, Progressing,
   RollingBack, Complete, RolledBack), 0 for the others; 5 series per PDDeployment;
+* ``pdscaler_condition_reason{type,reason}``: 1 while the condition is True, 0 while
+  False, one series per condition type (its current reason: the dashboard's legend);
+* ``pdscaler_rollout_step``: capacity-shift steps of the version rollout in flight or
+  the last one;
+* ``pdscaler_slo_seconds{slo}`` (``ttft``/``tpot``), ``pdscaler_gpu_budget``
+  (``scaling.maxGPUs``) and ``pdscaler_gpus_per_replica{pool}``: the spec's targets, so
+  a dashboard draws them next to what was measured;
 * ``pdscaler_leader``: 1 while this replica may write (holds the Lease, fence open);
 * ``pdscaler_writes_sent``: writes that passed the fence and were sent, counted as they
   leave (``Kube.audit``), so a write in flight when the process was stopped is counted
@@ -50,6 +57,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
 from pdscaler.types import (
     ConditionType,
     Decision,
@@ -129,6 +137,33 @@ class Telemetry:
             [*_KEY, "phase"],
             registry=r,
         )
+        self.condition_reason = Gauge(
+            "pdscaler_condition_reason",
+            "1 while the PDDeployment's condition is True, 0 while False (its current reason).",
+            [*_KEY, "type", "reason"],
+            registry=r,
+        )
+        self.rollout_step = Gauge(
+            "pdscaler_rollout_step",
+            "Capacity-shift steps the rollout has taken.",
+            list(_KEY),
+            registry=r,
+        )
+        self.slo = Gauge(
+            "pdscaler_slo_seconds",
+            "The latency objectives of spec.slo (ttft, tpot) at slo.percentile.",
+            [*_KEY, "slo"],
+            registry=r,
+        )
+        self.gpu_budget = Gauge(
+            "pdscaler_gpu_budget", "spec.scaling.maxGPUs.", list(_KEY), registry=r
+        )
+        self.gpus_per_replica = Gauge(
+            "pdscaler_gpus_per_replica",
+            "GPUs of one replica of a pool (spec.<pool>.gpusPerReplica).",
+            [*_KEY, "pool"],
+            registry=r,
+        )
         self.leader = Gauge(
             "pdscaler_leader",
             "1 while this replica may write (holds the Lease and its fence is open).",
@@ -197,6 +232,28 @@ class Telemetry:
                     1.0 if p.value == phase else 0.0
                 )
 
+    def record_targets(
+        self, namespace: str, name: str, spec: PDDeploymentSpec, status: PDDeploymentStatus
+    ) -> None:
+        """The spec's targets, each condition's current reason and the rollout's step,
+        as written by the tick: ``Ready`` True with reason ``Serving`` sets
+        ``pdscaler_condition_reason{type="Ready",reason="Serving"}`` to 1 and removes the
+        series of the type's previous reason (at most one series per condition type)."""
+        self.slo.labels(namespace, name, "ttft").set(spec.slo.ttft_seconds)
+        self.slo.labels(namespace, name, "tpot").set(spec.slo.tpot_seconds)
+        self.gpu_budget.labels(namespace, name).set(spec.scaling.max_gpus)
+        for role in Role:
+            pool = spec.prefill if role is Role.PREFILL else spec.decode
+            self.gpus_per_replica.labels(namespace, name, role.value).set(pool.gpus_per_replica)
+        current = {(c.type, c.reason): c.status == "True" for c in status.conditions or []}
+        for labels in _label_sets(self.condition_reason):
+            if labels[:2] == (namespace, name) and (labels[2], labels[3]) not in current:
+                self.condition_reason.remove(*labels)
+        for (kind, reason), on in current.items():
+            self.condition_reason.labels(namespace, name, kind, reason).set(1.0 if on else 0.0)
+        rollout = status.rollout
+        self.rollout_step.labels(namespace, name).set((rollout.step if rollout else None) or 0)
+
     def _set_many(
         self, gauge: Gauge, namespace: str, name: str, values: Mapping[str, float | None]
     ) -> None:
@@ -216,7 +273,12 @@ class Telemetry:
             self.inputs,
             self.outputs,
             self.condition,
+            self.condition_reason,
             self.rollout_phase,
+            self.rollout_step,
+            self.slo,
+            self.gpu_budget,
+            self.gpus_per_replica,
             self.decisions,
             self.duration,
             self.errors,

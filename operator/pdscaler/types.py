@@ -102,6 +102,14 @@ class ConditionReason(StrEnum):
     PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"
     PROMETHEUS_NOT_ALLOWED = "PrometheusNotAllowed"  # the URL is not in the allow-list
     INVALID_QUERY = "InvalidQuery"  # a custom query refused before it is sent
+    # metrics.prometheus.auth: a Secret named there is missing, the operator may not
+    # read it, a key is missing or its value unusable, or Prometheus refused the
+    # credentials (HTTP 401/403)
+    SECRET_NOT_FOUND = "SecretNotFound"
+    SECRET_FORBIDDEN = "SecretForbidden"
+    SECRET_KEY_NOT_FOUND = "SecretKeyNotFound"
+    INVALID_SECRET = "InvalidSecret"
+    PROMETHEUS_UNAUTHORIZED = "PrometheusUnauthorized"
     METRICS_INCOMPLETE = "MetricsIncomplete"
     ROLLOUT_IN_PROGRESS = "RolloutInProgress"
     ROLLING_BACK = "RollingBack"

@@ -144,6 +144,18 @@ def test_counters_follow_the_scenario_and_roles() -> None:
     for path in ("/pods/ns/p0/metrics", "/pods/ns/d1/metrics"):
         assert value(path, "vllm:time_to_first_token_seconds_count") > 0
     assert value("/pods/ns/d0/metrics", "vllm:inter_token_latency_seconds_count") > 1000
+    # the per-request TPOT histogram (what the vllm preset reads first): one observation
+    # per finished request of more than one token, so about the decode side's successes
+    per_request = sum(
+        value(f"/pods/ns/d{i}/metrics", "vllm:request_time_per_output_token_seconds_count")
+        for i in range(4)
+    )
+    assert 0.9 * done <= per_request <= done
+    tpot_sum = sum(
+        value(f"/pods/ns/d{i}/metrics", "vllm:request_time_per_output_token_seconds_sum")
+        for i in range(4)
+    )
+    assert 0.001 < tpot_sum / per_request < 1.0  # seconds per output token, per request
 
 
 def test_pool_queue_is_shared_out_over_the_pool_pods() -> None:

@@ -177,6 +177,49 @@ for _field, _optional in (
     )
 
 
+_RESERVED = (
+    "authorization",
+    "proxy-authorization",
+    "host",
+    "connection",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+)
+CEL_TWINS.update(
+    {
+        "!has(self.auth) || !(has(self.auth.ca) || has(self.auth.cert)) || "
+        "self.url.startsWith('https://')": lambda s: (
+            "auth" not in s
+            or not ("ca" in s["auth"] or "cert" in s["auth"])
+            or s["url"].startswith("https://")
+        ),
+        "has(self.username) == has(self.password)": lambda s: (
+            ("username" in s) == ("password" in s)
+        ),
+        "has(self.cert) == has(self.key)": lambda s: ("cert" in s) == ("key" in s),
+        "!(has(self.bearerToken) && has(self.username))": lambda s: (
+            not ("bearerToken" in s and "username" in s)
+        ),
+        "!has(self.customHeaders) || self.customHeaders.all(h, self.customHeaders.exists_one(g, "
+        "g.header.lowerAscii() == h.header.lowerAscii()))": lambda s: (
+            len({h["header"].lower() for h in s.get("customHeaders", [])})
+            == len(s.get("customHeaders", []))
+        ),
+        "!has(self.customHeaders) || self.customHeaders.all(h, "
+        "h.header.matches('^[A-Za-z0-9][-A-Za-z0-9_]*$'))": lambda s: all(
+            re.match("^[A-Za-z0-9][-A-Za-z0-9_]*$", h["header"]) is not None
+            for h in s.get("customHeaders", [])
+        ),
+        "!has(self.customHeaders) || self.customHeaders.all(h, !(h.header.lowerAscii() in "
+        "['authorization', 'proxy-authorization', 'host', 'connection', 'content-type', "
+        "'content-length', 'transfer-encoding']))": lambda s: all(
+            h["header"].lower() not in _RESERVED for h in s.get("customHeaders", [])
+        ),
+    }
+)
+
+
 def _at(value: Any, path: str) -> Any:
     """The part of ``value`` at a schema path (``spec.prefill.replicas``), None if absent."""
     for key in path.split(".") if path else []:

@@ -26,8 +26,10 @@ What each pod serves (vLLM's names, see the sources cited in ``pdscaler.metricsq
   (rate x prompt_tokens), ``vllm:generation_tokens_total`` (rate x output_tokens);
 * histograms ``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens`` (one
   observation per request), ``vllm:time_to_first_token_seconds`` (one per request, at
-  ``ttft``), ``vllm:inter_token_latency_seconds`` (one per output token, at ``tpot``);
-  with ``legacy_names=True`` the TPOT histogram is ``vllm:time_per_output_token_seconds``
+  ``ttft``), ``vllm:inter_token_latency_seconds`` (one per output token, at ``tpot``),
+  ``vllm:request_time_per_output_token_seconds`` (one per request, at ``tpot``);
+  with ``legacy_names=True`` the only TPOT histogram is
+  ``vllm:time_per_output_token_seconds`` (one per output token)
   and the KV gauge ``vllm:gpu_cache_usage_perc`` (older vLLM releases);
 * gauges ``vllm:num_requests_waiting``, ``vllm:num_requests_running``,
   ``vllm:kv_cache_usage_perc``.
@@ -167,7 +169,9 @@ class _Pod:
     generation_total: float = 0.0
     scrapes: int = 0
     hist: dict[str, _Histogram] = field(
-        default_factory=lambda: {k: _Histogram() for k in ("prompt", "generation", "ttft", "tpot")}
+        default_factory=lambda: {
+            k: _Histogram() for k in ("prompt", "generation", "ttft", "tpot", "request_tpot")
+        }
     )
 
     def advance(self, now: float) -> None:
@@ -185,6 +189,7 @@ class _Pod:
             self.hist["ttft"].observe(self.load.ttft, n)
         if self.load.tpot is not None:
             self.hist["tpot"].observe(self.load.tpot, n * self.load.output_tokens)
+            self.hist["request_tpot"].observe(self.load.tpot, n)
 
 
 def merge(loads: Sequence[PodLoad]) -> PodLoad:
@@ -448,6 +453,8 @@ class EngineExporter:
             ("vllm:time_to_first_token_seconds", "ttft"),
             (f"vllm:{tpot}_seconds", "tpot"),
         ]
+        if not self.legacy_names:
+            histograms.append(("vllm:request_time_per_output_token_seconds", "request_tpot"))
         for metric, key in histograms:
             yield f"# TYPE {metric} histogram"
             yield from p.hist[key].lines(metric, base)

@@ -231,6 +231,44 @@ QUERIES = {
     "tpot": "histogram_quantile({quantile}, sum by (le) (rate(tpot_bucket{selector}[{window}])))",
 }
 
+AUTH_REF = {"name": "prom-creds", "key": "token"}
+AUTH_BASIC = {
+    "username": {"name": "prom-creds", "key": "username"},
+    "password": {"name": "prom-creds", "key": "password"},
+}
+AUTH_TLS = {
+    "ca": {"name": "prom-tls", "key": "ca.crt"},
+    "cert": {"name": "prom-tls", "key": "tls.crt"},
+    "key": {"name": "prom-tls", "key": "tls.key"},
+}
+
+
+def header(name: str) -> dict[str, str]:
+    return {"header": name, "name": "prom-tenant", "key": "org"}
+
+
+def _auth_pattern(field: str, part: str) -> InvalidCase:
+    """A Secret reference whose name (or key) the API server refuses; the rest of the
+    auth block complete (pairs given, https for TLS)."""
+    auth: dict[str, Any] = copy.deepcopy(
+        {"bearerToken": {"bearerToken": AUTH_REF}}.get(field)
+        or (AUTH_BASIC if field in AUTH_BASIC else AUTH_TLS)
+    )
+    auth[field][part] = "Not_Valid!"
+    path = f"spec.metrics.prometheus.auth.{field}.{part}"
+    return _at(
+        "",
+        path,
+        both(
+            set_("spec.metrics.prometheus.url", "https://prometheus.monitoring:9090"),
+            set_("spec.metrics.prometheus.auth", auth),
+        ),
+        "pattern",
+        f"{path} in body should match",
+        "String should match pattern",
+    )
+
+
 CASES: list[InvalidCase] = [
     # replicas: min <= max (CEL on the bounds object), and the bounds themselves
     _cel(
@@ -336,6 +374,67 @@ CASES: list[InvalidCase] = [
         "Input should be 'vllm', 'sglang', 'dynamo' or 'custom'",
     ),
     _named("prometheus-url-without-scheme", _pattern("spec.metrics.prometheus.url", "prom:9090")),
+    # metrics.prometheus.auth: pairs, one Authorization scheme, TLS over https, headers
+    _cel(
+        "prometheus-auth-username-without-password",
+        set_("spec.metrics.prometheus.auth", {"username": {"name": "p", "key": "u"}}),
+        "spec.metrics.prometheus.auth.username",
+        pdspec.MSG_AUTH_BASIC_PAIR,
+        "spec.metrics.prometheus.auth",
+    ),
+    _cel(
+        "prometheus-auth-key-without-cert",
+        both(
+            set_("spec.metrics.prometheus.url", "https://prometheus.monitoring:9090"),
+            set_("spec.metrics.prometheus.auth", {"key": {"name": "p", "key": "tls.key"}}),
+        ),
+        "spec.metrics.prometheus.auth.cert",
+        pdspec.MSG_AUTH_CERT_PAIR,
+        "spec.metrics.prometheus.auth",
+    ),
+    _cel(
+        "prometheus-auth-bearer-and-basic",
+        set_("spec.metrics.prometheus.auth", {**AUTH_BASIC, "bearerToken": AUTH_REF}),
+        "spec.metrics.prometheus.auth.bearerToken",
+        pdspec.MSG_AUTH_ONE_SCHEME,
+        "spec.metrics.prometheus.auth",
+    ),
+    _cel(
+        "prometheus-auth-ca-over-http",
+        set_("spec.metrics.prometheus.auth", {"ca": {"name": "p", "key": "ca.crt"}}),
+        "spec.metrics.prometheus.url",
+        pdspec.MSG_AUTH_TLS_HTTPS,
+        "spec.metrics.prometheus",
+    ),
+    _cel(
+        "prometheus-auth-header-name",
+        set_("spec.metrics.prometheus.auth", {"customHeaders": [header("X Org")]}),
+        "spec.metrics.prometheus.auth.customHeaders",
+        pdspec.MSG_AUTH_HEADER_NAME,
+        "spec.metrics.prometheus.auth",
+    ),
+    _cel(
+        "prometheus-auth-header-authorization",
+        set_("spec.metrics.prometheus.auth", {"customHeaders": [header("Authorization")]}),
+        "spec.metrics.prometheus.auth.customHeaders",
+        pdspec.MSG_AUTH_HEADER_RESERVED,
+        "spec.metrics.prometheus.auth",
+    ),
+    _cel(
+        "prometheus-auth-header-twice",
+        set_(
+            "spec.metrics.prometheus.auth",
+            {"customHeaders": [header("X-Scope-OrgID"), header("x-scope-orgid")]},
+        ),
+        "spec.metrics.prometheus.auth.customHeaders",
+        pdspec.MSG_AUTH_HEADER_UNIQUE,
+        "spec.metrics.prometheus.auth",
+    ),
+    *(
+        _named(f"prometheus-auth-{field}-{part}", _auth_pattern(field, part))
+        for field in ("bearerToken", "username", "password", "ca", "cert", "key")
+        for part in ("name", "key")
+    ),
     # the GPU budget covers both pools' minimums (2 x 1 + 2 x 1 = 4 in the base)
     _cel(
         "max-gpus-below-minimums",

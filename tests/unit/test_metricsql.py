@@ -130,8 +130,19 @@ def test_vllm_queries_read_each_quantity_on_its_pool() -> None:
         f"(rate(vllm:time_to_first_token_seconds_bucket{PREFILL_SEL}[120s])))"
     )
     tpot = q[mq.Key.DECODE_LATENCY].promql
-    assert tpot.startswith("histogram_quantile(0.95, sum by (le) (rate(vllm:inter_token_latency")
-    assert f"vllm:time_per_output_token_seconds_bucket{DECODE_SEL}" in tpot
+    # per request first (the SLO's unit), then the token-weighted inter-token latency,
+    # then its deprecated name (old releases)
+    assert tpot.startswith(
+        "histogram_quantile(0.95, sum by (le) (rate(vllm:request_time_per_output_token"
+    )
+    assert tpot.index("vllm:request_time_per_output_token_seconds_bucket") < tpot.index(
+        "vllm:inter_token_latency_seconds_bucket"
+    )
+    assert f"vllm:inter_token_latency_seconds_bucket{DECODE_SEL}" in tpot
+    assert tpot.endswith(
+        f"or histogram_quantile(0.95, sum by (le) "
+        f"(rate(vllm:time_per_output_token_seconds_bucket{DECODE_SEL}[120s])))"
+    )
     assert q[mq.Key.PREFILL_QUEUE].promql == f"sum(vllm:num_requests_waiting{PREFILL_SEL})"
     assert q[mq.Key.DECODE_QUEUE].promql == f"sum(vllm:num_requests_waiting{DECODE_SEL})"
     assert q[mq.Key.DECODE_RUNNING_BY_POD].promql == (
@@ -169,7 +180,13 @@ def test_sglang_metric_names() -> None:
     assert DECODE_SEL in q[mq.Key.OUTPUT_TOKENS].promql
     assert "sglang:time_to_first_token_seconds_bucket" in q[mq.Key.PREFILL_LATENCY].promql
     assert "sglang:inter_token_latency_seconds_bucket" in q[mq.Key.DECODE_LATENCY].promql
-    assert q[mq.Key.DECODE_QUEUE].promql == f"sum(sglang:num_queue_reqs{DECODE_SEL})"
+    decode_matchers = DECODE_SEL[1:-1]
+    assert q[mq.Key.DECODE_QUEUE].promql == (
+        f"sum(sglang:num_queue_reqs{DECODE_SEL}) + (sum({{__name__=~"
+        '"sglang:num_prefill_prealloc_queue_reqs|sglang:num_prefill_bootstrap_queue_reqs'
+        '|sglang:num_decode_prealloc_queue_reqs|sglang:num_decode_transfer_queue_reqs",'
+        f"{decode_matchers}}}) or vector(0))"
+    )
     assert q[mq.Key.PREFILL_RUNNING].promql == f"sum(sglang:num_running_reqs{PREFILL_SEL})"
     assert q[mq.Key.DECODE_KV].promql == f"avg(sglang:token_usage{DECODE_SEL})"
 

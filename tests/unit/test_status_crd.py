@@ -101,7 +101,15 @@ def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> No
                 decision=replace(HOLD, metrics_available=False),
                 metrics_reason=reason,
             )
-            for reason in (ConditionReason.PROMETHEUS_NOT_ALLOWED, ConditionReason.INVALID_QUERY)
+            for reason in (
+                ConditionReason.PROMETHEUS_NOT_ALLOWED,
+                ConditionReason.INVALID_QUERY,
+                ConditionReason.SECRET_NOT_FOUND,
+                ConditionReason.SECRET_FORBIDDEN,
+                ConditionReason.SECRET_KEY_NOT_FOUND,
+                ConditionReason.INVALID_SECRET,
+                ConditionReason.PROMETHEUS_UNAUTHORIZED,
+            )
         ),
         inp(metrics=no_rate),
         inp(decode=PoolObservation(replicas=6, ready=4, unschedulable=2)),

@@ -198,7 +198,9 @@ class PodStats:
     ``request_prompt_tokens``/``request_generation_tokens`` histograms as sum/count,
     ``ttft_*`` (``vllm:time_to_first_token_seconds``: on a prefill pod arrival ->
     prefill done; on a decode pod hand-off -> first token), ``itl_*``
-    (``vllm:inter_token_latency_seconds``), and the gauges ``waiting``, ``running``
+    (``vllm:inter_token_latency_seconds``, one observation per token),
+    ``request_tpot_*`` (``vllm:request_time_per_output_token_seconds``, one observation
+    per finished request of more than one output token), and the gauges ``waiting``, ``running``
     and ``kv_usage`` (0-1). Histogram counts are per bucket (``TTFT_BUCKETS``/
     ``TPOT_BUCKETS``), not yet cumulative over ``le``.
     """
@@ -212,6 +214,8 @@ class PodStats:
     ttft_sum: float = 0.0
     itl_counts: list[float] = field(default_factory=lambda: _zeros(len(TPOT_BUCKETS)))
     itl_sum: float = 0.0
+    request_tpot_counts: list[float] = field(default_factory=lambda: _zeros(len(TPOT_BUCKETS)))
+    request_tpot_sum: float = 0.0
     busy_s: float = 0.0
     waiting: float = 0.0
     running: float = 0.0
@@ -231,6 +235,9 @@ class PodStats:
             self.ttft_counts[i] += c
         for i, c in enumerate(other.itl_counts):
             self.itl_counts[i] += c
+        self.request_tpot_sum += other.request_tpot_sum
+        for i, c in enumerate(other.request_tpot_counts):
+            self.request_tpot_counts[i] += c
 
 
 @dataclass
@@ -817,6 +824,10 @@ class Engine:
             st.request_prompt_tokens_sum += self._prompt[i]
             st.request_generation_tokens_sum += self._out[i]
             st.prompt_tokens += self._prompt[i]
+            if self._out[i] > 1:  # vLLM: decode time / (output tokens - 1), per request
+                tpot = (now - self._first[i]) / (self._out[i] - 1)
+                st.request_tpot_counts[bisect.bisect_left(TPOT_BUCKETS, tpot)] += 1
+                st.request_tpot_sum += tpot
             rep.kv_tokens = max(0.0, rep.kv_tokens - self._prompt[i] - self._out[i])
             rep.kv_reserved -= self._prompt[i] + self._out[i]
             done = True
