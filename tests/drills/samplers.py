@@ -73,7 +73,7 @@ class Timeline(Background):
         while not self._stop.is_set():
             try:
                 self.points.append(self.sample())
-            except Exception as err:  # noqa: BLE001 - a failed read is not a sample
+            except Exception as err:  # a failed read is not a sample
                 self.errors.append(f"{time.time():.1f} {type(err).__name__}: {err}"[:300])
             self._stop.wait(self.period)
 

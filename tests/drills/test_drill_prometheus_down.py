@@ -26,6 +26,7 @@ mid-rollout case gives v2 8 s so the rollout is still moving when Prometheus sto
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -143,9 +144,12 @@ def test_prometheus_stopped_twice_the_window(
                 )
                 wait_for(
                     lambda: (
-                        (get_pdd(kube, namespace, name).get("status") or {}).get("rollout") or {}
-                    ).get("phase")
-                    == RolloutPhase.PROGRESSING,
+                        (
+                            (get_pdd(kube, namespace, name).get("status") or {}).get("rollout")
+                            or {}
+                        ).get("phase")
+                        == RolloutPhase.PROGRESSING
+                    ),
                     30,
                     "the rollout to v2 under way",
                     interval=0.1,
@@ -155,9 +159,11 @@ def test_prometheus_stopped_twice_the_window(
             t_stop = time.time()
             _load(exporter, namespace, name, 0.5)
             unavailable = _wait_seconds(
-                lambda: (c := _metrics(kube, namespace, name)) is not None
-                and c["status"] == "False"
-                and c.get("reason") == ConditionReason.PROMETHEUS_UNREACHABLE,
+                lambda: (
+                    (c := _metrics(kube, namespace, name)) is not None
+                    and c["status"] == "False"
+                    and c.get("reason") == ConditionReason.PROMETHEUS_UNREACHABLE
+                ),
                 15,
                 "MetricsAvailable=False (PrometheusUnreachable)",
             )
@@ -166,8 +172,9 @@ def test_prometheus_stopped_twice_the_window(
             stopped = False
             t_back = time.time()
             available = _wait_seconds(
-                lambda: (c := _metrics(kube, namespace, name)) is not None
-                and c["status"] == "True",
+                lambda: (
+                    (c := _metrics(kube, namespace, name)) is not None and c["status"] == "True"
+                ),
                 30,
                 "MetricsAvailable=True after Prometheus restarted",
             )
@@ -185,9 +192,7 @@ def test_prometheus_stopped_twice_the_window(
         op.stop()
     drops = tl.replica_drops(since=t_stop, until=t_window) if when == "steady" else []
     desired = [s.desired for s in tl.points if t_stop <= s.t <= t_window and s.desired]
-    desired_drops = [
-        (a, b) for a, b in zip(desired, desired[1:], strict=False) if b[0] < a[0] or b[1] < a[1]
-    ]
+    desired_drops = [(a, b) for a, b in itertools.pairwise(desired) if b[0] < a[0] or b[1] < a[1]]
     pairing = tl.pairing()
     below = [s for s in tl.below(sizes) if s.t <= t_window]
     drill.sampled(tl.samples, len(drops) + len(desired_drops) + len(pairing) + len(below))

@@ -136,7 +136,10 @@ def test_broken_version_rolls_back_under_sigkill(
         spec = spec_of(get_pdd(kube, namespace, name))
         with Timeline(kube, namespace, name, spec) as tl:
             patch_spec(
-                kube, namespace, name, {"engine": {"version": "v2"}, "prefill": BROKEN, "decode": BROKEN}
+                kube,
+                namespace,
+                name,
+                {"engine": {"version": "v2"}, "prefill": BROKEN, "decode": BROKEN},
             )
             t_patch = time.time()
             next_kill = t_patch + KILL_EVERY
@@ -153,9 +156,9 @@ def test_broken_version_rolls_back_under_sigkill(
                 line = f"{now - t_patch:.1f} {sorted(ro.items())}"
                 if not seen or seen[-1].split(" ", 1)[1] != line.split(" ", 1)[1]:
                     seen.append(line)
-                if started is None and ro.get("phase") == RolloutPhase.PROGRESSING:
-                    if ro.get("toVersion") == "v2":
-                        started = now
+                progressing = ro.get("phase") == RolloutPhase.PROGRESSING
+                if started is None and progressing and ro.get("toVersion") == "v2":
+                    started = now
                 if rolled_back is None and _events(
                     kube, namespace, name, RolloutReason.DEADLINE.value
                 ):
@@ -163,9 +166,9 @@ def test_broken_version_rolls_back_under_sigkill(
                     kill_restart("right after the rollback Event")
                 elif now >= next_kill and (not down or down[-1][1] < now):
                     kill_restart("periodic")
-                if rolled_back is not None and now >= rolled_back + WATCH_AFTER:
-                    if ro.get("phase") == RolloutPhase.ROLLED_BACK:
-                        break
+                watched = rolled_back is not None and now >= rolled_back + WATCH_AFTER
+                if watched and ro.get("phase") == RolloutPhase.ROLLED_BACK:
+                    break
                 time.sleep(0.1)
             final = get_pdd(kube, namespace, name)
     finally:
