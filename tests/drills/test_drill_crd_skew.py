@@ -126,6 +126,27 @@ def _dump(kube: Kube, namespace: str, name: str) -> None:
     for d in deployments(kube, namespace, name):
         print("deployment:", d["metadata"]["name"], d["spec"].get("replicas"))
     print("ready:", ready_by_version(pod_dicts(kube, namespace, name)))
+    for p in pod_dicts(kube, namespace, name):
+        print(
+            "pod:",
+            p["metadata"]["name"],
+            p["status"].get("phase"),
+            p["metadata"].get("deletionTimestamp"),
+        )
+    try:  # what a tick would do now (a restarted operator's view), no writes
+        from pdscaler import reconcile, tick
+        from pdscaler.kube import Kube as OpKube
+        from pdscaler.kube import load_api_client
+
+        rt = reconcile.Runtime(kube=OpKube(load_api_client()))
+        read = reconcile._read(rt, namespace, name)
+        if not isinstance(read, str):
+            fx = tick.compute(read[1])
+            print("tick:", fx.step.message, [(c.rev, c.replicas) for c in fx.step.cells])
+            print("writes:", [a.describe() for a in fx.writes])
+            print("decision:", fx.decision.message)
+    except Exception as err:
+        print("tick failed:", err)
     for e in kube.core.list_namespaced_event(namespace).items:
         if e.involved_object.name == name:
             print("event:", e.type, e.reason, e.message[:200])
