@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from drills.operator_process import OperatorProcess, ready_by_version
+from drills.operator_process import OperatorProcess, handling, ready_by_version
 from drills.report import DrillRecord
 from drills.samplers import Timeline
 from pdlab.lab import Lab
@@ -149,7 +149,7 @@ def test_broken_version_rolls_back_under_sigkill(
             seen: list[str] = []  # status.rollout each time it changed (failure messages)
             while time.time() < end:
                 now = time.time()
-                if down and down[-1][1] == float("inf") and _up(op, offset[0]):
+                if down and down[-1][1] == float("inf") and handling(op, offset[0]):
                     down[-1][1] = now
                     next_kill = now + KILL_EVERY  # every 15 s of the operator's uptime
                 ro = _rollout(kube, namespace, name)
@@ -209,13 +209,6 @@ def test_broken_version_rolls_back_under_sigkill(
     assert st.get("activeVersion") == "v1", st
     assert final["spec"]["engine"]["version"] == "v2"
     assert len(kills) >= 2, kills
-
-
-def _up(op: OperatorProcess, offset: int) -> bool:
-    """The restarted operator handles the PDDeployment (kopf logged its first handler
-    run since the last start; its tick loop ticks a noticed PDDeployment at once)."""
-    text = op.log.read_bytes()[offset:] if op.log.exists() else b""
-    return b"Handler 'on_event' succeeded" in text
 
 
 def _version_of(tl: Timeline, deployment: str) -> str:
