@@ -36,6 +36,9 @@ ANNOTATION_VERSION = f"{DOMAIN}/engine-version"  # the exact version string
 ANNOTATION_CONFIG = f"{DOMAIN}/engine-config"  # the cell's KV-config fingerprint
 ANNOTATION_ENGINE = f"{DOMAIN}/engine-hash"  # hash of the engine container as rendered
 ANNOTATION_IMAGE = f"{DOMAIN}/engine-image"  # the engine image repository (no tag)
+#: on the front Service: what a rollout must not forget when the status is lost
+ANNOTATION_FAILED_REVISION = f"{DOMAIN}/failed-revision"  # rolled back from, not retried
+ANNOTATION_REQUIRED = f"{DOMAIN}/rollout-required"  # "<prefill>/<decode>" during a rollout
 DIGEST_PREFIX = "sha256:"
 FIELD_MANAGER = "pdscaler"
 ROLE_ROUTER = "router"  # the role label of a cell's router pods

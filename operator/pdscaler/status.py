@@ -38,6 +38,7 @@ from pdscaler.spec import (
     PDDeploymentStatus,
     PoolStatus,
     RolloutStatus,
+    strip_unknown,
 )
 from pdscaler.types import (
     ConditionReason,
@@ -467,19 +468,20 @@ def status_changed(new: PDDeploymentStatus, observed: dict[str, Any] | None) -> 
     JSON form, after re-parsing the observed one so 3 and 3.0 compare equal)."""
     if not observed:
         return True
-    try:
-        old = PDDeploymentStatus.model_validate(observed).to_k8s()
-    except ValueError:
-        return True
-    return old != new.to_k8s()
+    old = parse_status(observed)
+    return old is None or old.to_k8s() != new.to_k8s()
 
 
 def parse_status(observed: dict[str, Any] | None) -> PDDeploymentStatus | None:
-    """The observed status as the typed model; None when absent or unreadable."""
+    """The observed status as the typed model; None when absent or unreadable. Read
+    leniently, as the spec is: fields this operator does not know (a newer CRD that
+    defaults them, so every read carries them) are dropped, not a reason to forget the
+    whole status (its rollout state, memory and transition times)."""
     if not observed:
         return None
+    known, _ = strip_unknown(PDDeploymentStatus, observed, "status")
     try:
-        return PDDeploymentStatus.model_validate(observed)
+        return PDDeploymentStatus.model_validate(known)
     except ValueError:
         return None
 

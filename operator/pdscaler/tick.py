@@ -22,13 +22,15 @@ with ``prefill.desiredReplicas = 1`` and one ``Created...`` Event per create.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pdscaler import manifests, naming, observe, rollout, router, status
 from pdscaler.manifests import CellTarget, Meta
+from pdscaler.objects import stamp
 from pdscaler.plan import Action, Observed, Plan, Verb, owned_by, plan
 from pdscaler.policy import decide
 from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
@@ -128,7 +130,13 @@ def compute(facts: TickFacts) -> TickEffects:
     memory = facts.memory or status.memory_from_status(previous.memory if previous else None, now)
     roll = rollout.discount_unobserved(
         facts.rollout
-        or rollout.state_from_status(previous.rollout if previous else None, spec, cells, now),
+        or rollout.state_from_status(
+            previous.rollout if previous else None,
+            spec,
+            cells,
+            now,
+            _marks(facts.observed, owner),
+        ),
         facts.unobserved,
         now,
     )
@@ -151,6 +159,7 @@ def compute(facts: TickFacts) -> TickEffects:
         spec,
         owner.uid,
     )
+    desired = _with_marks(desired, owner, step.state)
     desired, reverted, stuck = manifests.revert_drift(desired, list(facts.observed.deployments))
     running = facts.metrics.decode.running_by_pod if facts.metrics else {}
     the_plan = plan(owner.uid, desired, facts.observed, running)
@@ -227,6 +236,37 @@ def _with_routers(
         prefill = router.hold_prefill(target.prefill, have[0], present.get(target.rev, 0))
         out.append(dataclasses.replace(target, prefill=prefill, router=count))
     return out
+
+
+def _front(objs: Iterable[Obj], owner: Meta) -> Obj | None:
+    """The front Service ``<name>`` among ``objs`` (controlled by ``owner``)."""
+    for obj in objs:
+        meta = obj.get("metadata") or {}
+        named = obj.get("kind") == "Service" and meta.get("name") == owner.name
+        if named and owned_by(obj, owner.uid):
+            return obj
+    return None
+
+
+def _marks(observed: Observed, owner: Meta) -> dict[str, str]:
+    """The rollout marks (``rollout.to_marks``) on the observed front Service."""
+    front = _front(observed.services, owner)
+    annotations = ((front or {}).get("metadata") or {}).get("annotations") or {}
+    keys = (naming.ANNOTATION_FAILED_REVISION, naming.ANNOTATION_REQUIRED)
+    return {k: str(v) for k, v in annotations.items() if k in keys}
+
+
+def _with_marks(desired: list[Obj], owner: Meta, state: rollout.RolloutState) -> list[Obj]:
+    """The desired front Service carrying this tick's rollout marks (none when settled:
+    a settled PDDeployment's Service is unchanged), re-stamped."""
+    marks = rollout.to_marks(state)
+    front = _front(desired, owner)
+    if front is None or not marks:
+        return desired
+    marked = copy.deepcopy(front)
+    marked["metadata"].setdefault("annotations", {}).update(marks)
+    stamp(marked)
+    return [marked if obj is front else obj for obj in desired]
 
 
 def _freeze_other_versions(

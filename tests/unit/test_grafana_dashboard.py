@@ -74,7 +74,9 @@ def test_every_expression_is_scoped_to_the_selected_pddeployment() -> None:
 def test_every_operator_series_drawn_is_exported() -> None:
     tel = Telemetry()
     spec = PDDeploymentSpec.model_validate(SPEC)
-    tel.record_status("ns", "chat", spec, ready_status("Serving", "True"))
+    status = ready_status("Serving", "True")
+    tel.record_status("ns", "chat", [(c.type, c.status) for c in status.conditions or []], None)
+    tel.record_targets("ns", "chat", spec, status)
     tel.errors.labels("ns", "chat").inc()
     tel.decisions.labels("ns", "chat", "decode", "up", "ScaledDecode").inc()
     tel.duration.labels("ns", "chat").observe(0.1)

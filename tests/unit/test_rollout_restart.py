@@ -9,7 +9,7 @@ the current size): it must see 20 / 18, not one cell's 10 / 9, and v1 must keep 
 
 from __future__ import annotations
 
-from test_rollout import CHAT, rolling
+from test_rollout import CHAT, rolling, until_done
 from test_rollout_support import Cluster, Pool, rev
 
 from pdscaler import rollout
@@ -125,3 +125,58 @@ def test_the_status_round_trips_the_state() -> None:
     assert before.progress_at is not None
     assert after.progress_at is not None
     assert abs(after.progress_at - before.progress_at) < 1.0
+
+
+def wipe_status(c: Cluster) -> None:
+    """Drop the process memory AND the status (a restore without status, a status
+    wiped by hand): only the cells and the marks on the front Service survive."""
+    marks = rollout.to_marks(c.state)
+    c.state = rollout.state_from_status(None, c.spec, c.views(), c.now, marks)
+
+
+def test_wiped_status_after_a_rollback_does_not_retry_the_failed_version() -> None:
+    """v2 never gets Ready, rolled back to v1 and its cell deleted; then the status is
+    wiped and the operator restarts: v2 (still named by the spec) is not created again,
+    the rollout shows RolledBack. Without the marks the spec's v2 looked new and was
+    rolled out again (the same broken version, another progressDeadline of waiting)."""
+    c = rolling()
+    c.broken.add("v2")
+    for _ in range(14):
+        c.tick(CHAT)
+        c.ripen()
+    assert c.state.phase == RolloutPhase.ROLLED_BACK
+    assert c.sizes() == {"v1": CHAT}
+    wipe_status(c)
+    for _ in range(3):
+        step = c.tick(CHAT)
+        c.ripen()
+        assert step.phase == RolloutPhase.ROLLED_BACK
+        assert c.sizes() == {"v1": CHAT}
+    status = step.progress.rollout
+    assert status is not None
+    assert (status.from_version, status.to_version) == ("v2", "v1")
+
+
+def test_wiped_status_mid_rollout_keeps_the_required_totals() -> None:
+    """v1 -> v2 under way with v2's reserved decode Ready (v1 20 / 18, v2 0 / 4): the
+    status is wiped and the operator restarts. The policy must still see 20 / 18, not
+    the 22 Ready decode of both cells (scale-down is frozen during a rollout, so the
+    surge taken for the size would stay until the rollout ends)."""
+    c = rolling()
+    c.tick(CHAT)
+    c.ripen()
+    assert c.sizes()["v2"][1] > 0
+    prefill, decode = rollout.policy_pools(c.views(), c.state)
+    assert decode.ready > CHAT[1]  # the surge is Ready
+    wipe_status(c)
+    prefill, decode = rollout.policy_pools(c.views(), c.state)
+    assert (prefill.replicas, decode.replicas) == CHAT
+
+
+def test_marks_are_empty_when_settled() -> None:
+    """A settled PDDeployment carries no marks (its front Service is never rewritten)."""
+    c = rolling()
+    until_done(c)
+    assert rollout.to_marks(c.state) == {}
+    wipe_status(c)
+    assert c.state == RolloutState()

@@ -256,3 +256,21 @@ def test_memory_keeps_learnt_capacity() -> None:
     assert (out["capacityGPUs"], out["capacityTime"]) == (16, 900.0)
     back = st.memory_from_status(out, 1000.0)
     assert (back.capacity_gpus, back.capacity_time) == (16, 900.0)
+
+
+def test_status_with_fields_of_a_newer_crd_still_reads() -> None:
+    """A newer CRD defaults fields this operator does not know (``schemaRevision``,
+    ``rollout.paused``): the API server hands them back in every read. The status
+    still parses (the rollout state, the memory, the conditions' transition times
+    survive a restart), and a status equal in the known fields is not rewritten."""
+    previous = st.build_status(
+        inp(progress=st.ProgressFacts(phase=RolloutPhase.ROLLED_BACK), now=1000.0)
+    )
+    observed = previous.to_k8s()
+    observed["schemaRevision"] = 2
+    observed["prefill"]["burst"] = 0
+    parsed = st.parse_status(observed)
+    assert parsed is not None
+    assert parsed.to_k8s() == previous.to_k8s()
+    assert not st.status_changed(previous, observed)
+    assert st.parse_status({"observedGeneration": "garbage"}) is None

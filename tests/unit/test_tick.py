@@ -234,11 +234,12 @@ def serving(cluster: SimCluster) -> tuple[int, int]:
 
 
 def faulty_replay(
-    restarts: set[int], down: set[int]
+    restarts: set[int], down: set[int], wiped: frozenset[int] = frozenset()
 ) -> tuple[list[tick.TickEffects], list[tuple[int, int]], SimCluster]:
     """v1 serving at R = 12, then v2 rolled out over 80 ticks; at the ticks in
-    ``restarts`` the process memory is dropped, at those in ``down`` Prometheus does not
-    answer (metrics None). Returns the effects and the serving capacity per tick."""
+    ``restarts`` the process memory is dropped, at those in ``wiped`` the status too,
+    at those in ``down`` Prometheus does not answer (metrics None). Returns the effects
+    and the serving capacity per tick."""
     cluster, state = SimCluster(startup_seconds=10.0), {}
     run(cluster, wide_spec("v1"), 1000.0, 8, state, rate=12.0)
     effects: list[tick.TickEffects] = []
@@ -246,8 +247,10 @@ def faulty_replay(
     for i in range(80):
         now = 1040.0 + i * INTERVAL
         cluster.advance(now)
-        if i in restarts:
+        if i in restarts or i in wiped:
             state["memory"], state["rollout"] = None, None
+        if i in wiped:
+            state["status"] = None
         fx = tick.compute(
             tick.TickFacts(
                 now=now,
@@ -285,6 +288,19 @@ def test_a_restart_with_prometheus_down_mid_rollout_keeps_the_totals() -> None:
     assert all(p >= WIDE[0] and d >= WIDE[1] for p, d in capacity[3:]), capacity
     assert effects[-1].step.phase == RolloutPhase.COMPLETE
     assert both == {manifests.spec_revision(wide_spec("v2"))}
+
+
+def test_a_wiped_status_mid_rollout_keeps_the_totals_from_the_front_service() -> None:
+    """As above, but at tick 6 the status is wiped too (a restore without status): the
+    required totals come back from the front Service's mark (``rollout.to_marks``), so
+    the held totals stay 16 / 15 (before the mark, the policy took both cells' Ready
+    pods, the new cell's reserved decode included, for the size) and the rollout
+    completes."""
+    effects, capacity, _cluster = faulty_replay({6}, set(range(6, 36)), frozenset({6}))
+    held = [(fx.decision.prefill, fx.decision.decode) for fx in effects[6:36]]
+    assert set(held) == {WIDE}, held
+    assert all(p >= WIDE[0] and d >= WIDE[1] for p, d in capacity[3:]), capacity
+    assert effects[-1].step.phase == RolloutPhase.COMPLETE
 
 
 def test_a_restart_every_tick_with_prometheus_down_completes_the_rollout() -> None:

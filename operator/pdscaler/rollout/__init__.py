@@ -19,7 +19,8 @@ The package, along its seams (each module's docstring has its rules):
 API (what ``reconcile`` calls each tick)::
 
     state = previous RolloutState (kept by the operator; after a restart
-            state_from_status(status.rollout, spec, cells, now))
+            state_from_status(status.rollout, spec, cells, now, marks): marks are the
+            front Service's annotations, ``to_marks(step.state)`` written each tick)
     busy  = in_progress(spec, cells, state)                  # -> TickInput.rollout_in_progress
     prefill_obs, decode_obs = policy_pools(cells, state)     # -> TickInput.prefill/decode
     decision = policy.decide(...)
@@ -73,7 +74,9 @@ from pdscaler.rollout.phases import (
     discount_unobserved,
     in_progress,
     policy_pools,
+    state_from_marks,
     state_from_status,
+    to_marks,
 )
 from pdscaler.rollout.step import CellPlan, RolloutStep, step
 
@@ -87,6 +90,8 @@ __all__ = [
     "in_progress",
     "policy_pools",
     "runnable",
+    "state_from_marks",
     "state_from_status",
     "step",
+    "to_marks",
 ]

@@ -211,17 +211,74 @@ def _phase(value: str) -> RolloutPhase:
     return known.get(value, RolloutPhase.STABLE)
 
 
+def to_marks(state: RolloutState) -> dict[str, str]:
+    """What a rollout must not forget even when the status is lost (a restore without
+    status, a status wiped by hand), kept as annotations on the front Service: the
+    revision rolled back from while a rollback holds it (it must not be retried), and
+    the required totals while a rollout moves (the surge must not be taken for the
+    size). Empty when neither applies, so a settled PDDeployment carries no marks.
+
+    >>> to_marks(RolloutState(RolloutPhase.ROLLED_BACK, failed_rev="v2-abcde"))
+    {'pdscaler.io/failed-revision': 'v2-abcde'}
+    """
+    out: dict[str, str] = {}
+    if state.phase in BACK and state.failed_rev is not None:
+        out[naming.ANNOTATION_FAILED_REVISION] = state.failed_rev
+    if state.phase.moving and state.required is not None:
+        out[naming.ANNOTATION_REQUIRED] = f"{state.required.prefill}/{state.required.decode}"
+    return out
+
+
+def _required_mark(marks: Mapping[str, str]) -> PerRole[int] | None:
+    p, sep, d = marks.get(naming.ANNOTATION_REQUIRED, "").partition("/")
+    if not sep or not p.isdigit() or not d.isdigit():
+        return None
+    return PerRole(prefill=int(p), decode=int(d))
+
+
+def state_from_marks(
+    marks: Mapping[str, str], spec: PDDeploymentSpec, cells: Cells
+) -> RolloutState:
+    """The state of an operator that has neither memory nor ``status.rollout``, from
+    the cells and the marks (``to_marks``): the spec's revision marked failed while
+    another cell runs -> back on that cell (RollingBack while the failed cell still
+    has pods, else RolledBack), so the failed version is not retried; the required
+    totals of a rollout under way. Anything else: a fresh state (``RolloutState()``)."""
+    required = _required_mark(marks)
+    failed = marks.get(naming.ANNOTATION_FAILED_REVISION)
+    view = views(spec, cells, ())
+    others = [c for c in view.values() if c.rev != failed and not c.empty]
+    if failed is None or failed != spec_revision(spec) or not others:
+        return RolloutState(required=required)
+    dest = by_serving(others)[0]
+    gone = failed not in view or view[failed].empty
+    return RolloutState(
+        phase=RolloutPhase.ROLLED_BACK if gone else RolloutPhase.ROLLING_BACK,
+        target_rev=dest.rev,
+        target_version=dest.version,
+        failed_rev=failed,
+        failed_version=spec.engine.version,
+        required=required,
+        images=_remember((), dest.rev, dest.image),
+    )
+
+
 def state_from_status(
-    status: RolloutStatus | None, spec: PDDeploymentSpec, cells: Cells, now: float
+    status: RolloutStatus | None,
+    spec: PDDeploymentSpec,
+    cells: Cells,
+    now: float,
+    marks: Mapping[str, str] | None = None,
 ) -> RolloutState:
     """The state of a restarted operator from ``status.rollout`` and the cells: phase,
     revisions, versions, start time, step count, the required totals and the progress
     clock (``progressAt``, ``progressMark``, ``checkedAt``), so a restart neither
     shrinks a cell nor restarts the deadline. A status written before these were kept
     reads as: revisions matched to the cells by version (the spec's image when a cell
-    is gone), no totals (``policy_pools`` then sums the cells), the clock at ``now``."""
+    is gone), no totals (``policy_pools`` then sums the cells), the clock at ``now``.
+    No ``status.rollout`` at all (lost or wiped): ``state_from_marks``."""
     if status is None or status.phase is None:
-        return RolloutState()
+        return state_from_marks(marks or {}, spec, cells)
     view = views(spec, cells, ())
 
     def rev_of(version: str | None, persisted: str | None = None) -> str | None:

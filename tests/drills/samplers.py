@@ -1,0 +1,150 @@
+"""One background sampler of a PDDeployment for drills: pairing, capacity and replicas
+on one timeline, every ``period`` s (150 ms by default).
+
+Owns: reading, per sample, the PDDeployment's pods (pairing: every Ready prefill pod's
+reachable decode pods are of its version and config, ``pdscaler.invariants``; Ready
+serving capacity per role), the last published desired totals
+(``status.prefill|decode.desiredReplicas``), the rollout phase, and ``spec.replicas`` of
+every owned pool Deployment; and the checks drills make on that timeline (capacity below
+a floor, replicas that shrank, a version that grew). Must not: inject faults or decide
+whether a drill passed (its asserts do).
+
+    with Timeline(kube, ns, "d7", spec) as tl:
+        ...  # the fault
+    drops = tl.replica_drops()          # [(t, "d7-v1-...-decode", 3, 2)] when one shrank
+    drill.sampled(tl.samples, len(tl.pairing()) + len(drops))
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from drills.operator_process import ready_by_version, serving
+from pdscaler import invariants, naming
+from pdscaler.spec import PDDeploymentSpec
+from support.background import Background
+from support.labkit import Kube
+from support.opkit import deployments, get_pdd, pod_dicts
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One instant: ``t`` (epoch s); ``pairing`` (the invariants' messages); ``serving``
+    (Ready prefill in versions with a Ready decode, Ready decode); ``ready`` per (role,
+    version); ``desired`` (prefill, decode) as last published in the status (None before
+    any); ``phase`` (status.rollout.phase); ``replicas``: Deployment name -> (version
+    label, role, spec.replicas), pool Deployments only, not being deleted."""
+
+    t: float
+    pairing: tuple[str, ...]
+    serving: tuple[int, int]
+    ready: dict[tuple[str, str], int]
+    desired: tuple[int, int] | None
+    phase: str | None
+    replicas: dict[str, tuple[str, str, int]]
+
+
+def _desired(status: dict[str, Any]) -> tuple[int, int] | None:
+    p = (status.get("prefill") or {}).get("desiredReplicas")
+    d = (status.get("decode") or {}).get("desiredReplicas")
+    return (int(p), int(d)) if p is not None and d is not None else None
+
+
+@dataclass
+class Timeline(Background):
+    """Samples ``name`` in ``namespace`` every ``period`` s until the ``with`` block ends;
+    a sample whose reads fail is skipped (the drill may be cutting the API's peers)."""
+
+    kube: Kube
+    namespace: str
+    name: str
+    spec: PDDeploymentSpec
+    period: float = 0.15
+    points: list[Sample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def samples(self) -> int:
+        return len(self.points)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.points.append(self.sample())
+            except Exception as err:  # a failed read is not a sample
+                self.errors.append(f"{time.time():.1f} {type(err).__name__}: {err}"[:300])
+            self._stop.wait(self.period)
+
+    def sample(self) -> Sample:
+        pods = pod_dicts(self.kube, self.namespace, self.name)
+        deps = deployments(self.kube, self.namespace, self.name)
+        status = get_pdd(self.kube, self.namespace, self.name).get("status") or {}
+        reps: dict[str, tuple[str, str, int]] = {}
+        for d in deps:
+            lab = d["metadata"].get("labels") or {}
+            if lab.get(naming.LABEL_ROLE) not in ("prefill", "decode"):
+                continue
+            if d["metadata"].get("deletionTimestamp"):
+                continue
+            reps[d["metadata"]["name"]] = (
+                lab.get(naming.LABEL_VERSION, ""),
+                lab[naming.LABEL_ROLE],
+                int(d["spec"].get("replicas") or 0),
+            )
+        return Sample(
+            t=time.time(),
+            pairing=tuple(invariants.violations(pods, self.spec, self.name, check_capacity=False)),
+            serving=serving(pods),
+            ready=ready_by_version(pods),
+            desired=_desired(status),
+            phase=((status.get("rollout") or {}).get("phase")),
+            replicas=reps,
+        )
+
+    # ------------------------------------------------------------ checks
+
+    def pairing(self) -> list[tuple[float, str]]:
+        """Every pairing violation seen (empty: none)."""
+        return [(s.t, v) for s in self.points for v in s.pairing]
+
+    def below(self, floor: tuple[int, int]) -> list[Sample]:
+        """Samples whose Ready serving capacity was below ``floor`` in either role."""
+        return [s for s in self.points if s.serving[0] < floor[0] or s.serving[1] < floor[1]]
+
+    def replica_drops(self, since: float = 0.0, until: float | None = None) -> list[tuple]:
+        """(t, Deployment, before, after) each time a pool Deployment's spec.replicas
+        went down between two samples in [since, until]."""
+        out: list[tuple] = []
+        last: dict[str, int] = {}
+        for s in self.points:
+            if s.t < since or (until is not None and s.t > until):
+                continue
+            for dep, (_, _, n) in s.replicas.items():
+                if dep in last and n < last[dep]:
+                    out.append((s.t, dep, last[dep], n))
+                last[dep] = n
+        return out
+
+    def totals(self, s: Sample) -> tuple[int, int]:
+        """spec.replicas summed per role over every cell at one sample."""
+        p = sum(n for _, r, n in s.replicas.values() if r == "prefill")
+        d = sum(n for _, r, n in s.replicas.values() if r == "decode")
+        return p, d
+
+    def version_growth(self, version: str, since: float) -> list[tuple]:
+        """(t, Deployment, before, after) each time a ``version`` pool Deployment's
+        replicas went up after ``since``, or one appeared with replicas > 0 after it
+        had been absent (a retry of that version)."""
+        label = naming.version_label(version)
+        out: list[tuple] = []
+        last: dict[str, int] = {}
+        for s in self.points:
+            mine = {d: n for d, (v, _, n) in s.replicas.items() if v == label}
+            if s.t >= since:
+                for dep, n in mine.items():
+                    if n > last.get(dep, 0):
+                        out.append((s.t, dep, last.get(dep, 0), n))
+            last = mine
+        return out
