@@ -81,6 +81,9 @@ WATCH_BACKOFF_CAP_SECONDS = 30.0
 WATCH_TIMEOUT_SECONDS = 240  # the API server ends a watch after this (then re-watched)
 #: How long a tick waits for a namespace's caches to hold a first full list.
 SYNC_TIMEOUT_SECONDS = 20.0
+#: How long a wanted name read as absent (not in the caches, 404 by name) is believed
+#: absent without asking again; a CREATE of such a name asks once more first.
+ABSENT_TTL_SECONDS = 120.0
 #: The kinds a tick reads, cached per namespace by an informer (list + watch of the
 #: objects labelled ``pdscaler.io/name``).
 CACHED_KINDS = ("Deployment", "Service", "Pod", "ServiceAccount", "Role", "RoleBinding")
@@ -535,6 +538,9 @@ class Kube:
         self.cache = cache
         self._informers: dict[str, dict[str, Informer]] = {}
         self._informers_lock = threading.Lock()
+        #: (namespace, kind, name) -> monotonic time a wanted name was read as absent
+        self._absent: dict[tuple[str, str, str], float] = {}
+        self.monotonic: Callable[[], float] = time.monotonic
 
     # ------------------------------------------------------------------ transport
 
@@ -715,7 +721,10 @@ class Kube:
         With ``cache``: read from the namespace's informers (``informers``; waits for
         their first list, ``CacheNotSyncedError`` after ``SYNC_TIMEOUT_SECONDS``); a
         wanted name the caches do not hold (not created yet, or a foreign unlabelled
-        object) is still read by name. Without: three LISTs."""
+        object) is read by name, and when it is absent, believed absent for
+        ``ABSENT_TTL_SECONDS`` (``execute`` asks again before creating it, so a
+        foreign object that appeared meanwhile is never taken over). Without: three
+        LISTs and a GET per wanted name."""
         selector = {naming.LABEL_NAME: name}
         caches = self.informers(namespace) if self.cache else {}
         for kind, inf in caches.items():
@@ -736,9 +745,15 @@ class Kube:
             if (kind, obj_name) in seen or kind not in _PATHS:
                 continue
             cached = caches.get(kind)
-            found = cached.get(obj_name) if cached is not None and not cached.forbidden else None
+            usable = cached is not None and not cached.forbidden
+            found = cached.get(obj_name) if cached is not None and usable else None
             if found is None:
+                key = (namespace, kind, obj_name)
+                if usable and self._believed_absent(key):
+                    continue
                 found = self.get(kind, namespace, obj_name)
+                if usable:
+                    self._note_absent(key, found is None)
             if found is not None:
                 found.setdefault("kind", kind)
                 {"Deployment": deployments, "Service": services}.get(kind, others).append(found)
@@ -758,10 +773,39 @@ class Kube:
     def _informer(self, kind: str, namespace: str) -> Informer:
         return Informer(self, kind, namespace, rng=self.rng).start()
 
+    def _believed_absent(self, key: tuple[str, str, str]) -> bool:
+        with self._informers_lock:
+            since = self._absent.get(key)
+        return since is not None and self.monotonic() - since < ABSENT_TTL_SECONDS
+
+    def _note_absent(self, key: tuple[str, str, str], absent: bool) -> None:
+        now = self.monotonic()
+        with self._informers_lock:
+            if not absent:
+                self._absent.pop(key, None)
+                return
+            self._absent[key] = now
+            if len(self._absent) > 4096:  # churn: drop what expired
+                self._absent = {
+                    k: t for k, t in self._absent.items() if now - t < ABSENT_TTL_SECONDS
+                }
+
+    def _check_still_absent(self, kind: str, namespace: str, name: str) -> None:
+        """Before creating a name last read as absent: read it again; ``KubeError`` 409
+        AlreadyExists if an object holds it now (the next tick sees it and refuses it)."""
+        key = (namespace, kind, name)
+        with self._informers_lock:
+            believed = self._absent.pop(key, None) is not None
+        if believed and self.get(kind, namespace, name) is not None:
+            raise KubeError(
+                409, "AlreadyExists", f'{kind} "{name}" was created by someone else meanwhile'
+            )
+
     def release(self, namespace: str) -> None:
         """Stop and drop the namespace's informers (no PDDeployment is left there)."""
         with self._informers_lock:
             gone = self._informers.pop(namespace, None)
+            self._absent = {k: t for k, t in self._absent.items() if k[0] != namespace}
         for inf in (gone or {}).values():
             inf.stop()
 
@@ -892,6 +936,8 @@ class Kube:
         """Carry out one planned action (WARN is not a write and does nothing here)."""
         if action.verb in (Verb.CREATE, Verb.UPDATE, Verb.SCALE):
             assert action.body is not None
+            if action.verb is Verb.CREATE:
+                self._check_still_absent(action.kind, namespace, action.name)
             self.apply(action.body, verb=action.verb.value)
         elif action.verb is Verb.ANNOTATE_POD:
             self.annotate_pod(namespace, action.name, action.annotations or {})

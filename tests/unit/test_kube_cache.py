@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_reconcile_unit_tick import NAME, NS, World
+from test_reconcile_unit_tick import NAME, NS, PDD_PATH, World
 
 from pdscaler import kube as kube_module
 from pdscaler.kube import CacheNotSyncedError, Informer, KubeError
@@ -212,3 +212,56 @@ def test_a_forbidden_kind_is_read_directly() -> None:
     inf.run()  # returns at once: forbidden
     assert inf.forbidden
     assert inf.wait_ready(0.0)
+
+
+def tick_counts(w: World, kube: FakeKube) -> dict[tuple[str, str], int]:
+    before = kube.request_counts.snapshot()
+    w.tick()
+    after = kube.request_counts.snapshot()
+    return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+
+
+def test_absent_wanted_names_are_not_read_every_tick() -> None:
+    """Recommend mode creates nothing: the 7 objects its cell would have are read by
+    name at the first tick (absent), then believed absent for ABSENT_TTL_SECONDS, then
+    read again."""
+    clock = [0.0]
+    kube = Synchronous()
+    kube.cache = True
+    kube.monotonic = lambda: clock[0]
+    w = world(kube)
+    w.kube.store[PDD_PATH]["spec"]["scaling"]["mode"] = "Recommend"
+    first = tick_counts(w, kube)
+    assert first[("get", "serviceaccounts")] == 1
+    assert sum(v for (verb, _), v in first.items() if verb == "get") == 1 + 7
+    clock[0] += 60.0
+    second = tick_counts(w, kube)
+    assert {k: v for k, v in second.items() if k[0] in ("get", "list")} == {
+        ("get", "pddeployments"): 1
+    }
+    clock[0] += kube_module.ABSENT_TTL_SECONDS
+    third = tick_counts(w, kube)
+    assert sum(v for (verb, _), v in third.items() if verb == "get") == 1 + 7
+
+
+def test_a_name_taken_meanwhile_is_not_taken_over() -> None:
+    """A name believed absent is read again before it is created: a foreign Service
+    that appeared meanwhile makes the create fail (409) and stays as it was; the next
+    tick sees it (and the planner refuses it)."""
+    kube = Synchronous()
+    kube.cache = True
+    w = world(kube)
+    w.kube.store[PDD_PATH]["spec"]["scaling"]["mode"] = "Recommend"
+    w.tick()
+    svc_path = f"/api/v1/namespaces/{NS}/services/{NAME}"
+    foreign = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": NAME, "namespace": NS, "labels": {"app": "theirs"}},
+               "spec": {"ports": [{"port": 1}]}}  # fmt: skip
+    kube.put(svc_path, foreign)
+    w.kube.store[PDD_PATH]["spec"]["scaling"]["mode"] = "Auto"
+    w.tick()
+    assert kube.store[svc_path]["metadata"]["labels"] == {"app": "theirs"}
+    assert kube.store[svc_path]["spec"] == {"ports": [{"port": 1}]}
+    assert not any(r.kind == "Service" and r.verb == "create" for r in kube.audit.records)
+    w.tick()
+    assert kube.store[svc_path]["metadata"]["labels"] == {"app": "theirs"}
