@@ -209,8 +209,10 @@ class _RequestCollector(Collector):
 
 
 def _label_sets(family: Gauge | Counter | Histogram) -> list[tuple[str, ...]]:
-    # prometheus-client keeps a family's children keyed by their label values
-    return [tuple(key) for key in family._metrics]
+    # prometheus-client keeps a family's children keyed by their label values, under
+    # the family's lock (other threads' ticks add children while one is forgotten)
+    with family._lock:
+        return [tuple(key) for key in family._metrics]
 
 
 def _inputs(m: MetricsSnapshot | None) -> dict[str, float | None]:

@@ -129,3 +129,35 @@ def test_the_namespace_caches_go_with_its_last_pdddeployment() -> None:
     assert kube.released == []  # "other" is still there
     w.rt.forget(NS, "other")
     assert kube.released == [NS]
+
+
+def test_forget_while_other_ticks_record_series() -> None:
+    """Ticks of other PDDeployments add series while one is forgotten (kopf's DELETED
+    handler and the tick threads run at once): forget must not fail with "dictionary
+    changed size during iteration" (the D14 churn drill saw it, and the PDDeployment's
+    series then stayed on /metrics for good)."""
+    import threading
+
+    from pdscaler.telemetry import Telemetry
+
+    tel = Telemetry()
+    stop = threading.Event()
+    for i in range(20000):  # a long iteration for forget
+        tel.inputs.labels(NS, f"fleet-{i}", "request_rate").set(1)
+
+    def record() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            tel.inputs.labels(NS, f"other-{i}", "request_rate").set(1)
+            tel.inputs.remove(NS, f"other-{i}", "request_rate")
+
+    thread = threading.Thread(target=record, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            tel.inputs.labels(NS, NAME, "request_rate").set(1)
+            tel.forget(NS, NAME)
+    finally:
+        stop.set()
+        thread.join(5)
