@@ -304,6 +304,15 @@ def _newer_or_same(obj: Mapping[str, Any], than: Mapping[str, Any] | None) -> bo
     return True
 
 
+def _as_listed(obj: Obj, kind: str) -> Obj:
+    """``obj`` as a LIST item reads after ``Kube.list``: ``kind`` set, no ``apiVersion``
+    (a watch event's or a write's object carries both), so a tick's observations are the
+    same from the cache as from LISTs."""
+    obj.pop("apiVersion", None)
+    obj.setdefault("kind", kind)
+    return obj
+
+
 class Informer:
     """A cache of one kind's objects labelled ``pdscaler.io/name`` in one namespace, kept
     by list + watch in its own thread (client-go's reflector, reduced): a full LIST
@@ -386,7 +395,7 @@ class Informer:
         name = _name(obj)
         with self._lock:
             if type_ in ("ADDED", "MODIFIED"):
-                obj.setdefault("kind", self.kind)
+                _as_listed(obj, self.kind)
                 if _newer_or_same(obj, self._items.get(name)):
                     self._items[name] = obj
             elif type_ == "DELETED":
@@ -400,8 +409,7 @@ class Informer:
         labels = obj.get("metadata", {}).get("labels") or {}
         if self.selector not in labels or not self.synced.is_set():
             return
-        item = copy.deepcopy(dict(obj))
-        item.setdefault("kind", self.kind)
+        item = _as_listed(copy.deepcopy(dict(obj)), self.kind)
         with self._lock:
             if _newer_or_same(item, self._items.get(_name(item))):
                 self._items[_name(item)] = item
