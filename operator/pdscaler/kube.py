@@ -19,6 +19,13 @@ Every write goes through ``Kube._write``, which records it in ``Kube.audit`` (a
 none. Must not: decide anything (the planner and the policy do), or swallow errors
 other than NotFound on reads.
 
+Reads of the owned objects come, with ``cache=True`` (``pdscaler run``), from one
+``Informer`` per kind and namespace (list + watch of the objects labelled
+``pdscaler.io/name``), so a converged tick reads only its PDDeployment. Every request
+goes through ``Kube._call``: counted by verb and resource (``request_counts``), and,
+except the Lease's, paced by a token bucket (``limiter``) and retried with exponential
+backoff and jitter on 429, 5xx and connection errors.
+
 Built on the ``kubernetes`` client's ``ApiClient`` (its kubeconfig / in-cluster
 loading, TLS and auth) with plain-dict bodies, so custom resources, apply patches and
 Events go through one small path. Example::
