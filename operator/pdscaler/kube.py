@@ -23,6 +23,13 @@ Every write goes through ``Kube._write``, which records it in ``Kube.audit`` (a
 none. Must not: decide anything (the planner and the policy do), or swallow errors
 other than NotFound on reads.
 
+Reads of the owned objects come, with ``cache=True`` (``pdscaler run``), from one
+``Informer`` per kind and namespace (list + watch of the objects labelled
+``pdscaler.io/name``), so a converged tick reads only its PDDeployment. Every request
+goes through ``Kube._call``: counted by verb and resource (``request_counts``), and,
+except the Lease's, paced by a token bucket (``limiter``) and retried with exponential
+backoff and jitter on 429, 5xx and connection errors.
+
 Built on the ``kubernetes`` client's ``ApiClient`` (its kubeconfig / in-cluster
 loading, TLS and auth) with plain-dict bodies, so custom resources, apply patches and
 Events go through one small path. Example::
@@ -37,18 +44,23 @@ Events go through one small path. Example::
 from __future__ import annotations
 
 import base64
+import contextlib
+import copy
 import json
+import logging
 import os
+import random
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
@@ -63,15 +75,151 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON = "application/json"
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
 
+log = logging.getLogger("pdscaler.kube")
+
+#: Client-side rate limit of the requests a tick makes (reads and writes; watches and
+#: the Lease are not limited): a token bucket of ``DEFAULT_QPS`` tokens a second holding
+#: at most ``DEFAULT_BURST``.
+DEFAULT_QPS = 50.0
+DEFAULT_BURST = 100
+#: Answers retried with exponential backoff and jitter (besides connection errors).
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_ATTEMPTS = 4  # tries in all, the first included
+RETRY_BASE_SECONDS = 0.2
+RETRY_CAP_SECONDS = 5.0
+#: An informer's backoff between failed list/watch rounds (doubling up to the cap).
+WATCH_BACKOFF_BASE_SECONDS = 0.5
+WATCH_BACKOFF_CAP_SECONDS = 30.0
+WATCH_TIMEOUT_SECONDS = 240  # the API server ends a watch after this (then re-watched)
+#: How long a tick waits for a namespace's caches to hold a first full list.
+SYNC_TIMEOUT_SECONDS = 20.0
+#: How long a wanted name read as absent (not in the caches, 404 by name) is believed
+#: absent without asking again; a CREATE of such a name asks once more first.
+ABSENT_TTL_SECONDS = 120.0
+#: The kinds a tick reads, cached per namespace by an informer (list + watch of the
+#: objects labelled ``pdscaler.io/name``).
+CACHED_KINDS = ("Deployment", "Service", "Pod", "ServiceAccount", "Role", "RoleBinding")
+
+
+def backoff(
+    attempt: int, base: float, cap: float, rng: Callable[[], float] = random.random
+) -> float:
+    """Seconds to wait before try ``attempt + 1`` (``attempt`` >= 1 failures so far):
+    ``base * 2**(attempt - 1)``, at most ``cap``, times a jitter in [0.5, 1) so that
+    clients failing together do not retry together.
+
+    >>> [backoff(n, 0.2, 5.0, rng=lambda: 1.0) for n in (1, 2, 3, 6, 7)]
+    [0.2, 0.4, 0.8, 5.0, 5.0]
+    """
+    return min(cap, base * 2.0 ** max(attempt - 1, 0)) * (0.5 + rng() / 2)
+
+
+class TokenBucket:
+    """``qps`` tokens a second, at most ``burst`` saved; ``take()`` waits for one.
+    Thread-safe. ``qps`` <= 0: unlimited. Example: qps 20, burst 40: 40 requests at
+    once, then one every 50 ms."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.qps = qps
+        self.burst = max(int(burst), 1)
+        self.clock = clock
+        self.sleep = sleep
+        self._tokens = float(self.burst)
+        self._last = clock()
+        self._lock = threading.Lock()
+        self.waited = 0.0  # seconds spent waiting for tokens, in all
+
+    def take(self) -> float:
+        """Take a token, waiting for it if need be; returns the seconds waited."""
+        if self.qps <= 0:
+            return 0.0
+        with self._lock:
+            now = self.clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0  # may go negative: the debt is this caller's wait
+            wait = -self._tokens / self.qps if self._tokens < 0 else 0.0
+            self.waited += wait
+        if wait > 0:
+            self.sleep(wait)
+        return wait
+
+
+@dataclass
+class RequestCounts:
+    """API requests sent, by (verb, resource): ``("list", "pods")``, ``("watch",
+    "deployments")``, ``("patch", "pddeployments")``... Thread-safe; the operator exports
+    them as ``pdscaler_kube_requests_total{verb,resource}``."""
+
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, verb: str, resource: str) -> None:
+        with self._lock:
+            self.counts[(verb, resource)] = self.counts.get((verb, resource), 0) + 1
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self.counts)
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.counts.values())
+
+
+def request_kind(method: str, path: str, query: Mapping[str, str] | None) -> tuple[str, str]:
+    """(verb, resource) of one request, as the API server's audit names them.
+
+    >>> request_kind("GET", "/api/v1/namespaces/s/pods", {"labelSelector": "a=b"})
+    ('list', 'pods')
+    >>> request_kind("GET", "/api/v1/namespaces/s/pods", {"watch": "1"})
+    ('watch', 'pods')
+    >>> request_kind("PATCH", "/apis/apps/v1/namespaces/s/deployments/d/status", None)
+    ('patch', 'deployments/status')
+    """
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    if "namespaces" in parts and parts.index("namespaces") + 2 < len(parts):
+        rest = parts[parts.index("namespaces") + 2 :]
+    else:  # cluster-scoped collection: /apis/<group>/<version>/<plural>[/<name>]
+        rest = parts[3:] if parts[:1] == ["apis"] else parts[2:]
+    resource = rest[0] if rest else "?"
+    if len(rest) > 2:
+        resource = f"{resource}/{rest[2]}"
+    item = len(rest) > 1
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+    if verb is None:
+        watch = (query or {}).get("watch") in ("1", "true")
+        verb = "watch" if watch else "get" if item else "list"
+    return verb, resource
+
 
 class KubeError(RuntimeError):
-    """A non-2xx answer: ``status`` (409, 422, ...), ``reason`` (``AlreadyExists``)."""
+    """A non-2xx answer: ``status`` (409, 422, ...), ``reason`` (``AlreadyExists``);
+    ``retry_after``: the seconds of a ``Retry-After`` header, when there was one."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after
+
+
+class CacheNotSyncedError(KubeError):
+    """A namespace's caches hold no full list yet: the tick reads nothing, writes nothing
+    and is retried (the next tick waits again)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(0, "CacheNotSynced", f"{what}: cache not synced yet")
 
 
 @dataclass(frozen=True)
@@ -160,18 +308,345 @@ def _now_rfc3339() -> str:
     return datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _newer_or_same(obj: Mapping[str, Any], than: Mapping[str, Any] | None) -> bool:
+    """``obj`` is not older than ``than`` by resourceVersion (etcd revisions compare as
+    integers; anything else counts as newer, the watch's order then decides)."""
+    if than is None:
+        return True
+    mine = str(obj.get("metadata", {}).get("resourceVersion") or "")
+    theirs = str(than.get("metadata", {}).get("resourceVersion") or "")
+    if mine.isdigit() and theirs.isdigit():
+        return int(mine) >= int(theirs)
+    return True
+
+
+def _as_listed(obj: Obj, kind: str) -> Obj:
+    """``obj`` as a LIST item reads after ``Kube.list``: ``kind`` set, no ``apiVersion``
+    (a watch event's or a write's object carries both), so a tick's observations are the
+    same from the cache as from LISTs."""
+    obj.pop("apiVersion", None)
+    obj.setdefault("kind", kind)
+    return obj
+
+
+class Informer:
+    """A cache of one kind's objects labelled ``pdscaler.io/name`` in one namespace, kept
+    by list + watch in its own thread (client-go's reflector, reduced): a full LIST
+    (``synced`` is set once it is stored), then a WATCH from the list's resourceVersion
+    (bookmarks on), re-watched when the server ends it, re-listed on 410 Gone; a failed
+    round clears ``synced`` (a tick then waits rather than read a cache that may miss
+    changes) and is retried after an exponential backoff with jitter. A list refused
+    with 403 (RBAC without list/watch of the kind) sets ``forbidden``: the tick then
+    reads that kind directly. ``store`` takes the API's answer to the operator's own
+    write, so the next tick does not see the object as it was before that write.
+
+    The loop's steps (``relist``, ``handle``) are callable on their own (unit tests)::
+
+        inf = Informer(kube, "Pod", "serving")
+        inf.relist()                               # synced, 3 pods
+        inf.handle({"type": "DELETED", "object": pod})
+        inf.select({"pdscaler.io/name": "chat"})   # 2 pods (deep copies)
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        kind: str,
+        namespace: str,
+        *,
+        rng: Callable[[], float] = random.random,
+        watch_timeout: int = WATCH_TIMEOUT_SECONDS,
+    ) -> None:
+        self.kube = kube
+        self.kind = kind
+        self.namespace = namespace
+        self.path = _collection(kind, namespace)
+        self.selector = naming.LABEL_NAME  # the label exists, whatever its value
+        self.rng = rng
+        self.watch_timeout = watch_timeout
+        self.synced = threading.Event()
+        self.forbidden = False
+        self.resource_version: str | None = None
+        self.relists = 0
+        self.failures = 0
+        self._items: dict[str, Obj] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()  # synced or forbidden: a waiting tick may go on
+        self._thread: threading.Thread | None = None
+        self._closer: Callable[[], None] | None = None
+
+    # ---------------------------------------------------------------- the steps
+
+    def relist(self) -> None:
+        """LIST the kind and replace the cache with the answer; synced."""
+        data = self.kube._call("GET", self.path, {"labelSelector": self.selector})
+        items: dict[str, Obj] = {}
+        for item in data.get("items") or []:
+            item.setdefault("kind", self.kind)  # list items carry no kind
+            items[_name(item)] = item
+        version = str((data.get("metadata") or {}).get("resourceVersion") or "")
+        with self._lock:
+            self._items = items
+            self.resource_version = version or None
+        self.relists += 1
+        self._set_synced()
+
+    def handle(self, event: Mapping[str, Any]) -> bool:
+        """Apply one watch event to the cache; False when the watch must end and the
+        cache be listed again (410 Gone: the version is too old); raises ``KubeError``
+        for any other error event."""
+        type_ = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return True
+        if type_ == "ERROR":
+            code = int(obj.get("code") or 0)
+            if code == 410:
+                with self._lock:
+                    self.resource_version = None
+                return False
+            raise KubeError(code, str(obj.get("reason", "")), str(obj.get("message", "")))
+        version = str(obj.get("metadata", {}).get("resourceVersion") or "")
+        name = _name(obj)
+        with self._lock:
+            if type_ in ("ADDED", "MODIFIED"):
+                _as_listed(obj, self.kind)
+                if _newer_or_same(obj, self._items.get(name)):
+                    self._items[name] = obj
+            elif type_ == "DELETED":
+                self._items.pop(name, None)
+            if version:
+                self.resource_version = version
+        return True
+
+    def store(self, obj: Mapping[str, Any]) -> None:
+        """Write-through of the answer to the operator's own write of ``obj``."""
+        labels = obj.get("metadata", {}).get("labels") or {}
+        if self.selector not in labels or not self.synced.is_set():
+            return
+        item = _as_listed(copy.deepcopy(dict(obj)), self.kind)
+        with self._lock:
+            if _newer_or_same(item, self._items.get(_name(item))):
+                self._items[_name(item)] = item
+
+    def select(self, labels: Mapping[str, str]) -> list[Obj]:
+        """Deep copies of the cached objects whose labels include ``labels``."""
+        with self._lock:
+            found = [
+                o
+                for o in self._items.values()
+                if all(
+                    (o.get("metadata", {}).get("labels") or {}).get(k) == v
+                    for k, v in labels.items()
+                )
+            ]
+        return copy.deepcopy(found)
+
+    def get(self, name: str) -> Obj | None:
+        with self._lock:
+            found = self._items.get(name)
+        return copy.deepcopy(found) if found is not None else None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    # ----------------------------------------------------------------- the loop
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the cache is synced (or the kind turned out forbidden)."""
+        return self._ready.wait(timeout) and (self.synced.is_set() or self.forbidden)
+
+    def _set_synced(self) -> None:
+        self.synced.set()
+        self._ready.set()
+
+    def _watch_once(self) -> None:
+        query = {
+            "watch": "1",
+            "labelSelector": self.selector,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self.watch_timeout),
+        }
+        if self.resource_version:
+            query["resourceVersion"] = self.resource_version
+        close, events = self.kube._watch(self.path, query)
+        self._closer = close
+        try:
+            self._set_synced()  # the watch is open from our version: caught up from here
+            for event in events:
+                if self._stop.is_set() or not self.handle(event):
+                    return
+        finally:
+            self._closer = None
+            close()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.resource_version is None:
+                    self.relist()
+                self._watch_once()
+                self.failures = 0
+            except KubeError as err:
+                if err.status == 410:
+                    self.resource_version = None
+                    continue
+                if err.status == 403:
+                    log.warning(
+                        "%s in %s: list/watch refused (%s); reading it directly each tick",
+                        self.kind,
+                        self.namespace,
+                        err.message,
+                    )
+                    self.forbidden = True
+                    self._ready.set()
+                    return
+                self._failed(err)
+            except Exception as err:  # connection errors, a broken stream
+                if self._stop.is_set():
+                    return
+                self._failed(err)
+
+    def _failed(self, err: BaseException) -> None:
+        self.failures += 1
+        self.synced.clear()
+        self._ready.clear()
+        wait = backoff(
+            self.failures, WATCH_BACKOFF_BASE_SECONDS, WATCH_BACKOFF_CAP_SECONDS, self.rng
+        )
+        log.warning(
+            "watch of %s in %s failed (%s); again in %.1fs", self.kind, self.namespace, err, wait
+        )
+        self._stop.wait(wait)
+
+    def start(self) -> Informer:
+        self._thread = threading.Thread(
+            target=self.run, name=f"pdscaler-watch-{self.kind}-{self.namespace}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._ready.set()
+        close = self._closer
+        if close is not None:
+            close()
+
+
 class Kube:
     """Reads and writes for one operator process. Thread-safe (kopf runs sync handlers
     in a thread pool); ``audit`` counts the writes."""
 
     def __init__(
-        self, api_client: k8s_client.ApiClient | None = None, audit: WriteAudit | None = None
+        self,
+        api_client: k8s_client.ApiClient | None = None,
+        audit: WriteAudit | None = None,
+        *,
+        qps: float = 0.0,
+        burst: int = DEFAULT_BURST,
+        cache: bool = False,
     ) -> None:
         self.api = api_client if api_client is not None else load_api_client()
         self.audit = audit if audit is not None else WriteAudit()
         self.reads = 0
+        self.request_counts = RequestCounts()
+        #: client-side rate limit of reads and writes (qps <= 0: none)
+        self.limiter = TokenBucket(qps, burst)
+        self.retries = 0  # requests sent again after a 429, 5xx or connection error
+        self.sleep: Callable[[float], None] = time.sleep
+        self.rng: Callable[[], float] = random.random
+        #: observe() reads the owned objects from per-namespace informers (else: LISTs)
+        self.cache = cache
+        self._informers: dict[str, dict[str, Informer]] = {}
+        self._informers_lock = threading.Lock()
+        #: (namespace, kind, name) -> monotonic time a wanted name was read as absent
+        self._absent: dict[tuple[str, str, str], float] = {}
+        self.monotonic: Callable[[], float] = time.monotonic
 
     # ------------------------------------------------------------------ transport
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        *,
+        limited: bool = True,
+    ) -> Obj:
+        """``_request``, counted in ``request_counts``; when ``limited`` (every request
+        but the Lease's), after a token of ``limiter`` and retried on 429, 5xx and
+        connection errors: ``RETRY_ATTEMPTS`` tries in all, waiting an exponential
+        backoff with jitter (or the answer's Retry-After, at most the backoff's cap)."""
+        kind = request_kind(method, path, query)
+        attempt = 0
+        while True:
+            attempt += 1
+            if limited:
+                self.limiter.take()
+            self.request_counts.add(*kind)
+            try:
+                return self._request(method, path, query, body, content_type)
+            except KubeError as err:
+                if not limited or err.status not in RETRY_STATUSES or attempt >= RETRY_ATTEMPTS:
+                    raise
+                wait = backoff(attempt, RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, self.rng)
+                if err.retry_after is not None:
+                    wait = min(max(err.retry_after, 0.0), RETRY_CAP_SECONDS)
+                why = f"{err.status} {err.reason}"
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                if not limited or attempt >= RETRY_ATTEMPTS:
+                    raise
+                wait = backoff(attempt, RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, self.rng)
+                why = type(err).__name__
+            self.retries += 1
+            log.info("%s %s: %s; try %d in %.2fs", method, path, why, attempt + 1, wait)
+            self.sleep(wait)
+
+    def _watch(
+        self, path: str, query: Mapping[str, str]
+    ) -> tuple[Callable[[], None], Iterator[Obj]]:
+        """Open a WATCH of ``path``: (a function that closes it, its events). Raises
+        ``KubeError`` when the API server refuses it."""
+        self.request_counts.add(*request_kind("GET", path, query))
+        url = self.api.configuration.host + path + "?" + urlencode(query)
+        headers = {"Accept": JSON}
+        headers.update(self.api.default_headers)
+        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, "GET", None)
+        timeout = (REQUEST_TIMEOUT[0], float(query.get("timeoutSeconds", "300")) + 30.0)
+        response = self.api.call_api("GET", url, header_params=headers, _request_timeout=timeout)
+        raw: Any = getattr(response, "response", response)
+        if not 200 <= response.status <= 299:
+            text = response.read().decode("utf-8", errors="replace")  # type: ignore[no-untyped-call]
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = {"message": text}
+            raise KubeError(
+                response.status, str(data.get("reason", "")), str(data.get("message", ""))
+            )
+
+        def close() -> None:
+            stop = getattr(raw, "shutdown", None) or raw.close
+            with contextlib.suppress(Exception):  # already closed
+                stop()
+
+        def events() -> Iterator[Obj]:
+            buffer = b""
+            for chunk in raw.stream(65536, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        event = json.loads(line)
+                        if isinstance(event, dict):
+                            yield event
+
+        return close, events()
 
     def _request(
         self,
@@ -200,14 +675,19 @@ class Kube:
             if not isinstance(data, dict):
                 data = {"message": str(data)}
             raise KubeError(
-                response.status, str(data.get("reason", "")), str(data.get("message", ""))
+                response.status,
+                str(data.get("reason", "")),
+                str(data.get("message", "")),
+                retry_after=_retry_after(response),
             )
         return data if isinstance(data, dict) else {}
 
-    def _get(self, path: str, query: Mapping[str, str] | None = None) -> Obj | None:
+    def _get(
+        self, path: str, query: Mapping[str, str] | None = None, *, limited: bool = True
+    ) -> Obj | None:
         self.reads += 1
         try:
-            return self._request("GET", path, query)
+            return self._call("GET", path, query, limited=limited)
         except KubeError as err:
             if err.status == 404:
                 return None
@@ -230,7 +710,7 @@ class Kube:
         if method == "DELETE":
             params.pop("fieldManager")
         self.audit.add(WriteRecord(time.time(), verb, kind, namespace, name))
-        return self._request(method, path, params, body, content_type)
+        return self._call(method, path, params, body, content_type)
 
     # ---------------------------------------------------------------------- reads
 
@@ -276,22 +756,114 @@ class Kube:
         """The Deployments, Services and pods labelled ``pdscaler.io/name=<name>``, plus
         any object (ours or not) holding one of the ``wanted`` (kind, name) pairs the
         label query did not return (the routers' ServiceAccount, Role and RoleBinding
-        are read by name), so the planner can refuse a foreign object."""
+        are read by name), so the planner can refuse a foreign object.
+
+        With ``cache``: read from the namespace's informers (``informers``; waits for
+        their first list, ``CacheNotSyncedError`` after ``SYNC_TIMEOUT_SECONDS``); a
+        wanted name the caches do not hold (not created yet, or a foreign unlabelled
+        object) is read by name, and when it is absent, believed absent for
+        ``ABSENT_TTL_SECONDS`` (``execute`` asks again before creating it, so a
+        foreign object that appeared meanwhile is never taken over). Without: three
+        LISTs and a GET per wanted name."""
         selector = {naming.LABEL_NAME: name}
-        deployments = self.list("Deployment", namespace, selector)
-        services = self.list("Service", namespace, selector)
-        pods = self.list("Pod", namespace, selector)
+        caches = self.informers(namespace) if self.cache else {}
+        for kind, inf in caches.items():
+            if not inf.wait_ready(SYNC_TIMEOUT_SECONDS):
+                raise CacheNotSyncedError(f"{kind} in {namespace}")
+
+        def read(kind: str) -> list[Obj]:
+            inf = caches.get(kind)
+            if inf is not None and not inf.forbidden:
+                return inf.select(selector)
+            return self.list(kind, namespace, selector)
+
+        deployments, services, pods = read("Deployment"), read("Service"), read("Pod")
         others: list[Obj] = []
         seen = {("Deployment", _name(d)) for d in deployments}
         seen |= {("Service", _name(s)) for s in services}
         for kind, obj_name in wanted:
             if (kind, obj_name) in seen or kind not in _PATHS:
                 continue
-            found = self.get(kind, namespace, obj_name)
+            cached = caches.get(kind)
+            usable = cached is not None and not cached.forbidden
+            found = cached.get(obj_name) if cached is not None and usable else None
+            if found is None:
+                key = (namespace, kind, obj_name)
+                if usable and self._believed_absent(key):
+                    continue
+                found = self.get(kind, namespace, obj_name)
+                if usable:
+                    self._note_absent(key, found is None)
             if found is not None:
                 found.setdefault("kind", kind)
                 {"Deployment": deployments, "Service": services}.get(kind, others).append(found)
         return Observed(tuple(deployments), tuple(services), tuple(pods), tuple(others))
+
+    # --------------------------------------------------------------------- caches
+
+    def informers(self, namespace: str) -> dict[str, Informer]:
+        """The namespace's informers, one per ``CACHED_KINDS``, started on first use."""
+        with self._informers_lock:
+            found = self._informers.get(namespace)
+            if found is None:
+                found = {kind: self._informer(kind, namespace) for kind in CACHED_KINDS}
+                self._informers[namespace] = found
+            return found
+
+    def _informer(self, kind: str, namespace: str) -> Informer:
+        return Informer(self, kind, namespace, rng=self.rng).start()
+
+    def _believed_absent(self, key: tuple[str, str, str]) -> bool:
+        with self._informers_lock:
+            since = self._absent.get(key)
+        return since is not None and self.monotonic() - since < ABSENT_TTL_SECONDS
+
+    def _note_absent(self, key: tuple[str, str, str], absent: bool) -> None:
+        now = self.monotonic()
+        with self._informers_lock:
+            if not absent:
+                self._absent.pop(key, None)
+                return
+            self._absent[key] = now
+            if len(self._absent) > 4096:  # churn: drop what expired
+                self._absent = {
+                    k: t for k, t in self._absent.items() if now - t < ABSENT_TTL_SECONDS
+                }
+
+    def _check_still_absent(self, kind: str, namespace: str, name: str) -> None:
+        """Before creating a name last read as absent: read it again; ``KubeError`` 409
+        AlreadyExists if an object holds it now (the next tick sees it and refuses it)."""
+        key = (namespace, kind, name)
+        with self._informers_lock:
+            believed = self._absent.pop(key, None) is not None
+        if believed and self.get(kind, namespace, name) is not None:
+            raise KubeError(
+                409, "AlreadyExists", f'{kind} "{name}" was created by someone else meanwhile'
+            )
+
+    def release(self, namespace: str) -> None:
+        """Stop and drop the namespace's informers (no PDDeployment is left there)."""
+        with self._informers_lock:
+            gone = self._informers.pop(namespace, None)
+            self._absent = {k: t for k, t in self._absent.items() if k[0] != namespace}
+        for inf in (gone or {}).values():
+            inf.stop()
+
+    def cached_namespaces(self) -> tuple[str, ...]:
+        with self._informers_lock:
+            return tuple(sorted(self._informers))
+
+    def stop_caches(self) -> None:
+        for namespace in self.cached_namespaces():
+            self.release(namespace)
+
+    def _remember(self, kind: str, namespace: str, written: Obj) -> Obj:
+        """Write-through: the API's answer to our write goes into the kind's cache."""
+        with self._informers_lock:
+            inf = self._informers.get(namespace, {}).get(kind)
+        if inf is not None and written.get("metadata"):
+            inf.store(written)
+        return written
 
     # --------------------------------------------------------------------- writes
 
@@ -299,7 +871,7 @@ class Kube:
         """Server-side apply of a whole owned object (create or update)."""
         meta = obj["metadata"]
         kind = str(obj["kind"])
-        return self._write(
+        written = self._write(
             verb,
             kind,
             meta["namespace"],
@@ -310,17 +882,22 @@ class Kube:
             content_type=APPLY_PATCH,
             query={"force": "true"},
         )
+        return self._remember(kind, meta["namespace"], written)
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> Obj:
-        return self._write(
-            "annotate",
+        return self._remember(
             "Pod",
             namespace,
-            name,
-            "PATCH",
-            _item("Pod", namespace, name),
-            body={"metadata": {"annotations": dict(annotations)}},
-            content_type=MERGE_PATCH,
+            self._write(
+                "annotate",
+                "Pod",
+                namespace,
+                name,
+                "PATCH",
+                _item("Pod", namespace, name),
+                body={"metadata": {"annotations": dict(annotations)}},
+                content_type=MERGE_PATCH,
+            ),
         )
 
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
@@ -399,6 +976,8 @@ class Kube:
         """Carry out one planned action (WARN is not a write and does nothing here)."""
         if action.verb in (Verb.CREATE, Verb.UPDATE, Verb.SCALE):
             assert action.body is not None
+            if action.verb is Verb.CREATE:
+                self._check_still_absent(action.kind, namespace, action.name)
             self.apply(action.body, verb=action.verb.value)
         elif action.verb is Verb.ANNOTATE_POD:
             self.annotate_pod(namespace, action.name, action.annotations or {})
@@ -409,7 +988,7 @@ class Kube:
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:
         """The ``coordination.k8s.io/v1`` Lease (None when it does not exist)."""
-        return self._get(_lease_path(namespace, name))
+        return self._get(_lease_path(namespace, name), limited=False)
 
     def create_lease(self, namespace: str, name: str, spec: Obj) -> Obj:
         """POST a Lease; ``KubeError`` 409 AlreadyExists when another replica was first.
@@ -421,7 +1000,7 @@ class Kube:
             "spec": spec,
         }
         query = {"fieldManager": naming.FIELD_MANAGER}
-        return self._request("POST", _lease_path(namespace), query, body)
+        return self._call("POST", _lease_path(namespace), query, body, limited=False)
 
     def update_lease(self, namespace: str, name: str, spec: Obj, resource_version: str) -> Obj:
         """PUT the Lease's spec at ``resource_version`` (optimistic concurrency):
@@ -437,7 +1016,7 @@ class Kube:
             "spec": spec,
         }
         query = {"fieldManager": naming.FIELD_MANAGER}
-        return self._request("PUT", _lease_path(namespace, name), query, body)
+        return self._call("PUT", _lease_path(namespace, name), query, body, limited=False)
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -451,6 +1030,16 @@ def _uid_of(observed: Observed, action: Action) -> str | None:
             uid = obj.get("metadata", {}).get("uid")
             return str(uid) if uid else None
     return None
+
+
+def _retry_after(response: Any) -> float | None:
+    """The seconds of a ``Retry-After: <seconds>`` header (a date: None)."""
+    headers = getattr(response, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _lease_path(namespace: str, name: str | None = None) -> str:
@@ -482,8 +1071,11 @@ class FencedKube(Kube):
         *,
         fence: Callable[[], bool],
         instance: str,
+        qps: float = 0.0,
+        burst: int = DEFAULT_BURST,
+        cache: bool = False,
     ) -> None:
-        super().__init__(api_client, audit)
+        super().__init__(api_client, audit, qps=qps, burst=burst, cache=cache)
         self.fence = fence
         self.instance = instance
         self._guard = threading.local()

@@ -116,6 +116,9 @@ CONDITION_REASONS: Mapping[str, ConditionReason] = {
 _API_ERROR_CHARS = 200
 _ERROR_DOC_BYTES = 65536  # a non-200 body larger than this is not read as an error document
 _READ_CHUNK = 65536
+#: Idle kept-alive connections per Prometheus URL, and how long one is kept idle.
+KEEP_IDLE_CONNECTIONS = 128
+KEEP_IDLE_SECONDS = 30.0
 
 
 class MetricsUnavailableError(Exception):
@@ -565,11 +568,14 @@ class SecretCache:
 
 class _DeadlineReader(io.RawIOBase):
     """Reads a socket with each ``recv`` bounded by the time left to one deadline, so a
-    server sending a byte now and then cannot stretch the exchange past it."""
+    server sending a byte now and then cannot stretch the exchange past it. Holds the
+    socket through its own ``makefile`` (the socket's file descriptor stays open while
+    the reader is, as with ``http.client``'s own reader)."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         super().__init__()
         self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)
         self._deadline = deadline
 
     def readable(self) -> bool:
@@ -580,7 +586,11 @@ class _DeadlineReader(io.RawIOBase):
         if left <= 0:
             raise TimeoutError("deadline passed")
         self._sock.settimeout(left)
-        return self._sock.recv_into(buffer)
+        return self._raw.readinto(buffer) or 0
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 class _DeadlineSocket:
@@ -593,6 +603,19 @@ class _DeadlineSocket:
 
     def makefile(self, mode: str) -> io.BufferedReader:
         return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+
+def _deadline_response(deadline: float) -> Any:
+    """An ``HTTPConnection.response_class`` reading its socket within ``deadline``."""
+
+    def make(sock: socket.socket, *args: Any, **kwargs: Any) -> http.client.HTTPResponse:
+        return http.client.HTTPResponse(
+            _DeadlineSocket(sock, deadline),  # type: ignore[arg-type]
+            *args,
+            **kwargs,
+        )
+
+    return make
 
 
 class _TooLargeError(Exception):
@@ -622,6 +645,25 @@ def _phrase(code: int) -> str:
         return "non-standard status"
 
 
+class PrometheusStats:
+    """Queries sent and connections opened, summed over the clients sharing it
+    (thread-safe; the operator exports them as ``pdscaler_prometheus_requests_total``
+    and ``pdscaler_prometheus_connections_total``)."""
+
+    def __init__(self) -> None:
+        self.queries = 0
+        self.connections = 0
+        self._lock = threading.Lock()
+
+    def query_sent(self) -> None:
+        with self._lock:
+            self.queries += 1
+
+    def connection_opened(self) -> None:
+        with self._lock:
+            self.connections += 1
+
+
 class PrometheusClient:
     """Instant queries against one Prometheus (``url`` may carry a path prefix, e.g.
     ``http://gateway/prometheus``). ``timeout`` is the total deadline of one query;
@@ -636,8 +678,10 @@ class PrometheusClient:
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         credentials: Credentials | None = None,
+        stats: PrometheusStats | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self.stats = stats if stats is not None else PrometheusStats()
         self.shown = shown_url(self.url)
         self.timeout = timeout
         self.max_body_bytes = max_body_bytes
@@ -653,6 +697,8 @@ class PrometheusClient:
         self._headers = credentials.request_headers() if credentials is not None else {}
         # raises MetricsUnavailableError (InvalidSecret) for unusable PEM
         self._tls = tls_context(credentials) if self._https else None
+        self._idle: list[tuple[float, http.client.HTTPConnection]] = []
+        self._idle_lock = threading.Lock()
 
     def query(self, promql: str, at: float | None = None) -> dict[str, Any]:
         """The JSON answer of an instant query (``status`` is ``success``), evaluated at
@@ -663,6 +709,7 @@ class PrometheusClient:
         if at is not None:
             form["time"] = f"{at:.3f}"
         deadline = time.monotonic() + self.timeout
+        self.stats.query_sent()
         try:
             code, body = self._post(urllib.parse.urlencode(form).encode(), deadline)
         except _TooLargeError:
@@ -699,7 +746,20 @@ class PrometheusClient:
     def _post(self, form: bytes, deadline: float) -> tuple[int, bytes | None]:
         """(status, body) of one POST; the body of a non-200 only if it is small
         (``None`` otherwise); every step within ``deadline``. Redirects are answers like
-        any other status: never followed."""
+        any other status: never followed. Sent on an idle kept-alive connection when
+        there is one (``_acquire``); a kept connection the server has closed meanwhile
+        is replaced by a new one once."""
+        reused, conn = self._acquire(deadline)
+        try:
+            return self._exchange(conn, form, deadline)
+        except (ConnectionError, http.client.BadStatusLine) as err:
+            if not reused or isinstance(err, TimeoutError):
+                raise
+            conn.close()
+            _, conn = self._connect(deadline)  # a stale kept-alive connection: once more
+            return self._exchange(conn, form, deadline)
+
+    def _connect(self, deadline: float) -> tuple[bool, http.client.HTTPConnection]:
         left = deadline - time.monotonic()
         conn: http.client.HTTPConnection
         if self._tls is not None:
@@ -708,8 +768,48 @@ class PrometheusClient:
             )
         else:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=left)
+        self.stats.connection_opened()
         try:
             conn.connect()
+        except BaseException:
+            conn.close()
+            raise
+        return False, conn
+
+    def _acquire(self, deadline: float) -> tuple[bool, http.client.HTTPConnection]:
+        """(reused, a connected connection): an idle one kept from an earlier query (not
+        idle for longer than ``KEEP_IDLE_SECONDS``), else a new one."""
+        now = time.monotonic()
+        with self._idle_lock:
+            while self._idle:
+                since, conn = self._idle.pop()
+                if now - since < KEEP_IDLE_SECONDS and conn.sock is not None:
+                    return True, conn
+                conn.close()
+        return self._connect(deadline)
+
+    def _release(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        """Keep ``conn`` for the next query if its answer was read to the end and the
+        server keeps it open; else close it."""
+        if resp.isclosed() and not resp.will_close and conn.sock is not None:
+            with self._idle_lock:
+                if len(self._idle) < KEEP_IDLE_CONNECTIONS:
+                    self._idle.append((time.monotonic(), conn))
+                    return
+        conn.close()
+
+    def close(self) -> None:
+        """Close the kept-alive connections (the client stays usable)."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for _, conn in idle:
+            conn.close()
+
+    def _exchange(
+        self, conn: http.client.HTTPConnection, form: bytes, deadline: float
+    ) -> tuple[int, bytes | None]:
+        resp: http.client.HTTPResponse | None = None
+        try:
             if conn.sock is None:  # pragma: no cover (connect sets it or raises)
                 raise ConnectionError("no socket")
             conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
@@ -722,24 +822,22 @@ class PrometheusClient:
                     "Content-Type": "application/x-www-form-urlencoded",
                 },
             )
-            resp = http.client.HTTPResponse(
-                _DeadlineSocket(conn.sock, deadline),  # type: ignore[arg-type]
-                method="POST",
-            )
+            conn.response_class = _deadline_response(deadline)
+            resp = conn.getresponse()
+            if resp.status == 200:
+                return 200, _read_capped(resp, self.max_body_bytes)
+            if 300 <= resp.status < 400:
+                return resp.status, None
             try:
-                resp.begin()
-                if resp.status == 200:
-                    return 200, _read_capped(resp, self.max_body_bytes)
-                if 300 <= resp.status < 400:
-                    return resp.status, None
-                try:
-                    return resp.status, _read_capped(resp, _ERROR_DOC_BYTES)
-                except _TooLargeError:
-                    return resp.status, None
-            finally:
-                resp.close()
+                return resp.status, _read_capped(resp, _ERROR_DOC_BYTES)
+            except _TooLargeError:
+                return resp.status, None
         finally:
-            conn.close()
+            if resp is not None:
+                self._release(conn, resp)
+                resp.close()
+            else:
+                conn.close()
 
     def _http_error(self, code: int, body: bytes | None) -> MetricsUnavailableError:
         """400 (bad_data) and 422 (execution) with Prometheus' error document are the

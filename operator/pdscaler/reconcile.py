@@ -37,7 +37,14 @@ from typing import Any
 import pydantic
 
 from pdscaler import rollout, status, tick
-from pdscaler.kube import Kube, KubeError, load_api_client
+from pdscaler.kube import (
+    DEFAULT_BURST,
+    DEFAULT_QPS,
+    Kube,
+    KubeError,
+    TokenBucket,
+    load_api_client,
+)
 from pdscaler.manifests import Meta
 from pdscaler.plan import Action, Plan
 from pdscaler.prometheus import (
@@ -48,6 +55,7 @@ from pdscaler.prometheus import (
     Credentials,
     MetricsUnavailableError,
     PrometheusClient,
+    PrometheusStats,
     SecretCache,
     SecretUnreadableError,
     credentials_from,
@@ -69,6 +77,12 @@ PROMETHEUS_URL_ENV = "PDSCALER_PROMETHEUS_URL"
 PROMETHEUS_ALLOWED_URLS_ENV = "PDSCALER_PROMETHEUS_ALLOWED_URLS"
 #: The largest Prometheus answer read, in bytes (default 4 MiB).
 PROMETHEUS_MAX_BODY_ENV = "PDSCALER_PROMETHEUS_MAX_BODY_BYTES"
+#: The API client's rate limit (requests a second, burst; ``kube.DEFAULT_QPS`` and
+#: ``DEFAULT_BURST`` when unset; 0 qps: none) and whether ticks read the owned objects
+#: from watch caches (default) or LIST them every tick (``0``).
+KUBE_QPS_ENV = "PDSCALER_KUBE_QPS"
+KUBE_BURST_ENV = "PDSCALER_KUBE_BURST"
+KUBE_CACHE_ENV = "PDSCALER_KUBE_CACHE"
 PROMETHEUS_TIMEOUT_SECONDS = 5.0  # the total deadline of one query
 #: How long a PDDeployment whose query ran into its deadline is not read again: its
 #: ticks fail at once with the same error instead of each holding a tick thread for a
@@ -129,7 +143,11 @@ class Runtime:
     #: (``TickFacts.unobserved``); kept when a new leader clears the memory
     failing_since: dict[tuple[str, str], float] = field(default_factory=dict)
     warned: set[tuple[str, ...]] = field(default_factory=set)
+    #: (namespace, name) -> the Prometheus URL its last snapshot was read from
+    urls: dict[tuple[str, str], str] = field(default_factory=dict)
     ticks: int = 0  # reconcile_once calls so far (tests, the benchmark)
+    #: Queries and connections of every Prometheus client (``pdscaler_prometheus_*``).
+    prometheus_stats: PrometheusStats = field(default_factory=PrometheusStats)
     _clients: dict[str, PrometheusClient] = field(default_factory=dict)
     #: (namespace, name) -> its client with credentials (metrics.prometheus.auth)
     _auth_clients: dict[tuple[str, str], tuple[str, PrometheusClient]] = field(default_factory=dict)
@@ -152,12 +170,25 @@ class Runtime:
         max_body = int(cap) if cap else DEFAULT_MAX_BODY_BYTES
         if max_body <= 0:
             raise ValueError(f"{PROMETHEUS_MAX_BODY_ENV} must be a positive number of bytes")
-        return Runtime(
-            kube=Kube(load_api_client()),
+        qps = float(os.environ.get(KUBE_QPS_ENV, "").strip() or DEFAULT_QPS)
+        burst = int(os.environ.get(KUBE_BURST_ENV, "").strip() or DEFAULT_BURST)
+        if qps < 0 or burst < 1:
+            raise ValueError(f"{KUBE_QPS_ENV} must be >= 0 and {KUBE_BURST_ENV} >= 1")
+        cache = os.environ.get(KUBE_CACHE_ENV, "1").strip().lower() not in ("0", "false", "no")
+        kube = Kube(load_api_client())
+        kube.limiter = TokenBucket(qps, burst)
+        kube.cache = cache
+        rt = Runtime(
+            kube=kube,
             prometheus_url=os.environ.get(PROMETHEUS_URL_ENV) or None,
             prometheus_allowed=allowed or DEFAULT_ALLOWED_URLS,
             prometheus_max_body_bytes=max_body,
         )
+        stats = rt.prometheus_stats
+        rt.telemetry.track_requests(
+            lambda: rt.kube.request_counts.snapshot(), lambda: (stats.queries, stats.connections)
+        )
+        return rt
 
     def prometheus(
         self,
@@ -185,15 +216,25 @@ class Runtime:
                 if held is not None and held[0] == key:
                     return held[1]
             client = PrometheusClient(
-                target, self.prometheus_timeout, self.prometheus_max_body_bytes, credentials
+                target,
+                self.prometheus_timeout,
+                self.prometheus_max_body_bytes,
+                credentials,
+                stats=self.prometheus_stats,
             )
             with self._guard:
+                replaced = self._auth_clients.get(owner)
                 self._auth_clients[owner] = (key, client)
+            if replaced is not None:
+                replaced[1].close()  # its kept-alive connections
             return client
         with self._guard:
             if target not in self._clients:
                 self._clients[target] = PrometheusClient(
-                    target, self.prometheus_timeout, self.prometheus_max_body_bytes
+                    target,
+                    self.prometheus_timeout,
+                    self.prometheus_max_body_bytes,
+                    stats=self.prometheus_stats,
                 )
             return self._clients[target]
 
@@ -208,7 +249,9 @@ class Runtime:
         prom = spec.metrics.prometheus
         if prom.auth is None and not prom.insecure_skip_verify:
             with self._guard:
-                self._auth_clients.pop(key, None)
+                dropped = self._auth_clients.pop(key, None)
+            if dropped is not None:
+                dropped[1].close()
             self.secrets().forget(key)
             client = self.prometheus(prom.url)
         else:
@@ -217,6 +260,7 @@ class Runtime:
             data = self.secrets().read(namespace, names, user=key)
             client = self.prometheus(prom.url, credentials_from(prom, data, namespace), key)
         with self._guard:
+            self.urls[key] = client.url
             paused = self._paused.get(key)
             if paused is not None and (self.monotonic() >= paused[0] or paused[1] != client.url):
                 del self._paused[key]
@@ -251,19 +295,44 @@ class Runtime:
         return self.intervals.get((namespace, name), 15.0)
 
     def forget(self, namespace: str, name: str) -> None:
-        """Drop what is kept for a PDDeployment that is gone (memory, series, reports)."""
+        """Drop everything kept for a PDDeployment that is gone (deleted, or out of the
+        operator's scope): its policy memory and rollout state, reports, the Events
+        published once, its lock, its metric series, the Prometheus client no other
+        PDDeployment uses, and the namespace's caches when no PDDeployment is left.
+        Waits for a tick of it that is running (which would record its series again)."""
+        with self.lock(namespace, name):
+            self._forget(namespace, name)
+
+    def _forget(self, namespace: str, name: str) -> None:
+        """``forget`` under the PDDeployment's lock (a tick that found it gone)."""
         uid = self.uids.pop((namespace, name), None)
         if uid is not None:
-            self.memory.pop(uid, None)
-            self.rollouts.pop(uid, None)
+            self._forget_uid(uid)
         self.last.pop((namespace, name), None)
         self.intervals.pop((namespace, name), None)
         self.failing_since.pop((namespace, name), None)
         with self._guard:
             self._paused.pop((namespace, name), None)
-            self._auth_clients.pop((namespace, name), None)
+            authed = self._auth_clients.pop((namespace, name), None)
+            self._locks.pop((namespace, name), None)
+            url = self.urls.pop((namespace, name), None)
+            client = None
+            if url is not None and url not in self.urls.values():
+                client = self._clients.pop(url, None)
+        for unused in (client, authed[1] if authed is not None else None):
+            if unused is not None:
+                unused.close()
         self.secrets().forget((namespace, name))
         self.telemetry.forget(namespace, name)
+        if not any(ns == namespace for ns, _ in self.uids):
+            self.kube.release(namespace)
+
+    def _forget_uid(self, uid: str) -> None:
+        """Drop what is kept by uid (a PDDeployment deleted, or replaced by a new one
+        of the same name)."""
+        self.memory.pop(uid, None)
+        self.rollouts.pop(uid, None)
+        self.warned = {key for key in self.warned if len(key) < 2 or key[1] != uid}
 
     def tick(self, namespace: str, name: str) -> TickReport | None:
         """``reconcile_once`` under the PDDeployment's lock; errors are logged and
@@ -349,7 +418,7 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
     why there is nothing to do (``not found``, ``being deleted``, ``invalid spec``)."""
     pdd = rt.kube.get_pdd(namespace, name)
     if pdd is None:
-        rt.forget(namespace, name)
+        rt._forget(namespace, name)
         return "not found"
     meta = pdd["metadata"]
     if meta.get("deletionTimestamp"):
@@ -360,6 +429,9 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
     rt.intervals[(namespace, name)] = spec.scaling.interval_seconds
     now = rt.clock()
     uid = str(meta["uid"])
+    previous = rt.uids.get((namespace, name))
+    if previous is not None and previous != uid:  # deleted and made again meanwhile
+        rt._forget_uid(previous)
     rt.uids[(namespace, name)] = uid
     owner = Meta(name=name, namespace=namespace, uid=uid)
     observed = rt.kube.observe(namespace, name, tick.wanted_objects(owner, spec))

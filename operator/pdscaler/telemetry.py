@@ -26,7 +26,11 @@ PDDeployment (``namespace``, ``name`` labels):
 * ``pdscaler_leader``: 1 while this replica may write (holds the Lease, fence open);
 * ``pdscaler_writes_sent``: writes that passed the fence and were sent, counted as they
   leave (``Kube.audit``), so a write in flight when the process was stopped is counted
-  before the stop.
+  before the stop;
+* ``pdscaler_kube_requests_total{verb,resource}``: every request to the API server
+  (reads, watches, writes, the Lease), ``pdscaler_prometheus_requests_total`` (queries)
+  and ``pdscaler_prometheus_connections_total`` (connections opened): read from the
+  clients' own counters at scrape time (``track_requests``);
 
 and a small HTTP server for them plus a liveness probe (``/healthz``: 200 while the
 ``healthy`` callback says so; ``Health`` is the tick loop's: alive iff it beat
@@ -46,7 +50,7 @@ from __future__ import annotations
 import http.server
 import math
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -56,6 +60,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
 from pdscaler.types import (
@@ -170,6 +176,15 @@ class Telemetry:
             registry=r,
         )
 
+    def track_requests(
+        self,
+        kube: Callable[[], Mapping[tuple[str, str], int]],
+        prometheus: Callable[[], tuple[int, int]],
+    ) -> None:
+        """Export the request counters: ``kube()`` -> {(verb, resource): count},
+        ``prometheus()`` -> (queries, connections opened); both read at scrape time."""
+        self.registry.register(_RequestCollector(kube, prometheus))
+
     def record_tick(
         self,
         namespace: str,
@@ -265,7 +280,7 @@ class Telemetry:
         self.writes.labels(verb, kind).inc()
 
     def forget(self, namespace: str, name: str) -> None:
-        """Drop the series of a deleted PDDeployment (its counters and histogram too:
+        """Drop every series of a deleted PDDeployment (its counters and histogram too:
         an alert on a rate that stopped must not fire for a PDDeployment that is gone)."""
         families: tuple[Gauge | Counter | Histogram, ...] = (
             self.desired,
@@ -292,9 +307,40 @@ class Telemetry:
         return generate_latest(self.registry)
 
 
+class _RequestCollector(Collector):
+    def __init__(
+        self,
+        kube: Callable[[], Mapping[tuple[str, str], int]],
+        prometheus: Callable[[], tuple[int, int]],
+    ) -> None:
+        self.kube = kube
+        self.prometheus = prometheus
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        requests = CounterMetricFamily(
+            "pdscaler_kube_requests",
+            "Requests sent to the API server (reads, watches, writes, the Lease).",
+            labels=["verb", "resource"],
+        )
+        for (verb, resource), count in sorted(self.kube().items()):
+            requests.add_metric([verb, resource], float(count))
+        yield requests
+        queries, connections = self.prometheus()
+        yield CounterMetricFamily(
+            "pdscaler_prometheus_requests", "Queries sent to Prometheus.", value=float(queries)
+        )
+        yield CounterMetricFamily(
+            "pdscaler_prometheus_connections",
+            "Connections opened to Prometheus.",
+            value=float(connections),
+        )
+
+
 def _label_sets(family: Gauge | Counter | Histogram) -> list[tuple[str, ...]]:
-    # prometheus-client keeps a family's children keyed by their label values
-    return [tuple(key) for key in family._metrics]
+    # prometheus-client keeps a family's children keyed by their label values, under
+    # the family's lock (other threads' ticks add children while one is forgotten)
+    with family._lock:
+        return [tuple(key) for key in family._metrics]
 
 
 def _inputs(m: MetricsSnapshot | None) -> dict[str, float | None]:

@@ -13,14 +13,34 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pdscaler.kube import APPLY_PATCH, MERGE_PATCH, Kube, KubeError, WriteAudit
+from pdscaler.kube import APPLY_PATCH, MERGE_PATCH, Kube, KubeError
 
 Obj = dict[str, Any]
 T0 = "2025-01-01T00:00:00Z"
-COLLECTIONS = ("deployments", "services", "pods", "events", "pddeployments")
+COLLECTIONS = (
+    "deployments",
+    "services",
+    "pods",
+    "events",
+    "pddeployments",
+    "serviceaccounts",
+    "roles",
+    "rolebindings",
+)
+
+
+def _selected(obj: Obj, selector: str | None) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in (selector or "").split(","):
+        if not term:
+            continue
+        key, eq, value = term.partition("=")
+        if (key not in labels) if not eq else labels.get(key) != value:
+            return False
+    return True
 
 
 def merge(base: Any, patch: Any) -> Any:
@@ -38,8 +58,9 @@ def merge(base: Any, patch: Any) -> Any:
 
 class FakeKube(Kube):
     def __init__(self) -> None:  # no API client: _request is replaced
-        self.audit = WriteAudit()
-        self.reads = 0
+        super().__init__(api_client=object())  # type: ignore[arg-type]
+        self.log: list[tuple[int, str, str, Obj]] = []  # (version, type, path, object)
+        self.compacted = 0
         self.store: dict[str, Obj] = {}
         self.requests: list[tuple[str, str, str]] = []  # (method, path, content type)
         self._ids = itertools.count(1)
@@ -70,6 +91,7 @@ class FakeKube(Kube):
             if want_uid and obj["metadata"]["uid"] != want_uid:
                 raise KubeError(409, "Conflict", "uid precondition failed")
             del self.store[path]
+            self._event("DELETED", path, obj)
             return {}
         assert method == "PATCH"
         if content_type == APPLY_PATCH:
@@ -77,7 +99,8 @@ class FakeKube(Kube):
             old = self.store.get(path)
             new = self._fresh(body) if old is None else self._replace(old, body)
             self.store[path] = new
-            return new
+            self._event("ADDED" if old is None else "MODIFIED", path, new)
+            return copy.deepcopy(new)
         assert content_type == MERGE_PATCH, content_type
         target = path.removesuffix("/status")
         obj = self.store.get(target)
@@ -85,7 +108,8 @@ class FakeKube(Kube):
             raise KubeError(404, "NotFound", target)
         self.store[target] = merge(obj, body)
         self._bump(self.store[target])
-        return self.store[target]
+        self._event("MODIFIED", target, self.store[target])
+        return copy.deepcopy(self.store[target])
 
     def _get_path(self, path: str, query: Mapping[str, str]) -> Obj:
         if path in self.store:
@@ -98,15 +122,42 @@ class FakeKube(Kube):
             for p, o in self.store.items()
             if p.startswith(prefix) and "/" not in p[len(prefix) :]
         ]
-        selector = query.get("labelSelector")
-        if selector:
-            pairs = dict(kv.split("=", 1) for kv in selector.split(","))
-            items = [
-                o
-                for o in items
-                if all((o["metadata"].get("labels") or {}).get(k) == v for k, v in pairs.items())
-            ]
-        return {"items": items}
+        items = [o for o in items if _selected(o, query.get("labelSelector"))]
+        return {"metadata": {"resourceVersion": str(self._version())}, "items": items}
+
+    # ------------------------------------------------------------------ watches
+
+    def _event(self, type_: str, path: str, obj: Obj) -> None:
+        version = int(obj["metadata"].get("resourceVersion") or 0)
+        if type_ == "DELETED":
+            version = next(self._ids)
+        self.log.append((version, type_, path, copy.deepcopy(obj)))
+
+    def _version(self) -> int:
+        return max([v for v, *_ in self.log] + [self.compacted], default=0)
+
+    def compact(self) -> None:
+        """Forget the events so far: a watch from an older version gets 410 Gone."""
+        self.compacted = self._version()
+        self.log.clear()
+
+    def _watch(self, path: str, query: Mapping[str, str]) -> tuple[Any, Iterator[Obj]]:
+        self.request_counts.add("watch", path.rsplit("/", 1)[-1])
+        self.requests.append(("WATCH", path, ""))
+        since = int(query.get("resourceVersion") or 0)
+        if since < self.compacted:
+            gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+            return (lambda: None), iter([{"type": "ERROR", "object": gone}])
+        prefix = path + "/"
+        events = [
+            {"type": t, "object": copy.deepcopy(o)}
+            for v, t, p, o in self.log
+            if v > since
+            and p.startswith(prefix)
+            and "/" not in p[len(prefix) :]
+            and _selected(o, query.get("labelSelector"))
+        ]
+        return (lambda: None), iter(events)
 
     def _fresh(self, body: Obj) -> Obj:
         obj = copy.deepcopy(body)
@@ -134,6 +185,7 @@ class FakeKube(Kube):
     def put(self, path: str, obj: Obj) -> Obj:
         """Store ``obj`` at ``path`` as if a user created it (no audit)."""
         self.store[path] = self._fresh(obj)
+        self._event("ADDED", path, self.store[path])
         return self.store[path]
 
     def objects(self, kind_path: str) -> list[Obj]:

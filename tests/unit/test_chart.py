@@ -99,13 +99,27 @@ def test_workload_role_is_exactly_what_the_operator_uses() -> None:
     assert grants(rules_of("X")) == {
         ("pdscaler.io", "pddeployments"): {"get", "list", "watch", "patch"},
         ("pdscaler.io", "pddeployments/status"): {"get", "patch"},
-        ("apps", "deployments"): {"get", "list", "create", "patch", "delete"},
-        ("", "services"): {"get", "list", "create", "patch", "delete"},
+        ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
+        ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
         ("", "pods"): {"get", "list", "watch", "patch"},
         ("", "events"): {"create"},
-        ("", "serviceaccounts"): {"get", "create", "patch", "delete"},
-        ("rbac.authorization.k8s.io", "roles"): {"get", "create", "patch", "delete"},
-        ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
+        ("", "serviceaccounts"): {"get", "list", "watch", "create", "patch", "delete"},
+        ("rbac.authorization.k8s.io", "roles"): {
+            "get",
+            "list",
+            "watch",
+            "create",
+            "patch",
+            "delete",
+        },
+        ("rbac.authorization.k8s.io", "rolebindings"): {
+            "get",
+            "list",
+            "watch",
+            "create",
+            "patch",
+            "delete",
+        },
     }
 
 

@@ -4,7 +4,8 @@ Owns: the run options and turning them into a kopf run: watched namespaces
 (``--namespace``, repeatable, or ``--all-namespaces``), standalone vs leader election
 over a Lease (``--standalone`` / ``--leader-elect`` with ``--lease-name``,
 ``--lease-namespace``, ``--lease-duration``, ``--renew-deadline``, ``--retry-period``,
-``--identity``; each also from a ``PDSCALER_*`` variable), the metrics and liveness
+``--identity``; each also from a ``PDSCALER_*`` variable), the API client's rate limit
+(``--kube-qps``, ``--kube-burst``), the metrics and liveness
 endpoint (``--metrics-port``, 0 = off, on ``--metrics-address``, loopback unless
 told), the log format, and the kubeconfig (``--kubeconfig``, else ``$KUBECONFIG``, else
 in-cluster config inside a pod, else ``~/.kube/config``). Must not: hold operator logic.
@@ -35,6 +36,7 @@ import typer
 
 from pdscaler import lease
 from pdscaler.cli.common import OneLineCommand, fail
+from pdscaler.kube import DEFAULT_BURST, DEFAULT_QPS
 
 if TYPE_CHECKING:
     from pdscaler.leader import Elector
@@ -139,6 +141,24 @@ def cmd_run(
     kubeconfig: Annotated[
         str | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG).")
     ] = None,
+    kube_qps: Annotated[
+        float,
+        typer.Option(
+            "--kube-qps",
+            min=0.0,
+            envvar="PDSCALER_KUBE_QPS",
+            help="API requests a second the ticks may make (token bucket; 0: no limit).",
+        ),
+    ] = DEFAULT_QPS,
+    kube_burst: Annotated[
+        int,
+        typer.Option(
+            "--kube-burst",
+            min=1,
+            envvar="PDSCALER_KUBE_BURST",
+            help="API requests the ticks may make at once above --kube-qps.",
+        ),
+    ] = DEFAULT_BURST,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logs.")] = False,
 ) -> None:
     """Start the operator against the current kubeconfig (in-cluster inside a pod)."""
@@ -149,6 +169,8 @@ def cmd_run(
         if not os.path.isfile(kubeconfig):
             fail(f"--kubeconfig {kubeconfig}: no such file")
         os.environ["KUBECONFIG"] = kubeconfig
+    os.environ["PDSCALER_KUBE_QPS"] = f"{kube_qps:g}"  # read by Runtime.from_environment
+    os.environ["PDSCALER_KUBE_BURST"] = str(kube_burst)
     try:
         timings = lease.Timings(lease_duration, renew_deadline, retry_period)
     except ValueError as err:
@@ -214,12 +236,17 @@ def run_operator(
         elector = Elector(
             runtime.kube, election.namespace, election.name, election.identity, election.timings
         )
+        plain = runtime.kube
         runtime.kube = FencedKube(
-            runtime.kube.api,
-            runtime.kube.audit,
+            plain.api,
+            plain.audit,
             fence=elector.may_write,
             instance=election.identity,
+            qps=plain.limiter.qps,
+            burst=plain.limiter.burst,
+            cache=plain.cache,
         )
+        runtime.kube.request_counts = elector.kube.request_counts  # one count for both
     handlers.install(runtime)
     handlers.install_leader(elector.may_write if elector is not None else None)
     health = handlers.health()
@@ -255,6 +282,9 @@ def run_operator(
         if elector is not None:
             elector.stop(release=True)
         handlers.install_leader(None)
+        stop_caches = getattr(runtime.kube, "stop_caches", None)
+        if stop_caches is not None:
+            stop_caches()
         if server is not None:
             server.stop()
 

@@ -1,0 +1,163 @@
+"""What the Runtime keeps per PDDeployment is dropped when it is deleted (``forget``) or
+replaced by a new object of the same name: policy memory and rollout state, the Events
+published once, its lock, its metric series (every family), the Prometheus client no
+other PDDeployment uses, the namespace's caches. Each map has its own test: a fleet with
+create/delete churn must not grow the operator's memory or /metrics."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from test_reconcile_unit_tick import NAME, NS, PDD_PATH, World, manifest
+
+from pdscaler.prometheus import MetricsUnavailableError
+from pdscaler.spec import PDDeploymentSpec
+from support.fakekube import FakeKube
+
+
+def series_of(w: World, name: str = NAME) -> list[str]:
+    text = w.rt.telemetry.exposition().decode()
+    return [
+        line
+        for line in text.splitlines()
+        if not line.startswith("#") and f'name="{name}"' in line and f'namespace="{NS}"' in line
+    ]
+
+
+def uid(w: World) -> str:
+    return str(w.pdd()["metadata"]["uid"])
+
+
+def test_memory_and_rollout_state_are_dropped() -> None:
+    w = World()
+    w.tick()
+    u = uid(w)
+    assert u in w.rt.memory
+    w.rt.forget(NS, NAME)
+    assert u not in w.rt.memory
+    assert u not in w.rt.rollouts
+
+
+def test_events_published_once_are_dropped() -> None:
+    """An ``UnknownFields`` Warning is published once per uid and generation: the key
+    stays in ``warned`` until the PDDeployment is deleted, not forever."""
+    w = World()
+    w.kube.store[PDD_PATH]["spec"]["fromTheFuture"] = 1
+    w.tick()
+    u = uid(w)
+    assert any(len(k) > 1 and k[1] == u for k in w.rt.warned)
+    w.rt.forget(NS, NAME)
+    assert not any(len(k) > 1 and k[1] == u for k in w.rt.warned)
+
+
+def test_a_replaced_object_drops_the_old_uid() -> None:
+    """Deleted and created again while the operator did not see the DELETED event: the
+    new uid's first tick drops what the old uid left (memory, warned keys)."""
+    w = World()
+    w.kube.store[PDD_PATH]["spec"]["fromTheFuture"] = 1
+    w.tick()
+    old = uid(w)
+    del w.kube.store[PDD_PATH]
+    w.kube.put(PDD_PATH, manifest())
+    w.tick()
+    assert uid(w) != old
+    assert old not in w.rt.memory
+    assert not any(len(k) > 1 and k[1] == old for k in w.rt.warned)
+
+
+def test_every_metric_series_is_dropped() -> None:
+    """Desired/ready/inputs/outputs were dropped before; the duration histogram, the
+    decisions and the errors of a deleted PDDeployment stayed on /metrics forever."""
+    w = World()
+    w.tick()
+    w.rt.telemetry.errors.labels(NS, NAME).inc()
+    assert any(s.startswith("pdscaler_reconcile_duration_seconds") for s in series_of(w))
+    assert any(s.startswith("pdscaler_decisions_total") for s in series_of(w))
+    w.rt.forget(NS, NAME)
+    assert series_of(w) == []
+
+
+def test_the_lock_is_dropped() -> None:
+    w = World()
+    w.rt.tick(NS, NAME)
+    assert (NS, NAME) in w.rt._locks
+    w.rt.forget(NS, NAME)
+    assert (NS, NAME) not in w.rt._locks
+
+
+def spec(url: str) -> PDDeploymentSpec:
+    doc: Any = manifest()["spec"]
+    doc["metrics"] = {"prometheus": {"url": url}}
+    return PDDeploymentSpec.model_validate(doc)
+
+
+def test_a_prometheus_client_no_one_uses_is_dropped() -> None:
+    """One client per URL; the last PDDeployment naming a URL takes its client (and
+    its kept-alive connections) along; a URL still used keeps its client."""
+    w = World()
+    rt = w.rt
+    for name, url in (("a", "http://127.0.0.1:9"), ("b", "http://127.0.0.1:9"),
+                      ("c", "http://127.0.0.1:7")):  # fmt: skip
+        with contextlib.suppress(MetricsUnavailableError):  # nothing listens there
+            rt.snapshot(spec(url), NS, name, 0.0)
+    assert sorted(rt._clients) == ["http://127.0.0.1:7", "http://127.0.0.1:9"]
+    rt.forget(NS, "a")
+    assert sorted(rt._clients) == ["http://127.0.0.1:7", "http://127.0.0.1:9"]
+    rt.forget(NS, "b")
+    rt.forget(NS, "c")
+    assert rt._clients == {}
+    assert rt.urls == {}
+
+
+def test_the_namespace_caches_go_with_its_last_pdddeployment() -> None:
+    class Recording(FakeKube):
+        def __init__(self) -> None:
+            super().__init__()
+            self.released: list[str] = []
+
+        def release(self, namespace: str) -> None:
+            self.released.append(namespace)
+
+    w = World()
+    kube = Recording()
+    kube.store, kube._ids = w.kube.store, w.kube._ids
+    w.kube = w.rt.kube = kube
+    w.tick()
+    w.rt.uids[(NS, "other")] = "uid-other"
+    w.rt.forget(NS, NAME)
+    assert kube.released == []  # "other" is still there
+    w.rt.forget(NS, "other")
+    assert kube.released == [NS]
+
+
+def test_forget_while_other_ticks_record_series() -> None:
+    """Ticks of other PDDeployments add series while one is forgotten (kopf's DELETED
+    handler and the tick threads run at once): forget must not fail with "dictionary
+    changed size during iteration" (the D14 churn drill saw it, and the PDDeployment's
+    series then stayed on /metrics for good)."""
+    import threading
+
+    from pdscaler.telemetry import Telemetry
+
+    tel = Telemetry()
+    stop = threading.Event()
+    for i in range(20000):  # a long iteration for forget
+        tel.inputs.labels(NS, f"fleet-{i}", "request_rate").set(1)
+
+    def record() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            tel.inputs.labels(NS, f"other-{i}", "request_rate").set(1)
+            tel.inputs.remove(NS, f"other-{i}", "request_rate")
+
+    thread = threading.Thread(target=record, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            tel.inputs.labels(NS, NAME, "request_rate").set(1)
+            tel.forget(NS, NAME)
+    finally:
+        stop.set()
+        thread.join(5)
