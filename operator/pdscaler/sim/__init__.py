@@ -1,7 +1,8 @@
 """The offline simulator: the serving model, a simulated Prometheus, trace handling, the
 closed loop that runs the operator's own policy (and the baselines) on a simulated
-clock, the SLO-feasible oracle and the lower bounds, and the results. Pure and deterministic for a seed: no clock
-reads, no network, no file writes (the CLI and the bench write what it returns).
+clock, the SLO-feasible oracle and the lower bounds, and the results. Pure and
+deterministic for a seed: no clock reads, no network, no file writes (the CLI and the
+bench write what it returns).
 
 Modules:
 
