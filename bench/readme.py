@@ -99,7 +99,9 @@ def quality_part(doc: dict[str, Any]) -> list[str]:
         "TPOT <= 50 ms per request. The oracle is the SLO-feasible clairvoyant schedule "
         "(replayed, it meets 99% or the feasibility ceiling); `x oracle` is a ratio to it. "
         "The tuned baselines were tuned on seed 0; the held-out case (prompts of 8k-16k "
-        "tokens, length-aware TTFT) was tuned on by nobody. " + cuts_line(doc) + " Start-up "
+        "tokens, length-aware TTFT) was tuned on by nobody. "
+        + (cuts_line(doc).strip() + " " if cuts_line(doc) else "")
+        + "Start-up "
         f"{SUMMARY_STARTUP:g} s here; every case in "
         "[bench/results/quality.md](bench/results/quality.md).",
         "",
