@@ -614,6 +614,29 @@ def write(doc: dict[str, Any], out_dir: Path, command: str) -> Path:
     return md
 
 
+def merge(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several ``run_matrix`` documents as one (loads, start-ups and seeds united; the
+    groups keep their own start-ups and seeds; wall times added): a matrix run in
+    parts, e.g. ``--rate-scales 1,4`` and then ``--rate-scales 10 --seeds 0``."""
+    out: dict[str, Any] = {"plan": dict(docs[0]["plan"]), "groups": {}, "tuning": {}}
+    out["cases"] = {}
+    for key in ("scales", "startups", "seeds"):
+        out["plan"][key] = sorted({x for d in docs for x in d["plan"][key]})
+    for d in docs:
+        out["groups"].update(d.get("groups", {}))
+        out["tuning"].update(d["tuning"])
+        out["cases"].update(d["cases"])
+    order = {t: i for i, t in enumerate(TRACE_FILES)}
+
+    def rank(item: tuple[str, dict[str, Any]]) -> tuple[bool, int, float, float]:
+        c = item[1]
+        return (c["held_out"], order.get(c["trace"], 99), c["scale"], c["startup_s"])
+
+    out["cases"] = dict(sorted(out["cases"].items(), key=rank))
+    out["wall_s"] = sum(d["wall_s"] for d in docs)
+    return out
+
+
 def _clean(x: Any) -> Any:
     """NaN/inf -> None, recursively (JSON has neither)."""
     if isinstance(x, float):

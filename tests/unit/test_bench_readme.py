@@ -45,6 +45,7 @@ def results(tmp_path: Path) -> Path:
         "plan": {"scales": [1.0], "startups": [90.0], "seeds": [0], "workers": 2},
         "groups": {"conv-1x": {"startups": [90.0], "seeds": [0]}},
         "cases": {"conv-1x-90s": case},
+        "tuning": {},
         "wall_s": 120.0,
     }
     (tmp_path / "quality.json").write_text(json.dumps(doc), encoding="utf-8")
@@ -84,3 +85,18 @@ def test_render_replaces_only_between_the_markers() -> None:
     assert readme.render(doc, "new") == f"a\n{readme.BEGIN}\nnew\n{readme.END}\nz\n"
     with pytest.raises(ValueError, match="lacks the markers"):
         readme.render("no markers", "new")
+
+
+def test_merge_unites_two_runs_of_the_matrix(tmp_path: Path) -> None:
+    one = json.loads((results(tmp_path) / "quality.json").read_text(encoding="utf-8"))
+    two = json.loads(json.dumps(one))
+    case = two["cases"].pop("conv-1x-90s")
+    case |= {"group": "conv-10x", "scale": 10.0}
+    two["cases"]["conv-10x-90s"] = case
+    two["plan"]["scales"] = [10.0]
+    two["groups"] = {"conv-10x": {"startups": [90.0], "seeds": [0]}}
+    merged = quality.merge([two, one])
+    assert list(merged["cases"]) == ["conv-1x-90s", "conv-10x-90s"]
+    assert merged["plan"]["scales"] == [1.0, 10.0]
+    assert merged["wall_s"] == 240.0
+    assert set(merged["groups"]) == {"conv-1x", "conv-10x"}
