@@ -57,6 +57,7 @@ demo: $(STAMP) lab-build ## The main job: lab + operator + traffic scenario, poo
 
 bench: $(STAMP) ## Decision-quality and overhead benchmarks: tables in bench/results/
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.readme
 
 clean: ## Remove the virtualenv and caches (not the lab binary cache)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

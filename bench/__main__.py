@@ -5,14 +5,19 @@ check of the drain model, and the operator-overhead benchmark; results in
 Owns: the order of the parts, the command line, and ``bench/results/README.md`` (the
 summary it also prints). Parts:
 
-* ``quality`` (``bench.quality``): all policies, both traces, start-up 30/90/300 s;
+* ``quality`` (``bench.quality``): pdscaler, the tuned and naive baselines and the
+  SLO-feasible oracle; both traces at 1x/4x/10x, start-up 30/90/300 s, 5 seeds, and the
+  held-out long-context cases;
 * ``step`` (``bench.step``): measured recovery vs the drain-time model;
 * ``overhead`` (``bench.overhead``): policy decision time,
   one reconcile tick against the lab, one operator process with 200 PDDeployments.
 
-    python -m bench                          # everything (~10-15 min on 2 cores)
-    python -m bench --only quality,step      # no cluster needed (~5 min)
-    python -m bench --quick                  # 10-minute windows at 2x, start-up 30 s
+    python -m bench                          # everything
+    python -m bench --only quality,step      # no cluster needed
+    python -m bench --quick                  # 10-minute windows at 2x, start-up 30 s, seed 0
+
+After a run, ``python -m bench.readme`` writes the README's results section from
+``bench/results/`` (``make bench`` does both).
 
 Must not: print a figure it did not measure (a part that cannot run says
 ``not measured: <why>``).
@@ -21,6 +26,7 @@ Must not: print a figure it did not measure (a part that cannot run says
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 import time
@@ -38,9 +44,17 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     p.add_argument("--only", default=",".join(PARTS), help="comma list of: " + ", ".join(PARTS))
     p.add_argument("--out", type=Path, default=RESULTS, help="results directory")
-    p.add_argument("--rate-scale", type=float, default=10.0, help="trace rate multiplier (10)")
+    p.add_argument("--rate-scales", default="1,4,10", help="trace rate multipliers (1,4,10)")
     p.add_argument("--startups", default="30,90,300", help="start-up times in seconds (30,90,300)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", default="0,1,2,3,4", help="seeds (0,1,2,3,4)")
+    p.add_argument("--workers", type=int, default=2, help="worker processes (2)")
+    p.add_argument("--no-held-out", action="store_true", help="skip the held-out cases")
+    p.add_argument(
+        "--reduced",
+        action="store_true",
+        help="the cut matrix for a busy machine: 10x at start-up 90 s and seed 0 only, "
+        "held-out at start-up 90 s",
+    )
     p.add_argument(
         "--quick", action="store_true", help="10-min windows at 2x, start-up 30 s (smoke test)"
     )
@@ -55,22 +69,38 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], qual
         raise ValueError(f"--only takes a comma list of {', '.join(PARTS)}; got {args.only!r}")
     try:
         startups = tuple(float(x) for x in args.startups.split(","))
+        scales = tuple(float(x) for x in args.rate_scales.split(","))
+        seeds = tuple(int(x) for x in args.seeds.split(","))
     except ValueError:
         raise ValueError(
-            f"--startups takes seconds like 30,90,300; got {args.startups!r}"
+            "--startups, --rate-scales and --seeds take comma lists like 30,90,300; got "
+            f"{args.startups!r}, {args.rate_scales!r}, {args.seeds!r}"
         ) from None
-    if not startups or min(startups) <= 0 or not args.rate_scale > 0:
-        raise ValueError("--startups and --rate-scale must be positive")
+    if not startups or min(startups) <= 0 or not scales or min(scales) <= 0 or not seeds:
+        raise ValueError("--startups and --rate-scales must be positive, --seeds non-empty")
+    if args.workers < 1:
+        raise ValueError("--workers must be >= 1")
     if args.quick:
         plan = quality.Plan(
+            scales=(2.0,),
             startups=(30.0,),
-            rate_scale=2.0,
-            seed=args.seed,
+            seeds=(seeds[0],),
             duration=600.0,
-            feasible_at=(30.0,),
+            held_out=False,
+            tune_startup=30.0,
+            workers=args.workers,
         )
     else:
-        plan = quality.Plan(startups=startups, rate_scale=args.rate_scale, seed=args.seed)
+        plan = quality.Plan(
+            scales=scales,
+            startups=startups,
+            seeds=seeds,
+            held_out=not args.no_held_out,
+            tune_startup=90.0 if 90.0 in startups else startups[len(startups) // 2],
+            workers=args.workers,
+            cuts=((10.0, (90.0,), (seeds[0],)),) if args.reduced else (),
+            held_out_startups=(90.0,) if args.reduced else None,
+        )
     return args, parts, plan
 
 
@@ -101,20 +131,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = ["# Benchmark results", "", f"Generated by `{command}`.", ""]
     started = time.perf_counter()
     if "quality" in parts:
-        cases = quality.run_cases(plan, out_dir=out_dir)
-        quality.write(cases, plan, out_dir, command)
+        doc = quality.run_matrix(plan, out_dir=out_dir)
+        quality.write(doc, out_dir, command)
         summary += [
             "## Decision quality ([quality.md](quality.md))",
             "",
-            quality.headline(cases),
+            f"Matrix wall time: {doc['wall_s']:.0f} s with {plan.workers} worker processes.",
+            "",
+            quality.headline(doc),
             "",
         ]
     if "step" in parts:
-        model_rows, loop_rows = step.run_step(plan.startups, seed=plan.seed)
+        # the step check is cheap: every start-up of the full matrix unless --quick
+        step_startups = plan.startups if args.quick else quality.Plan().startups
+        model_rows, loop_rows = step.run_step(step_startups, seed=plan.seeds[0])
         (out_dir / "step.md").write_text(
             step.report(model_rows, loop_rows, command), encoding="utf-8"
         )
         (out_dir / "step.png").write_bytes(step.plot(loop_rows))
+        (out_dir / "step.json").write_text(
+            json.dumps(step.to_json(model_rows), indent=1) + "\n", encoding="utf-8"
+        )
         errors = [abs(r.error) for r in model_rows if r.error is not None]
         worst = f"{max(errors):.0%}" if errors else "n/a"
         summary += [

@@ -1,42 +1,52 @@
-"""Decision quality: every policy on both Azure traces at start-up times 30, 90 and
-300 s, against the oracle bound and the work floor.
+"""Decision quality: pdscaler against fair baselines and the SLO-feasible oracle, over
+a matrix of traces, load levels, start-up times and seeds, plus held-out cases.
 
-Owns: the list of cases, running them through ``pdscaler.sim.compare``, and the
-report: ``bench/results/quality.md`` (one table per case plus the headline),
-``quality.json`` and one plot per case (``quality-<trace>-<startup>s.png``). The
-oracle's schedule is also replayed in the engine (``oracle-replay``) to show what SLO
-the bound itself would get. Must not: tune anything per case (same spec, seed and
-engine everywhere), or report a number it did not measure.
+Owns: the matrix (``Plan``), running it (``run_matrix``, two worker processes), the
+aggregation over seeds (mean and min-max), the ablation list (``ABLATIONS``) and the
+report: ``bench/results/quality.md`` (summary, full matrix, tuning, held-out),
+``quality.json`` and one plot per case at seed 0. Must not: tune anything on a case it
+then reports as held out, or report a number it did not measure.
 
-Load: both traces at ``--rate-scale`` (default 10: the conversation trace becomes
-~55 req/s, ~15 prefill and ~10 decode replicas at peak; the code trace ~25 req/s), the
-time axis untouched.
+Matrix (the default ``Plan``): both Azure traces (conversation, code) at 1x, 4x and 10x
+their request rate (time axis untouched), replica start-up 30, 90 and 300 s, seeds
+0-4 (seed 0 is the trace as recorded; seeds 1-4 move every arrival by a seeded offset
+of at most 2 s, ``scenarios.jitter``, and reseed the rate scaling and the engine's
+start-up jitter). Tuned baselines: ``static-best`` and ``hpa-tuned`` are searched on
+seed 0 at start-up 90 s for each (trace, load) and that choice is replayed on every
+seed and start-up (a platform team tunes once). The SLO-feasible oracle is searched per
+seed and start-up (it knows the future of each). Held-out (not tuned on, by pdscaler or
+the baselines): the conversation trace with prompts mapped onto 8k-16k tokens
+(``scenarios.long_context``) with a length-aware TTFT SLO of 2 s + 0.1 ms per prompt
+token; a decode replica holds ``EngineParams.decode_kv_tokens`` = 100,000 KV tokens
+(Llama-2-7B fp16: 2 x 32 layers x 4,096 x 2 bytes = 0.5 MB per token; ~60 GB of an
+A100-80GB after the 14 GB of weights and activations; vLLM, SOSP'23, §6).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.markdown import secs, table
+import numpy as np
+
+from bench.markdown import table
 from pdscaler.cli.common import percent as pct
-from pdscaler.sim.compare import (
-    ORACLE_REPLAY,
-    POLICIES,
-    Comparison,
-    FeasibleOracle,
-    compare,
-    feasible_oracle,
-)
-from pdscaler.sim.loop import LoopConfig
+from pdscaler.sim import tuning
+from pdscaler.sim.compare import TARGET, Tuned, compare
+from pdscaler.sim.controllers import PdscalerController
+from pdscaler.sim.loop import LoopConfig, run
 from pdscaler.sim.plot import render_png
-from pdscaler.sim.results import Summary, pareto_front
+from pdscaler.sim.results import summarize
+from pdscaler.sim.scenarios import jitter, long_context
 from pdscaler.sim.setup import sim_spec
 from pdscaler.sim.traces import Trace, load_trace, scale_rate
+from pdscaler.spec import PDDeploymentSpec
 
 REPO = Path(__file__).resolve().parent.parent
 TRACE_DIR = REPO / "data" / "traces"
@@ -45,273 +55,594 @@ TRACE_FILES = {
     "code": TRACE_DIR / "AzureLLMInferenceTrace_code.csv",
 }
 #: The targets pdscaler is built for (issue 5).
-TARGET_ATTAINMENT = 0.99
+TARGET_ATTAINMENT = TARGET
 TARGET_ORACLE_RATIO = 1.2
+#: Policies of every case (the tuned ones replay the seed-0 choice).
+CASE_POLICIES: tuple[str, ...] = (
+    "pdscaler",
+    "static-best",
+    "hpa-tuned",
+    "dynamo-planner",
+    "fixed-ratio",
+    "forecast-only",
+    "static-peak",
+    "hpa-queue",
+)
+#: How the policies are labelled in the reports.
+LABELS = {"hpa-queue": "hpa-naive (1-64, target 2)"}
+#: Held-out TTFT SLO: base + seconds per prompt token.
+HELD_OUT_TTFT_PER_TOKEN = 1e-4
+
+#: Ablations: ("pdscaler without X", patch) rows, run in every case like a policy.
+#: A patch is {"spec": {<camelCase PDDeployment fields, merged>}, "engine":
+#: {<EngineParams fields>}}. To fill in once branch kvmodel is merged (field names as it
+#: defines them), e.g.:
+#:   ("pdscaler without KV term", {"spec": {"decode": {"kvTokensPerReplica": None}}}),
+#:   ("pdscaler without burst head-room", {"spec": {"scaling": {"burstHeadroom": False}}}),
+#:   ("pdscaler, fcfs queue", {"engine": {"queue_discipline": "fcfs"}}),
+ABLATIONS: list[tuple[str, dict[str, Any]]] = []
 
 
 @dataclass(frozen=True)
 class Plan:
     traces: tuple[str, ...] = ("conv", "code")
+    scales: tuple[float, ...] = (1.0, 4.0, 10.0)
     startups: tuple[float, ...] = (30.0, 90.0, 300.0)
-    rate_scale: float = 10.0
-    seed: int = 0
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     #: Replay only the first N seconds of each trace (the quick mode of the tests).
     duration: float | None = None
-    #: Start-up times at which the SLO-feasible oracle is searched (replays are costly).
-    feasible_at: tuple[float, ...] = (90.0,)
+    #: Run the held-out long-context cases.
+    held_out: bool = True
+    #: Start-up at which the tuned baselines are searched.
+    tune_startup: float = 90.0
+    workers: int = 2
+    #: Per load (rate scale): (start-ups, seeds) replacing the full ones for that load
+    #: (the reduced matrix of a busy machine; empty = the full matrix).
+    cuts: tuple[tuple[float, tuple[float, ...], tuple[int, ...]], ...] = ()
+    #: Start-ups of the held-out cases (None: ``startups``).
+    held_out_startups: tuple[float, ...] | None = None
+    ablations: tuple[tuple[str, dict[str, Any]], ...] = field(
+        default_factory=lambda: tuple(ABLATIONS)
+    )
 
 
 @dataclass(frozen=True)
-class Case:
+class Group:
+    """One (trace, load) of the matrix: tuned once, then every start-up and seed."""
+
     trace: str
-    startup_s: float
-    comparison: Comparison
-    seconds: float
-    feasible: FeasibleOracle | None = None
+    scale: float
+    long: bool = False
+    startups: tuple[float, ...] = (90.0,)
+    seeds: tuple[int, ...] = (0,)
 
     @property
-    def label(self) -> str:
-        return f"{self.trace}, start-up {self.startup_s:g} s"
+    def name(self) -> str:
+        return f"{self.trace}{'-long' if self.long else ''} {self.scale:g}x"
 
     @property
     def slug(self) -> str:
-        return f"{self.trace}-{self.startup_s:g}s"
-
-    def summary(self, policy: str) -> Summary:
-        return next(s for s in self.comparison.summaries if s.policy == policy)
-
-    @property
-    def contenders(self) -> list[Summary]:
-        """The policies (the oracle replay is a check of the bound, not a contender)."""
-        return [s for s in self.comparison.summaries if s.policy != ORACLE_REPLAY]
+        return f"{self.trace}{'-long' if self.long else ''}-{self.scale:g}x"
 
 
-def load(name: str, plan: Plan) -> Trace:
-    trace = load_trace(TRACE_FILES[name])
+def load(group: Group, plan: Plan, seed: int) -> Trace:
+    trace = load_trace(TRACE_FILES[group.trace])
     if plan.duration is not None and plan.duration < trace.span:
         trace = trace.window(0.0, plan.duration)
-    return scale_rate(trace, plan.rate_scale, seed=plan.seed)
+    if group.long:
+        trace = long_context(trace)
+    return jitter(scale_rate(trace, group.scale, seed=seed), seed)
 
 
-def run_cases(
-    plan: Plan, log: Callable[[str], None] = print, out_dir: Path | None = None
-) -> list[Case]:
-    """Every (trace, start-up) case; the plots are written as each case finishes."""
-    cases = []
-    for name in plan.traces:
-        trace = load(name, plan)
-        for startup in plan.startups:
-            cfg = LoopConfig(spec=sim_spec(startup_s=startup), startup_s=startup, seed=plan.seed)
-            t0 = time.perf_counter()
-            comp = compare(
-                trace,
-                (*POLICIES, ORACLE_REPLAY),
-                cfg,
-                meta={"rate_scale": plan.rate_scale},
-            )
-            feasible = None
-            if startup in plan.feasible_at:
-                feasible = feasible_oracle(trace, cfg, TARGET_ATTAINMENT)
-            case = Case(name, startup, comp, time.perf_counter() - t0, feasible)
-            log(f"bench quality: {case.label}: {len(trace):,} requests, {case.seconds:.1f} s")
-            if out_dir is not None:
-                png = render_png(trace, comp.runs, comp.oracle.schedule, title=case.label)
-                (out_dir / f"quality-{case.slug}.png").write_bytes(png)
-            cases.append(case)
-    return cases
-
-
-def case_table(case: Case) -> str:
-    comp = case.comparison
-    oracle = comp.oracle.gpu_hours
-    front = pareto_front(case.contenders)
-    rows = []
-    for s in comp.summaries:
-        mark = " *" if s.policy in front else ""
-        rows.append(
-            [
-                f"{s.policy}{mark}",
-                pct(s.slo_attainment),
-                pct(s.slo_attainment_settled),
-                secs(s.ttft_p50_s),
-                secs(s.ttft_p99_s),
-                secs(s.tpot_p99_s),
-                f"{s.gpu_hours:.2f}",
-                f"{s.gpu_hours / oracle:.2f}",
-                str(s.scale_actions),
-                str(s.reversals),
-            ]
-        )
-    rows.append(["oracle (bound)", "-", "-", "-", "-", "-", f"{oracle:.2f}", "1.00", "-", "-"])
-    floor = comp.work_floor_gpu_hours
-    rows.append(
-        ["work floor", "-", "-", "-", "-", "-", f"{floor:.2f}", f"{floor / oracle:.2f}", "-", "-"]
+def config(group: Group, startup: float, seed: int) -> LoopConfig:
+    return LoopConfig(
+        spec=sim_spec(startup_s=startup),
+        startup_s=startup,
+        seed=seed,
+        ttft_per_token_s=HELD_OUT_TTFT_PER_TOKEN if group.long else 0.0,
     )
-    headers = [
-        "policy",
-        "SLO met",
-        "after 5 min",
-        "TTFT p50",
-        "TTFT p99",
-        "TPOT p99",
-        "GPU-h",
-        "x oracle",
-        "actions",
-        "reversals",
-    ]
-    return table(headers, rows)
 
 
-def verdict(case: Case) -> dict[str, Any]:
-    """pdscaler against the targets and the baselines in one case."""
-    pd = case.summary("pdscaler")
-    ratio = pd.gpu_hours / case.comparison.oracle.gpu_hours
-    others = [s for s in case.contenders if s.policy != "pdscaler"]
-    dominated_by = [
-        s.policy
-        for s in others
-        if s.slo_attainment >= pd.slo_attainment
-        and s.gpu_hours <= pd.gpu_hours
-        and (s.slo_attainment > pd.slo_attainment or s.gpu_hours < pd.gpu_hours)
-    ]
-    at_least_as_good = [s for s in others if s.slo_attainment >= pd.slo_attainment]
-    cheapest = min(at_least_as_good, key=lambda s: s.gpu_hours, default=None)
+def patched(spec: PDDeploymentSpec, patch: dict[str, Any]) -> PDDeploymentSpec:
+    """``spec`` with ``patch`` merged into its camelCase document (None deletes)."""
+    doc = spec.model_dump(by_alias=True, exclude_none=True)
+
+    def merge(into: dict[str, Any], add: dict[str, Any]) -> None:
+        for k, v in add.items():
+            if v is None:
+                into.pop(k, None)
+            elif isinstance(v, dict) and isinstance(into.get(k), dict):
+                merge(into[k], v)
+            else:
+                into[k] = v
+
+    merge(doc, patch)
+    return PDDeploymentSpec.model_validate(doc)
+
+
+def tune(group: Group, plan: Plan) -> dict[str, Any]:
+    """Seed 0, start-up ``plan.tune_startup``: the static-best search (target 99%), the
+    HPA grid, and pdscaler at every start-up so that the static search can also answer
+    "the cheapest static size reaching pdscaler's attainment" there."""
+    trace = load(group, plan, 0)
+    cfg = config(group, plan.tune_startup, 0)
+    choices, search = tuning.static_best(trace, cfg, [TARGET_ATTAINMENT])
+    hpa = tuning.hpa_tuned(trace, cfg, TARGET_ATTAINMENT)
+    at_pd = {}
+    for startup in group.startups:
+        c = config(group, startup, 0)
+        pd = summarize(run(trace, PdscalerController(c.spec), c)).slo_attainment
+        at_pd[f"{startup:g}"] = asdict(search.choose(pd))
     return {
-        "case": case.label,
-        "slo_attainment": pd.slo_attainment,
-        "slo_attainment_settled": pd.slo_attainment_settled,
-        "gpu_hours": pd.gpu_hours,
-        "oracle_ratio": ratio,
-        "meets_attainment": pd.slo_attainment >= TARGET_ATTAINMENT,
-        "meets_cost": ratio <= TARGET_ORACLE_RATIO,
-        "pareto": not dominated_by,
-        "dominated_by": dominated_by,
-        "cheapest_as_good": None if cheapest is None else cheapest.policy,
-        "cheapest_as_good_gpu_hours": None if cheapest is None else cheapest.gpu_hours,
+        "static_best": asdict(choices[0]),
+        "static_at_pdscaler": at_pd,
+        "static_replays": len(search.runs),
+        "hpa": {
+            "config": asdict(hpa.config),
+            "label": hpa.config.label,
+            "slo_attainment": hpa.slo_attainment,
+            "gpu_hours": hpa.gpu_hours,
+            "met": hpa.met,
+            "tried": [
+                {"label": c.label, "slo_attainment": a, "gpu_hours": h} for c, a, h in hpa.tried
+            ],
+        },
     }
 
 
-def headline(cases: Sequence[Case]) -> str:
+def run_case(
+    group: Group, startup: float, seed: int, tuned: dict[str, Any], plan: Plan, plot_dir: str
+) -> dict[str, Any]:
+    """One (group, start-up, seed): every policy, the ablations, the oracle."""
+    from pdscaler.sim.baselines import HpaConfig
+
+    t0 = time.perf_counter()
+    trace = load(group, plan, seed)
+    cfg = config(group, startup, seed)
+    sb = tuned["static_best"]
+    h = tuned["hpa"]["config"]
+    hpa = HpaConfig(h["target"], tuple(h["prefill"]), tuple(h["decode"]))
+    comp = compare(
+        trace,
+        CASE_POLICIES,
+        cfg,
+        tuned=Tuned((sb["prefill"], sb["decode"]), hpa),
+        meta={"rate_scale": group.scale, "group": group.slug},
+    )
+    doc = comp.to_json()
+    for label, patch in plan.ablations:
+        c = cfg
+        if "engine" in patch:
+            c = replace(c, params=replace(c.params, **patch["engine"]))
+        spec = patched(c.spec, patch.get("spec", {}))
+        ctrl = PdscalerController(spec)
+        ctrl.name = label
+        s = summarize(run(trace, ctrl, c))
+        doc["policies"][label] = s.to_json(comp.oracle.gpu_hours)
+    if seed == 0 and plot_dir:
+        png = render_png(
+            trace, comp.runs, comp.oracle.schedule, title=f"{group.name}, start-up {startup:g} s"
+        )
+        (Path(plot_dir) / f"quality-{group.slug}-{startup:g}s.png").write_bytes(png)
+    doc["seconds"] = time.perf_counter() - t0
+    return doc
+
+
+def groups(plan: Plan) -> list[Group]:
+    """Every (trace, load) with its start-ups and seeds (``plan.cuts`` applied)."""
+    cuts = {scale: (st, seeds) for scale, st, seeds in plan.cuts}
+    out = []
+    for t in plan.traces:
+        for s in plan.scales:
+            st, seeds = cuts.get(s, (plan.startups, plan.seeds))
+            out.append(Group(t, s, False, st, seeds))
+    if plan.held_out:
+        st = plan.held_out_startups or plan.startups
+        out.append(Group("conv", 1.0, True, st, plan.seeds))
+    return out
+
+
+def run_matrix(
+    plan: Plan, log: Callable[[str], None] = print, out_dir: Path | None = None
+) -> dict[str, Any]:
+    """Tune every group (in parallel), then every case (in parallel); the document
+    ``write`` reports."""
+    started = time.perf_counter()
+    gs = groups(plan)
+    plot_dir = "" if out_dir is None else str(out_dir)
+    with ProcessPoolExecutor(max_workers=plan.workers) as pool:
+        tuned_f = {g: pool.submit(tune, g, plan) for g in gs}
+        tuned = {}
+        for g, f in tuned_f.items():
+            tuned[g] = f.result()
+            log(f"bench quality: tuned {g.name}")
+        jobs = {
+            (g, st, seed): pool.submit(run_case, g, st, seed, tuned[g], plan, plot_dir)
+            for g in gs
+            for st in g.startups
+            for seed in g.seeds
+        }
+        cases: dict[str, Any] = {}
+        for (g, st, seed), f in jobs.items():
+            doc = f.result()
+            key = f"{g.slug}-{st:g}s"
+            cases.setdefault(
+                key,
+                {
+                    "group": g.slug,
+                    "trace": g.trace,
+                    "scale": g.scale,
+                    "held_out": g.long,
+                    "startup_s": st,
+                    "seeds": [],
+                },
+            )
+            cases[key]["seeds"].append(doc)
+            log(f"bench quality: {g.name}, start-up {st:g} s, seed {seed}: {doc['seconds']:.1f} s")
+    for case in cases.values():
+        case["aggregate"] = aggregate(case["seeds"])
+        g = next(x for x in gs if x.slug == case["group"])
+        case["static_at_pdscaler"] = tuned[g]["static_at_pdscaler"][f"{case['startup_s']:g}"]
+        case["verdict"] = verdict(case)
+    return {
+        "plan": {**asdict(plan), "ablations": [a[0] for a in plan.ablations]},
+        "groups": {g.slug: {"startups": g.startups, "seeds": g.seeds} for g in gs},
+        "tuning": {g.slug: tuned[g] for g in gs},
+        "cases": cases,
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def _stats(values: Sequence[float]) -> dict[str, float]:
+    arr = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if len(arr) == 0:
+        return {"mean": math.nan, "min": math.nan, "max": math.nan}
+    return {"mean": float(arr.mean()), "min": float(arr.min()), "max": float(arr.max())}
+
+
+def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and min-max over the seeds of every policy's attainment, GPU-hours and
+    ratio to the oracle, and of the oracle, bound, floor and ceiling."""
+    names = list(seeds[0]["policies"])
+    out: dict[str, Any] = {"policies": {}}
+    for n in names:
+        rows = [s["policies"][n] for s in seeds]
+        out["policies"][n] = {
+            k: _stats([r[k] for r in rows])
+            for k in ("slo_attainment", "gpu_hours", "ratio_to_oracle", "slo_attainment_settled")
+        }
+    out["oracle"] = {
+        "gpu_hours": _stats([s["oracle"]["gpu_hours"] for s in seeds]),
+        "slo_attainment": _stats([s["oracle"]["slo_attainment"] for s in seeds]),
+        "met": all(s["oracle"]["met"] for s in seeds),
+        "repairs": _stats([s["oracle"]["repairs"] for s in seeds]),
+    }
+    for k in ("lower_bound", "work_floor"):
+        out[k] = {"gpu_hours": _stats([s[k]["gpu_hours"] for s in seeds])}
+    out["feasibility_ceiling"] = _stats([s["feasibility_ceiling"] for s in seeds])
+    out["seconds"] = float(sum(s["seconds"] for s in seeds))
+    return out
+
+
+def _ms(st: dict[str, float], fmt: Callable[[float], str]) -> str:
+    """mean [min-max], or the mean alone when they agree."""
+    if any(math.isnan(st[k]) for k in ("mean", "min", "max")):
+        return "-"
+    lo, hi = fmt(st["min"]), fmt(st["max"])
+    return fmt(st["mean"]) if lo == hi else f"{fmt(st['mean'])} [{lo}-{hi}]"
+
+
+def _h(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def case_label(case: dict[str, Any]) -> str:
+    """``conv-4x, start-up 90 s``; held out: ``conv-long-1x, ...``."""
+    return f"{case['group']}, start-up {case['startup_s']:g} s"
+
+
+def contenders(agg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The policies of an aggregate without the checks (``oracle-replay``) and the
+    ablation rows (``pdscaler ...``)."""
+    return {
+        n: p
+        for n, p in agg["policies"].items()
+        if n != "oracle-replay" and (n == "pdscaler" or not n.startswith("pdscaler"))
+    }
+
+
+def verdict(case: dict[str, Any]) -> dict[str, Any]:
+    """pdscaler against the targets and the baselines in one case (seed means)."""
+    agg = case["aggregate"]
+    pols = contenders(agg)
+    pd = pols["pdscaler"]
+    att, hours = pd["slo_attainment"]["mean"], pd["gpu_hours"]["mean"]
+    ratio = pd["ratio_to_oracle"]["mean"]
+    others = {n: p for n, p in pols.items() if n != "pdscaler"}
+    dominated_by = [
+        n
+        for n, p in others.items()
+        if p["slo_attainment"]["mean"] >= att
+        and p["gpu_hours"]["mean"] <= hours
+        and (p["slo_attainment"]["mean"] > att or p["gpu_hours"]["mean"] < hours)
+    ]
+    as_good = {n: p for n, p in others.items() if p["slo_attainment"]["mean"] >= att}
+    cheapest = min(as_good, key=lambda n: as_good[n]["gpu_hours"]["mean"], default=None)
+    return {
+        "case": case_label(case),
+        "slo_attainment": att,
+        "gpu_hours": hours,
+        "oracle_ratio": ratio,
+        "meets_attainment": att >= TARGET_ATTAINMENT,
+        "meets_cost": ratio <= TARGET_ORACLE_RATIO + 1e-9,
+        "pareto": not dominated_by,
+        "dominated_by": dominated_by,
+        "cheapest_as_good": cheapest,
+        "cheapest_as_good_gpu_hours": None
+        if cheapest is None
+        else as_good[cheapest]["gpu_hours"]["mean"],
+    }
+
+
+def summary_rows(doc: dict[str, Any], held_out: bool) -> list[list[str]]:
     rows = []
-    for case in cases:
+    for case in doc["cases"].values():
+        if case["held_out"] != held_out:
+            continue
+        agg = case["aggregate"]
+        pd = agg["policies"]["pdscaler"]
+        sb = agg["policies"].get("static-best")
         v = verdict(case)
-        best = "-"
-        if v["cheapest_as_good"] is not None:
-            best = f"{v['cheapest_as_good']} ({v['cheapest_as_good_gpu_hours']:.2f} GPU-h)"
-        feasible = "-"
-        if case.feasible is not None and case.feasible.gpu_hours:
-            feasible = f"{v['gpu_hours'] / case.feasible.gpu_hours:.2f}"
+        best = None if v["cheapest_as_good"] is None else v["cheapest_as_good"]
+        oracle = agg["oracle"]
         rows.append(
             [
-                case.label,
-                pct(v["slo_attainment"]),
-                pct(v["slo_attainment_settled"]),
-                f"{v['gpu_hours']:.2f}",
-                f"{v['oracle_ratio']:.2f}",
-                feasible,
+                case_label(case),
+                _ms(pd["slo_attainment"], pct),
+                _ms(pd["gpu_hours"], _h),
+                _ms(pd["ratio_to_oracle"], _h),
+                "-"
+                if sb is None
+                else f"{pct(sb['slo_attainment']['mean'])}, {_h(sb['gpu_hours']['mean'])}",
+                "-"
+                if best is None
+                else f"{LABELS.get(best, best)} ({_h(v['cheapest_as_good_gpu_hours'])})",
+                f"{_h(oracle['gpu_hours']['mean'])} ({pct(oracle['slo_attainment']['min'])})",
+                pct(agg["feasibility_ceiling"]["mean"]),
                 "yes" if v["pareto"] else "no: " + ", ".join(v["dominated_by"]),
-                best,
                 "yes" if v["meets_attainment"] and v["meets_cost"] and v["pareto"] else "no",
+            ]
+        )
+    return rows
+
+
+SUMMARY_HEADERS = [
+    "case",
+    "pdscaler SLO met",
+    "pdscaler GPU-h",
+    "x oracle",
+    "static-best (99%): SLO, GPU-h",
+    "cheapest baseline with >= pdscaler's SLO (GPU-h)",
+    "oracle GPU-h (worst SLO)",
+    "ceiling",
+    "Pareto front",
+    f">= {TARGET_ATTAINMENT:.0%}, <= {TARGET_ORACLE_RATIO}x, Pareto",
+]
+
+
+def case_table(case: dict[str, Any]) -> str:
+    agg = case["aggregate"]
+    rows = []
+    for n, p in agg["policies"].items():
+        rows.append(
+            [
+                LABELS.get(n, n),
+                _ms(p["slo_attainment"], pct),
+                _ms(p["slo_attainment_settled"], pct),
+                _ms(p["gpu_hours"], _h),
+                _ms(p["ratio_to_oracle"], _h),
+            ]
+        )
+    o = agg["oracle"]
+    rows.append(
+        [
+            "oracle (SLO-feasible)",
+            _ms(o["slo_attainment"], pct),
+            "-",
+            _ms(o["gpu_hours"], _h),
+            "1.00",
+        ]
+    )
+    for k, label in (("lower_bound", "lower bound (15 s bins)"), ("work_floor", "work floor")):
+        rows.append([label, "-", "-", _ms(agg[k]["gpu_hours"], _h), "-"])
+    return table(["policy", "SLO met", "after 5 min", "GPU-h", "x oracle"], rows)
+
+
+def tuning_table(doc: dict[str, Any]) -> str:
+    rows = []
+    for slug, t in doc["tuning"].items():
+        sb = t["static_best"]
+        h = t["hpa"]
+        rows.append(
+            [
+                slug,
+                f"{sb['prefill']}P/{sb['decode']}D: {pct(sb['slo_attainment'])}, "
+                + f"{_h(sb['gpu_hours'])}"
+                + ("" if sb["met"] else " (99% not reached)"),
+                f"{h['label']}: {pct(h['slo_attainment'])}, {_h(h['gpu_hours'])}"
+                + ("" if h["met"] else " (99% not reached: highest attainment)"),
+                str(t["static_replays"]),
             ]
         )
     return table(
         [
-            "case",
-            "pdscaler SLO met",
-            "after 5 min",
-            "GPU-h",
-            "x oracle",
-            "x SLO-feasible oracle",
-            "Pareto front",
-            "cheapest baseline with >= SLO",
-            f">= {TARGET_ATTAINMENT:.0%}, <= {TARGET_ORACLE_RATIO}x, Pareto",
+            "trace, load",
+            "static-best (seed 0)",
+            "hpa-tuned (seed 0, start-up 90 s)",
+            "static replays",
         ],
         rows,
     )
 
 
-def report(cases: Sequence[Case], plan: Plan, command: str) -> str:
-    first = cases[0].comparison.cfg if cases else None
-    spec_line = ""
-    if first is not None:
-        s = first.spec
-        spec_line = (
-            f"SLO: TTFT <= {s.slo.ttft_seconds:g} s and TPOT <= {s.slo.tpot_seconds:g} s per "
-            f"request (policy signals at p{s.slo.percentile * 100:g}, recovery "
-            f"{s.slo.recovery_seconds:g} s); priors {s.prefill.tokens_per_second:g} / "
-            f"{s.decode.tokens_per_second:g} tokens/s (true engine 8,500 prefill, ~1,730 "
-            f"decode at the chat mix), target utilisation {s.prefill.target_utilization:g}, "
-            f"{s.scaling.interval} interval, {s.scaling.scale_down_stabilization} "
-            "scale-down stabilization."
+def cuts_line(doc: dict[str, Any]) -> str:
+    """What the run left out of the full matrix (``Plan()``; "" when nothing)."""
+    plan = doc["plan"]
+    default = Plan()
+    left = []
+    for name, got, want in (
+        ("loads", plan["scales"], default.scales),
+        ("start-ups", plan["startups"], default.startups),
+        ("seeds", plan["seeds"], default.seeds),
+    ):
+        gone = [x for x in want if x not in got]
+        if gone:
+            unit = "x" if name == "loads" else (" s" if name == "start-ups" else "")
+            left.append(f"{name} {', '.join(f'{x:g}{unit}' for x in gone)}")
+    head = ""
+    if left:
+        head = (
+            "Reduced matrix (cut to fit the machine of this run; the full one is "
+            "`python -m bench`): left out " + "; ".join(left) + ". "
         )
+    full = (tuple(plan["startups"]), tuple(plan["seeds"]))
+    cut = [
+        f"{slug}: start-up {', '.join(f'{x:g}' for x in g['startups'])} s, "
+        f"seed{'s' if len(g['seeds']) > 1 else ''} {', '.join(str(x) for x in g['seeds'])}"
+        for slug, g in doc.get("groups", {}).items()
+        if (tuple(g["startups"]), tuple(g["seeds"])) != full
+    ]
+    if not cut:
+        return head
+    return head + "Per load: " + "; ".join(cut) + "."
+
+
+def report(doc: dict[str, Any], command: str) -> str:
+    plan = doc["plan"]
+    cases = list(doc["cases"].values())
     out = [
         "# Decision quality",
         "",
-        f"Generated by `{command}`. Both Azure traces (data/traces, CC-BY 4.0) at "
-        f"{plan.rate_scale:g}x their request rate (time axis untouched), seed {plan.seed}. "
-        + spec_line,
+        f"Generated by `{command}` in {doc['wall_s']:.0f} s (wall). Azure LLM inference traces "
+        "2023 (data/traces, CC-BY 4.0) at "
+        + ", ".join(f"{s:g}x" for s in plan["scales"])
+        + " their request rate (time axis untouched), replica start-up "
+        + ", ".join(f"{s:g}" for s in plan["startups"])
+        + f" s, seeds {', '.join(str(s) for s in plan['seeds'])} (seed 0: the trace as "
+        "recorded; others: every arrival moved by up to 2 s, seeded, and reseeded rate "
+        "scaling and start-up jitter). SLO: TTFT <= 2 s and TPOT <= 50 ms per request; "
+        "priors 10,000 / 1,400 tokens/s (true engine ~8,370 / ~1,730 at the chat mix). "
+        "Figures are `mean [min-max]` over the seeds. " + cuts_line(doc),
         "",
-        "SLO met = share of ALL requests with TTFT and TPOT both within the SLO (an "
-        "unfinished request misses). GPU-hours are billed from a replica's request to its "
-        "removal. Oracle: knows the trace and the true capacities, integer replicas per "
-        "15 s bin at full load, ordered a start-up ahead, kept through gaps shorter than "
-        "the start-up; `oracle-replay` is that schedule replayed in the engine (the bound is "
-        "not SLO-feasible by itself). SLO-feasible oracle: the same oracle planned at a "
-        "fraction of the true capacity, the largest tried (0.85, 0.7, 0.55, 0.4) whose "
-        f"replay meets {TARGET_ATTAINMENT:.0%}. * = on the Pareto front (SLO met vs "
-        "GPU-hours) among the policies. `after 5 min`: SLO met by the requests arriving "
-        "5 minutes or more into the replay. Every dynamic policy starts with pools sized "
-        "for the first two minutes' mean rate and empty metric windows, while the "
-        "conversation trace ramps ~10x in its first 40 s; that start is where most of "
-        "their misses are. The targets and the Pareto front are judged on ALL requests.",
+        "Definitions. SLO met: share of ALL requests within both SLOs (unfinished = missed). "
+        "Oracle: the SLO-feasible clairvoyant schedule (knows the trace and the true "
+        "capacities; integer pools planned in 2 s bins, ordered a start-up plus one "
+        "interval ahead, kept through gaps shorter than that, billed from the order; its "
+        "replay is repaired where misses happened until it meets 99%, or the feasibility "
+        "ceiling if lower); `x oracle` = GPU-h / that oracle's replayed GPU-h. Lower bound: "
+        "the fluid schedule in 15 s bins at full load (not SLO-feasible); work floor: "
+        "tokens / true throughput. Ceiling: share of requests whose own service time alone "
+        "on an idle replica fits the SLO. static-best: the cheapest static (prefill, decode) "
+        "whose replay meets 99% (seed 0; else the best of 3x the peak size); hpa-tuned: the "
+        "cheapest of the grid target 2/5/10 waiting per replica x max 1.2/1.5x peak, min at "
+        "the quiet (10th percentile minute) size, meeting 99% on seed 0 at start-up 90 s, "
+        "else the highest attainment; both are then replayed unchanged on every seed and "
+        "start-up. dynamo-planner: NVIDIA Dynamo's SLA-planner algorithm (constant "
+        "predictor, 60 s interval, no correction factor; see `pdscaler.sim.baselines`). "
+        "hpa-naive: min 1, max 64, target 2 (kept as a labelled extra).",
         "",
-        "## Headline",
+        "## Summary",
         "",
-        headline(cases),
+        table(SUMMARY_HEADERS, summary_rows(doc, held_out=False)),
+        "",
+    ]
+    held = summary_rows(doc, held_out=True)
+    if held:
+        out += [
+            "## Held out (not tuned on)",
+            "",
+            "Conversation trace, prompts mapped by rank onto 8k-16k tokens, TTFT SLO 2 s + "
+            "0.1 ms per prompt token, decode replica KV 100,000 tokens (Llama-2-7B fp16, "
+            "0.5 MB/token, ~60 GB of an A100-80GB).",
+            "",
+            table(SUMMARY_HEADERS, held),
+            "",
+        ]
+    out += ["## Tuning (seed 0)", "", tuning_table(doc), ""]
+    out += [
+        "## Ablations",
+        "",
+        "Rows `pdscaler without X` of `bench.quality.ABLATIONS` in every case: "
+        + (", ".join(plan["ablations"]) if plan["ablations"] else "none in this run."),
+        "",
+        "## Full matrix",
         "",
     ]
     for case in cases:
+        sp = case["static_at_pdscaler"]
         out += [
-            f"## {case.label}",
-            "",
-            f"{len(case.comparison.trace):,} requests, replayed (7 runs) in {case.seconds:.1f} s. "
-            f"Plot: [quality-{case.slug}.png](quality-{case.slug}.png)",
+            f"### {case_label(case)}",
             "",
             case_table(case),
             "",
-            *feasible_lines(case),
+            f"Cheapest static size reaching pdscaler's seed-0 attainment ({pct(sp['target'])}): "
+            f"{sp['prefill']}P/{sp['decode']}D, {pct(sp['slo_attainment'])}, "
+            f"{_h(sp['gpu_hours'])} GPU-h{'' if sp['met'] else ' (not reached)'}. "
+            f"Oracle repairs: {_ms(case['aggregate']['oracle']['repairs'], lambda x: f'{x:.0f}')}; "
+            f"replayed in {case['aggregate']['seconds']:.0f} s of worker time."
+            + (
+                f" Plot: [quality-{case['group']}-{case['startup_s']:g}s.png]"
+                f"(quality-{case['group']}-{case['startup_s']:g}s.png)"
+            ),
+            "",
         ]
     return "\n".join(out)
 
 
-def feasible_lines(case: Case) -> list[str]:
-    """The SLO-feasible oracle search of a case, as report lines (none if not run)."""
-    f = case.feasible
-    if f is None:
-        return []
-    tries = "; ".join(f"capacity x{d:g}: {pct(a)} SLO met, {h:.2f} GPU-h" for d, a, h in f.tries)
-    if f.derate is None or f.gpu_hours is None:
-        found = f"no tried head-room met {TARGET_ATTAINMENT:.0%}"
-    else:
-        found = (
-            f"the oracle planned at x{f.derate:g} of the true capacity meets the SLO "
-            f"({pct(f.attainment or 0.0)}) with {f.gpu_hours:.2f} GPU-h, "
-            f"{f.gpu_hours / case.comparison.oracle.gpu_hours:.2f}x the bound"
-        )
-    return [f"SLO-feasible oracle: {found} (tries: {tries}).", ""]
+def headline(doc: dict[str, Any]) -> str:
+    """The summary table (also printed in bench/results/README.md)."""
+    return table(SUMMARY_HEADERS, summary_rows(doc, held_out=False) + summary_rows(doc, True))
 
 
-def write(cases: Sequence[Case], plan: Plan, out_dir: Path, command: str) -> Path:
+def write(doc: dict[str, Any], out_dir: Path, command: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / "quality.md"
-    md.write_text(report(cases, plan, command), encoding="utf-8")
-    doc = {
-        case.slug: {
-            **case.comparison.to_json(),
-            "verdict": verdict(case),
-            "slo_feasible_oracle": None if case.feasible is None else asdict(case.feasible),
-        }
-        for case in cases
-    }
-    (out_dir / "quality.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    md.write_text(report(doc, command) + "\n", encoding="utf-8")
+    (out_dir / "quality.json").write_text(
+        json.dumps(_clean(doc), indent=1, allow_nan=False) + "\n", encoding="utf-8"
+    )
     return md
+
+
+def merge(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several ``run_matrix`` documents as one (loads, start-ups and seeds united; the
+    groups keep their own start-ups and seeds; wall times added): a matrix run in
+    parts, e.g. ``--rate-scales 1,4`` and then ``--rate-scales 10 --seeds 0``."""
+    out: dict[str, Any] = {"plan": dict(docs[0]["plan"]), "groups": {}, "tuning": {}}
+    out["cases"] = {}
+    for key in ("scales", "startups", "seeds"):
+        out["plan"][key] = sorted({x for d in docs for x in d["plan"][key]})
+    for d in docs:
+        out["groups"].update(d.get("groups", {}))
+        out["tuning"].update(d["tuning"])
+        out["cases"].update(d["cases"])
+    order = {t: i for i, t in enumerate(TRACE_FILES)}
+
+    def rank(item: tuple[str, dict[str, Any]]) -> tuple[bool, int, float, float]:
+        c = item[1]
+        return (c["held_out"], order.get(c["trace"], 99), c["scale"], c["startup_s"])
+
+    out["cases"] = dict(sorted(out["cases"].items(), key=rank))
+    out["wall_s"] = sum(d["wall_s"] for d in docs)
+    return out
+
+
+def _clean(x: Any) -> Any:
+    """NaN/inf -> None, recursively (JSON has neither)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    return x

@@ -109,14 +109,45 @@ class ModelRow:
     n1: int
     predicted_s: float | None
     measured_s: float | None
+    #: The prediction with the scenario's NOMINAL post-step rate (known beforehand),
+    #: where ``predicted_s`` uses the rate that actually arrived during the drain.
+    predicted_prior_s: float | None = None
 
     @property
     def error(self) -> float | None:
-        if self.predicted_s is None or self.measured_s is None:
-            return None
-        if math.isinf(self.measured_s) or self.measured_s == 0:
-            return None
-        return self.predicted_s / self.measured_s - 1.0
+        return _error(self.predicted_s, self.measured_s)
+
+    @property
+    def error_prior(self) -> float | None:
+        return _error(self.predicted_prior_s, self.measured_s)
+
+
+def _error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None:
+        return None
+    if math.isinf(measured) or measured == 0:
+        return None
+    return predicted / measured - 1.0
+
+
+def to_json(rows: Sequence[ModelRow]) -> dict[str, object]:
+    """Experiment A's rows with both errors (``bench/results/step.json``)."""
+    return {
+        "model_rows": [
+            {
+                "startup_s": r.startup_s,
+                "n1": r.n1,
+                "predicted_s": r.predicted_s,
+                "predicted_prior_s": r.predicted_prior_s,
+                "measured_s": r.measured_s
+                if r.measured_s is None or math.isfinite(r.measured_s)
+                else None,
+                "error": r.error,
+                "error_prior": r.error_prior,
+            }
+            for r in rows
+        ]
+    }
 
 
 def arrival_tps(trace: Trace, start: float, end: float) -> float:
@@ -154,8 +185,12 @@ def model_check(trace: Trace, startup: float, n1: int, seed: int = 0) -> ModelRo
     result = run(trace, Scripted(STEP_AT, n1), cfg)
     per = params.prefill_batch_tps()
     predicted = predicted_drain(trace, startup, N0 * per, n1 * per)
+    lam = BASE_RATE * FACTOR * PROMPT
+    prior = drain_time(lam, n1 * per, startup, backlog(lam, startup, 0.0, N0 * per))
     done = cleared_at(result.times, STEP_AT + EARLIEST * startup)
-    return ModelRow(startup, n1, predicted, None if done is None else done - STEP_AT)
+    return ModelRow(
+        startup, n1, predicted, None if done is None else done - STEP_AT, prior.drain_seconds
+    )
 
 
 @dataclass(frozen=True)
@@ -259,7 +294,15 @@ def run_step(
 
 def report(model_rows: Sequence[ModelRow], loop_rows: Sequence[LoopRow], command: str) -> str:
     a = table(
-        ["T_s", "prefill 5 ->", "predicted drain", "measured drain", "prediction error"],
+        [
+            "T_s",
+            "prefill 5 ->",
+            "predicted drain",
+            "measured drain",
+            "prediction error",
+            "predicted a priori",
+            "a priori error",
+        ],
         [
             [
                 f"{r.startup_s:g} s",
@@ -267,6 +310,8 @@ def report(model_rows: Sequence[ModelRow], loop_rows: Sequence[LoopRow], command
                 _s(r.predicted_s),
                 _s(r.measured_s),
                 "-" if r.error is None else f"{r.error:+.0%}",
+                _s(r.predicted_prior_s),
+                "-" if r.error_prior is None else f"{r.error_prior:+.0%}",
             ]
             for r in model_rows
         ],
@@ -310,8 +355,10 @@ def report(model_rows: Sequence[ModelRow], loop_rows: Sequence[LoopRow], command
             "",
             f"Prefill {N0} -> n1 replicas at the step, decode fixed at {DECODE}. Predicted "
             "`T_s + B / (mu - lambda)` with lambda the prompt tokens/s that arrived during "
-            "the drain, mu = n1 x 8,370 tokens/s (full batches), B = (lambda - 5 x 8,370) "
-            "x T_s. "
+            "the drain (measured AFTER the fact: the model is given the dice it rolled), "
+            "mu = n1 x 8,370 tokens/s (full batches), B = (lambda - 5 x 8,370) x T_s. "
+            "`predicted a priori` uses the scenario's nominal rate instead (40 req/s x "
+            "1,500 tokens = 60,000 tokens/s), as an operator would have to. "
             "Start-up times jitter +-10% around T_s in the engine. The model is the fluid "
             "(mean) behaviour: with a short T_s and a small margin the queue can empty "
             "earlier than the mean by a Poisson lull, so the measured drain is a first "

@@ -7,38 +7,35 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from bench import quality, step
 from bench.__main__ import main
-from pdscaler.sim.compare import Comparison
 from pdscaler.sim.engine import RequestTimes
-from pdscaler.sim.loop import LoopConfig
-from pdscaler.sim.oracle import OracleResult, Schedule
 from pdscaler.sim.results import Summary
-from pdscaler.sim.setup import sim_spec
-from pdscaler.sim.traces import Trace
 
 
 def summary(name: str, att: float, hours: float) -> Summary:
     return Summary(name, 100, 100, att, 0.2, 1.0, 0.02, 0.03, hours, hours / 2, hours / 2, 4, 0)
 
 
-def case(*rows: Summary, oracle: float = 10.0) -> quality.Case:
-    empty = np.zeros(1)
-    trace = Trace("t", empty, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), 1.0)
-    sched = Schedule(empty, np.ones(1, dtype=np.int64), np.ones(1, dtype=np.int64), 15.0)
-    comp = Comparison(
-        trace=trace,
-        cfg=LoopConfig(spec=sim_spec()),
-        runs=(),
-        summaries=rows,
-        oracle=OracleResult(oracle, oracle / 2, oracle / 2, sched),
-        work_floor_gpu_hours=oracle / 2,
-    )
-    return quality.Case("conv", 30.0, comp, 1.0)
+def case(*rows: Summary, oracle: float = 10.0) -> dict[str, Any]:
+    """One case of the matrix (one seed) as ``run_matrix`` documents it."""
+    seed = {
+        "policies": {r.policy: r.to_json(oracle) for r in rows},
+        "oracle": {"gpu_hours": oracle, "slo_attainment": 0.99, "met": True, "repairs": 0},
+        "lower_bound": {"gpu_hours": oracle * 0.8},
+        "work_floor": {"gpu_hours": oracle / 2},
+        "feasibility_ceiling": 1.0,
+        "seconds": 1.0,
+    }
+    doc = {"group": "conv-1x", "trace": "conv", "scale": 1.0, "held_out": False}
+    doc |= {"startup_s": 30.0, "seeds": [seed]}
+    doc["aggregate"] = quality.aggregate([seed])
+    return doc
 
 
 def test_verdict_names_who_dominates_pdscaler() -> None:
@@ -54,7 +51,7 @@ def test_verdict_names_who_dominates_pdscaler() -> None:
     assert v["meets_attainment"]
     assert v["meets_cost"]  # 12 / 10 = 1.2
     assert v["cheapest_as_good"] == "static-peak"
-    assert "no: static-peak" in quality.headline([c])
+    assert "no: static-peak" in quality.headline({"cases": {"c": c}})
 
 
 def test_verdict_on_the_front_when_nobody_is_better_and_cheaper() -> None:
@@ -63,7 +60,7 @@ def test_verdict_on_the_front_when_nobody_is_better_and_cheaper() -> None:
     assert v["pareto"]
     assert not v["meets_cost"]  # 1.3x
     assert v["cheapest_as_good"] is None
-    assert "| no |" in quality.headline([c])
+    assert "| no |" in quality.headline({"cases": {"c": c}})
 
 
 def times(arrival: list[float], start: list[float]) -> RequestTimes:
@@ -94,24 +91,34 @@ def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
         "README.md",
         "quality.md",
         "quality.json",
-        "quality-conv-30s.png",
-        "quality-code-30s.png",
+        "quality-conv-2x-30s.png",
+        "quality-code-2x-30s.png",
         "step.md",
         "step.png",
+        "step.json",
     ):
         assert (tmp_path / name).stat().st_size > 0, name
     doc = json.loads((tmp_path / "quality.json").read_text())
-    conv = doc["conv-30s"]
-    assert set(conv["policies"]) >= {"pdscaler", "static-peak", "hpa-queue", "oracle-replay"}
-    assert conv["verdict"]["case"] == "conv, start-up 30 s"
-    assert conv["slo_feasible_oracle"]["tries"]
+    conv = doc["cases"]["conv-2x-30s"]
+    seed0 = conv["seeds"][0]
+    assert set(seed0["policies"]) >= {
+        "pdscaler",
+        "static-peak",
+        "hpa-queue",
+        "static-best",
+        "hpa-tuned",
+        "dynamo-planner",
+    }
+    assert conv["verdict"]["case"] == "conv-2x, start-up 30 s"
+    assert seed0["oracle"]["tries"]
+    assert seed0["oracle"]["gpu_hours"] >= seed0["lower_bound"]["gpu_hours"]
     readme = (tmp_path / "README.md").read_text()
     assert "pdscaler SLO met" in readme
     assert "python -m bench --quick" in readme
     quality_md = (tmp_path / "quality.md").read_text()
-    assert "| conv, start-up 30 s |" in quality_md
+    assert "| conv-2x, start-up 30 s |" in quality_md
     # 10-minute windows: the requests from 5 min on are counted apart, as a percentage
-    settled = conv["policies"]["pdscaler"]["slo_attainment_settled"]
+    settled = seed0["policies"]["pdscaler"]["slo_attainment_settled"]
     assert 0.0 <= settled <= 1.0
     assert f"| {100 * settled:.2f}% |" in quality_md
     assert "| after 5 min |" in quality_md

@@ -53,12 +53,16 @@ def test_all_policies_table_json_and_plot(tmp_path: Path) -> None:
     for name in ("pdscaler", "static-peak", "static-mean", "hpa-queue", "fixed-ratio"):
         assert name in result.stdout
     assert "forecast-only" in result.stdout
-    assert "oracle (bound)" in result.stdout
+    assert "oracle (SLO-feasible)" in result.stdout
+    assert "lower bound" in result.stdout
     assert "work floor" in result.stdout
     assert "replayed" in result.stdout
     doc = json.loads((tmp_path / "r.json").read_text())
     assert set(doc["policies"]) == {
         "pdscaler",
+        "static-best",
+        "hpa-tuned",
+        "dynamo-planner",
         "static-peak",
         "static-mean",
         "hpa-queue",
@@ -71,6 +75,12 @@ def test_all_policies_table_json_and_plot(tmp_path: Path) -> None:
         for key in ("ttft_p99_s", "tpot_p99_s", "scale_actions", "reversals"):
             assert key in row
     assert doc["oracle"]["gpu_hours"] > doc["work_floor"]["gpu_hours"] > 0
+    # the SLO-feasible oracle: its replay meets the target (capped at the ceiling)
+    assert doc["oracle"]["slo_attainment"] >= doc["oracle"]["target"]
+    assert doc["oracle"]["target"] == min(0.99, doc["feasibility_ceiling"])
+    assert doc["oracle"]["gpu_hours"] >= doc["lower_bound"]["gpu_hours"]
+    assert doc["static_best"][0]["target"] == 0.99
+    assert doc["hpa_tuned"]["tried"]
     assert doc["meta"]["replay_seconds"] > 0
     assert (tmp_path / "r.png").read_bytes().startswith(PNG_MAGIC)
 

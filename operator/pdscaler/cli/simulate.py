@@ -16,6 +16,10 @@ seeded), never the time axis. ``--startup`` is both the engine's true mean start
 time and the PDDeployment's prior; ``--prefill-tps``/``--decode-tps`` are the priors
 declared in the PDDeployment, ``--true-prefill-tps``/``--true-decode-speed`` the
 simulated engine's real capacities (defaults: priors 15% over / 20% under the truth).
+``--ttft-slo-per-token`` makes the TTFT SLO length-aware when scoring (limit = ``--ttft``
++ that many seconds per prompt token; the policy still sees ``--ttft``). The oracle row
+is the SLO-feasible clairvoyant schedule (``pdscaler.sim.compare.feasible_oracle``),
+"x oracle" a ratio to it; the lower bound and the work floor are printed under it.
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ def table(comparison: Comparison) -> Table:
         "actions",
         "reversals",
     ):
-        out.add_column(col, justify="left" if col == "policy" else "right")
+        out.add_column(col, justify="left" if col == "policy" else "right", no_wrap=col == "policy")
     for s in comparison.summaries:
         name = f"{s.policy} *" if s.policy in front else s.policy
         out.add_row(
@@ -107,14 +111,28 @@ def table(comparison: Comparison) -> Table:
             str(s.scale_actions),
             str(s.reversals),
         )
-    out.add_row("oracle (bound)", *["-"] * 6, f"{oracle_h:.2f}", "1.00", "-", "-")
-    floor = comparison.work_floor_gpu_hours
-    ratio = f"{floor / oracle_h:.2f}" if oracle_h else "-"
-    out.add_row("work floor", *["-"] * 6, f"{floor:.2f}", ratio, "-", "-")
+    o = comparison.oracle
+    out.add_row(
+        "oracle (SLO-feasible)",
+        percent(o.attainment),
+        "-",
+        *["-"] * 4,
+        f"{oracle_h:.2f}",
+        "1.00",
+        "-",
+        "-",
+    )
+    for label, hours in (
+        ("lower bound", comparison.lower_bound.gpu_hours),
+        ("work floor", comparison.work_floor_gpu_hours),
+    ):
+        ratio = f"{hours / oracle_h:.2f}" if oracle_h else "-"
+        out.add_row(label, *["-"] * 6, f"{hours:.2f}", ratio, "-", "-")
     out.caption = (
         "* on the Pareto front (SLO met vs GPU-hours); after 5 min: SLO met by the requests "
         "arriving 5 minutes or more into the replay (the start, pools sized for the first "
-        "two minutes' mean and metric windows empty, left out)"
+        "two minutes' mean and metric windows empty, left out); feasibility ceiling "
+        f"{percent(comparison.feasibility_ceiling)} (requests that fit the SLO alone)"
     )
     return out
 
@@ -131,6 +149,10 @@ def cmd_simulate(
         str, typer.Option(help=f"all, or a comma list of: {', '.join(POLICIES)}, oracle-replay.")
     ] = "all",
     ttft: Annotated[float, typer.Option(help="TTFT SLO, seconds.")] = 2.0,
+    ttft_slo_per_token: Annotated[
+        float,
+        typer.Option(help="Length-aware TTFT SLO: seconds added per prompt token (scoring)."),
+    ] = 0.0,
     tpot: Annotated[float, typer.Option(help="TPOT SLO, seconds.")] = 0.05,
     slo_percentile: Annotated[
         float, typer.Option(help="Percentile the policy holds the SLOs at (0-1).")
@@ -185,6 +207,8 @@ def cmd_simulate(
         _positive("--duration", duration)
     if queue not in QUEUE_DISCIPLINES:
         fail(f"--queue must be one of {', '.join(QUEUE_DISCIPLINES)}, got {queue!r}")
+    if not ttft_slo_per_token >= 0:
+        fail(f"--ttft-slo-per-token must be >= 0, got {ttft_slo_per_token:g}")
     try:
         names = parse_policies(policy)
     except ValueError as err:
@@ -215,7 +239,9 @@ def cmd_simulate(
         ttft_deadline_s=ttft,
     )
     data = load(trace, rate_scale, duration, seed)
-    cfg = LoopConfig(spec=spec, params=params, startup_s=startup, seed=seed)
+    cfg = LoopConfig(
+        spec=spec, params=params, startup_s=startup, seed=seed, ttft_per_token_s=ttft_slo_per_token
+    )
     err_console = Console(stderr=True)
     started = time.perf_counter()
     with Progress(
@@ -227,6 +253,7 @@ def cmd_simulate(
         transient=True,
     ) as bar:
         tasks = {n: bar.add_task(n, total=1.0) for n in names}
+        # the tuned baselines and the oracle replay many candidates before their run
         result = compare(
             data,
             names,

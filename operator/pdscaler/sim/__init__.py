@@ -1,7 +1,8 @@
 """The offline simulator: the serving model, a simulated Prometheus, trace handling, the
 closed loop that runs the operator's own policy (and the baselines) on a simulated
-clock, the oracle bound and the results. Pure and deterministic for a seed: no clock
-reads, no network, no file writes (the CLI and the bench write what it returns).
+clock, the SLO-feasible oracle and the lower bounds, and the results. Pure and
+deterministic for a seed: no clock reads, no network, no file writes (the CLI and the
+bench write what it returns).
 
 Modules:
 
@@ -14,10 +15,14 @@ Modules:
   loads: step, mix shift);
 * ``setup``: the simulated PDDeployment spec (priors off the truth) and the warm start;
 * ``controllers`` (the interface, pdscaler's policy, schedule replay) and
-  ``baselines`` (static peak/mean, HPA on queue length, fixed ratio, forecast-only);
-* ``loop``: the closed loop; ``oracle``: oracle and work-floor GPU-hours;
+  ``baselines`` (static sizes, HPA on queue length naive and tuned, a Dynamo-style SLA
+  planner, fixed ratio, forecast-only); ``tuning``: the static-best and tuned-HPA
+  searches;
+* ``loop``: the closed loop; ``oracle``: the oracle's repair, the lower bound, the
+  work floor and the feasibility ceiling;
 * ``results``: SLO attainment, percentiles, actions, reversals, Pareto front, JSON;
-* ``compare``: several policies on one trace; ``plot``: the PNG (bytes).
+* ``compare``: several policies on one trace and the SLO-feasible oracle search;
+  ``plot``: the PNG (bytes).
 
 Typical use::
 

@@ -1,37 +1,65 @@
 """One trace, several policies: build each controller by name, run them in the closed
-loop, and condense the runs with the oracle and the work floor into one comparison.
+loop, and condense the runs with the SLO-feasible oracle, the lower bound, the work
+floor and the feasibility ceiling into one comparison.
 
 Owns: the policy names (``POLICIES``, what ``--policy all`` runs, and the extra
-``oracle-replay``) and the JSON document of a comparison. Shared by ``pdscaler
-simulate`` and the bench. Must not: print, write files or read clocks (``progress``
-gets the policy name and the simulated fraction done).
+``oracle-replay``: the lower bound's schedule replayed), the SLO-feasible oracle's
+search (``feasible_oracle``: plan in bins no wider than the TTFT limit at full load,
+replay, ``oracle.repair`` where the misses were, at most ``ORACLE_ITERATIONS``
+repairs), and the JSON document of a comparison. "x oracle" is a ratio to THAT
+oracle's replayed GPU-hours. Shared by ``pdscaler simulate`` and the bench. Must not:
+print, write files or read clocks (``progress`` gets the policy name and the simulated
+fraction done).
+
+The tuned baselines (``static-best``, ``hpa-tuned``) are searched by replaying
+candidates (``pdscaler.sim.tuning``) unless ``Tuned`` hands over an earlier choice
+(the bench tunes on seed 0 and replays that choice on the other seeds).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pdscaler.sim import baselines
+from pdscaler.sim import baselines, tuning
 from pdscaler.sim.controllers import Controller, Decide, PdscalerController, ScheduleController
 from pdscaler.sim.loop import LoopConfig, Run, run
-from pdscaler.sim.oracle import OracleResult, oracle, work_floor
-from pdscaler.sim.results import Summary, result_json, summarize
+from pdscaler.sim.oracle import (
+    OracleResult,
+    Schedule,
+    feasibility_ceiling,
+    fine_bin,
+    lower_bound,
+    repair,
+    schedule,
+    work_floor,
+)
+from pdscaler.sim.results import Summary, pareto_front, summarize, ttft_limits
 from pdscaler.sim.traces import Trace
 
-#: ``--policy all``: pdscaler and every baseline.
+#: ``--policy all``: pdscaler and every baseline (the tuned ones first; the naive HPA
+#: ``hpa-queue``, static peak and static mean are kept as labelled extras).
 POLICIES: tuple[str, ...] = (
     "pdscaler",
+    "static-best",
+    "hpa-tuned",
+    "dynamo-planner",
+    "fixed-ratio",
+    "forecast-only",
     "static-peak",
     "static-mean",
     "hpa-queue",
-    "fixed-ratio",
-    "forecast-only",
 )
-#: The oracle's schedule replayed in the engine (what SLO the bound would get).
+#: The lower bound's schedule replayed in the engine (what SLO the bound would get).
 ORACLE_REPLAY = "oracle-replay"
 KNOWN = (*POLICIES, ORACLE_REPLAY)
+#: The attainment target of the oracle and of the tuned baselines.
+TARGET = 0.99
+#: Repairs of the SLO-feasible oracle's schedule after its first replay.
+ORACLE_ITERATIONS = 8
+#: Within this much of the target, a repair adds +1 only in the worst bins.
+ORACLE_GENTLE = 0.05
 
 
 def parse_policies(text: str) -> tuple[str, ...]:
@@ -47,17 +75,62 @@ def parse_policies(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+class OracleReplay(ScheduleController):
+    """A schedule replayed from t=0 at its own first level (not the warm start),
+    keeping at each tick the most replicas needed from ``back`` seconds ago (work that
+    arrived in a burst just before the tick is still queued) to ``lead`` ahead."""
+
+    def __init__(self, name: str, sched: Schedule, lead: float, back: float) -> None:
+        super().__init__(
+            name, sched.times.tolist(), sched.prefill.tolist(), sched.decode.tolist(), lead
+        )
+        self._back = back
+        self.initial: tuple[int, int] = self.at(0.0)
+
+    def at(self, now: float) -> tuple[int, int]:
+        p, d = super().at(now)
+        if now - self._back > 0:
+            q, e = super().at(now - self._back)
+            return max(p, q), max(d, e)
+        return p, d
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """Earlier choices for the tuned baselines (None: search them here)."""
+
+    static: tuple[int, int] | None = None
+    hpa: baselines.HpaConfig | None = None
+
+
 def controller(
     name: str,
     trace: Trace,
     cfg: LoopConfig,
     bound: OracleResult,
     decide: Decide | None = None,
+    tuned: Tuned | None = None,
 ) -> Controller:
-    """The controller called ``name`` for this trace and config."""
+    """The controller called ``name`` for this trace and config (``static-best`` and
+    ``hpa-tuned`` need their choice in ``tuned``)."""
     spec = cfg.spec
+    tuned = tuned or Tuned()
+
+    def static_best() -> Controller:
+        if tuned.static is None:
+            raise ValueError("static-best needs a size (compare() searches it)")
+        return baselines.StaticController("static-best", *tuned.static)
+
+    def hpa_tuned() -> Controller:
+        if tuned.hpa is None:
+            raise ValueError("hpa-tuned needs a configuration (compare() searches it)")
+        return baselines.HpaQueueController(spec, config=tuned.hpa, name="hpa-tuned")
+
     makers: dict[str, Callable[[], Controller]] = {
         "pdscaler": lambda: PdscalerController(spec, decide),
+        "static-best": static_best,
+        "hpa-tuned": hpa_tuned,
+        "dynamo-planner": lambda: baselines.DynamoPlannerController(spec, cfg.params),
         "static-peak": lambda: baselines.static_peak(trace, spec),
         "static-mean": lambda: baselines.static_mean(trace, spec),
         "hpa-queue": lambda: baselines.HpaQueueController(spec),
@@ -77,29 +150,153 @@ def controller(
 
 
 @dataclass(frozen=True)
+class FeasibleOracle:
+    """The SLO-feasible clairvoyant schedule: its replay (GPU-hours and attainment),
+    whether it met ``target``, and every try (attainment, GPU-hours) in order."""
+
+    schedule: Schedule
+    run: Run
+    summary: Summary
+    target: float
+    met: bool
+    tries: tuple[tuple[float, float], ...]
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.summary.gpu_hours
+
+    @property
+    def attainment(self) -> float:
+        return self.summary.slo_attainment
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu_hours": self.gpu_hours,
+            "slo_attainment": self.attainment,
+            "target": self.target,
+            "met": self.met,
+            "bin_s": self.schedule.bin_s,
+            "repairs": len(self.tries) - 1,
+            "tries": [list(t) for t in self.tries],
+        }
+
+
+def feasible_oracle(
+    trace: Trace,
+    cfg: LoopConfig,
+    target: float = TARGET,
+    iterations: int = ORACLE_ITERATIONS,
+) -> FeasibleOracle:
+    """Plan at full TRUE capacity in bins no wider than the TTFT limit, replay it (it
+    orders each replica a start-up plus one interval ahead and keeps it through gaps
+    shorter than that), and repair where it missed until the replay meets ``target``
+    (or ``iterations`` repairs were made: then ``met`` is False). The target is capped
+    at the feasibility ceiling: no schedule serves a request that cannot fit alone."""
+    spec = cfg.spec
+    slo = spec.slo
+    ceiling = feasibility_ceiling(
+        trace,
+        cfg.params,
+        ttft_s=slo.ttft_seconds,
+        tpot_s=slo.tpot_seconds,
+        ttft_per_token_s=cfg.ttft_per_token_s,
+    )
+    goal = min(target, ceiling)
+    interval = spec.scaling.interval_seconds
+    sched = schedule(
+        trace,
+        cfg.params,
+        tpot_s=slo.tpot_seconds,
+        bin_s=fine_bin(slo.ttft_seconds, interval),
+        minimum=(spec.prefill.replicas.min, spec.decode.replicas.min),
+        smooth_s=interval,
+    )
+    limits = ttft_limits(trace.prompt, slo.ttft_seconds, cfg.ttft_per_token_s)
+    top = (spec.prefill.replicas.max, spec.decode.replicas.max)
+    lead = cfg.startup_s + interval
+    tries: list[tuple[float, float]] = []
+    best: tuple[Schedule, Run, Summary] | None = None
+    for i in range(iterations + 1):
+        back = slo.ttft_seconds + cfg.ttft_per_token_s * float(trace.prompt.max(initial=0))
+        replay = run(trace, OracleReplay("oracle", sched, lead, back), cfg)
+        s = summarize(replay)
+        tries.append((s.slo_attainment, s.gpu_hours))
+        best = (sched, replay, s)
+        if s.slo_attainment >= goal or i == iterations:
+            break
+        short = goal - s.slo_attainment
+        fix = short * len(trace) if short < ORACLE_GENTLE else None
+        sched, _ = repair(
+            sched, replay.times, ttft_limit=limits, tpot_s=slo.tpot_seconds, maximum=top, fix=fix
+        )
+    assert best is not None
+    sched, replay, s = best
+    return FeasibleOracle(sched, replay, s, goal, s.slo_attainment >= goal, tuple(tries))
+
+
+@dataclass(frozen=True)
 class Comparison:
     trace: Trace
     cfg: LoopConfig
     runs: tuple[Run, ...]
     summaries: tuple[Summary, ...]
-    oracle: OracleResult
+    oracle: FeasibleOracle
+    lower_bound: OracleResult
     work_floor_gpu_hours: float
+    feasibility_ceiling: float
+    static_best: tuple[tuning.StaticChoice, ...] = ()
+    hpa_tuned: tuning.HpaChoice | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return result_json(
-            self.summaries,
-            oracle_gpu_hours=self.oracle.gpu_hours,
-            work_floor_gpu_hours=self.work_floor_gpu_hours,
-            meta=self.meta,
-        )
+        """The JSON document of ``pdscaler simulate``::
+
+        {"policies": {"pdscaler": {"slo_attainment": 0.995, ..., "gpu_hours": 9.8,
+                                   "ratio_to_oracle": 1.12}, "static-best": ..., ...},
+         "oracle": {"gpu_hours": 8.75, "slo_attainment": 0.991, "target": 0.99, ...},
+         "lower_bound": {"gpu_hours": 6.9, "bin_s": 15.0},
+         "work_floor": {"gpu_hours": 6.1}, "feasibility_ceiling": 1.0,
+         "static_best": [{"target": 0.99, "prefill": 3, "decode": 4, ...}, ...],
+         "hpa_tuned": {"config": {...}, "slo_attainment": ..., "tried": [...]},
+         "pareto_front": ["pdscaler", "static-best"], "meta": {...}}
+        """
+        oracle_h = self.oracle.gpu_hours
+        hpa = None
+        if self.hpa_tuned is not None:
+            h = self.hpa_tuned
+            hpa = {
+                "config": asdict(h.config),
+                "label": h.config.label,
+                "slo_attainment": h.slo_attainment,
+                "gpu_hours": h.gpu_hours,
+                "met": h.met,
+                "tried": [
+                    {"config": asdict(c), "slo_attainment": a, "gpu_hours": g}
+                    for c, a, g in h.tried
+                ],
+            }
+        return {
+            "policies": {s.policy: s.to_json(oracle_h) for s in self.summaries},
+            "oracle": self.oracle.to_json(),
+            "lower_bound": {
+                "gpu_hours": self.lower_bound.gpu_hours,
+                "bin_s": self.lower_bound.schedule.bin_s,
+            },
+            "work_floor": {"gpu_hours": self.work_floor_gpu_hours},
+            "feasibility_ceiling": self.feasibility_ceiling,
+            "static_best": [asdict(c) for c in self.static_best],
+            "hpa_tuned": hpa,
+            "pareto_front": sorted(pareto_front(self.summaries)),
+            "meta": self.meta,
+        }
 
 
 def bounds(trace: Trace, cfg: LoopConfig, derate: float = 1.0) -> tuple[OracleResult, float]:
-    """The oracle (minimum replicas = the spec's) and the work floor of ``trace``."""
+    """The lower bound (15 s bins at full load, minimum replicas = the spec's) and the
+    work floor of ``trace``."""
     spec = cfg.spec
     tpot = spec.slo.tpot_seconds
-    bound = oracle(
+    bound = lower_bound(
         trace,
         cfg.params,
         startup_s=cfg.startup_s,
@@ -111,37 +308,6 @@ def bounds(trace: Trace, cfg: LoopConfig, derate: float = 1.0) -> tuple[OracleRe
     return bound, work_floor(trace, cfg.params, tpot_s=tpot)
 
 
-@dataclass(frozen=True)
-class FeasibleOracle:
-    """The largest tried ``derate`` whose oracle schedule, replayed in the engine, met
-    the attainment target (None when none did), with every try (derate, attainment,
-    GPU-hours)."""
-
-    derate: float | None
-    gpu_hours: float | None
-    attainment: float | None
-    tries: tuple[tuple[float, float, float], ...]
-
-
-def feasible_oracle(
-    trace: Trace,
-    cfg: LoopConfig,
-    target: float = 0.99,
-    derates: Sequence[float] = (0.85, 0.7, 0.55, 0.4),
-) -> FeasibleOracle:
-    """Replay the oracle at decreasing derates until the SLO attainment reaches
-    ``target``: what the bound costs once it must also meet the SLO."""
-    tries = []
-    for derate in derates:
-        bound, _ = bounds(trace, cfg, derate)
-        replay = run(trace, controller(ORACLE_REPLAY, trace, cfg, bound), cfg)
-        s = summarize(replay)
-        tries.append((derate, s.slo_attainment, s.gpu_hours))
-        if s.slo_attainment >= target:
-            return FeasibleOracle(derate, s.gpu_hours, s.slo_attainment, tuple(tries))
-    return FeasibleOracle(None, None, None, tuple(tries))
-
-
 def compare(
     trace: Trace,
     names: Sequence[str],
@@ -150,14 +316,41 @@ def compare(
     progress: Callable[[str, float], None] | None = None,
     decide: Decide | None = None,
     meta: dict[str, Any] | None = None,
+    tuned: Tuned | None = None,
+    target: float = TARGET,
 ) -> Comparison:
-    """Run every policy in ``names`` on ``trace`` with the same config and seed."""
+    """Run every policy in ``names`` on ``trace`` with the same config and seed.
+    ``static-best`` is searched for ``target`` and for the attainment pdscaler reached
+    (when pdscaler runs first); the policy row is the one for ``target``."""
     bound, floor = bounds(trace, cfg)
-    runs = []
+    tuned = tuned or Tuned()
+    static_choices: list[tuning.StaticChoice] = []
+    hpa_choice: tuning.HpaChoice | None = None
+    runs: list[Run] = []
     for name in names:
-        ctrl = controller(name, trace, cfg, bound, decide)
+        if name == "static-best" and tuned.static is None:
+            targets = [target]
+            pd = [r for r in runs if r.policy == "pdscaler"]
+            if pd:
+                att = summarize(pd[0]).slo_attainment
+                if att < target:
+                    targets.append(att)
+            static_choices, _ = tuning.static_best(trace, cfg, targets)
+            tuned = Tuned((static_choices[0].prefill, static_choices[0].decode), tuned.hpa)
+        if name == "hpa-tuned" and tuned.hpa is None:
+            hpa_choice = tuning.hpa_tuned(trace, cfg, target)
+            tuned = Tuned(tuned.static, hpa_choice.config)
+        ctrl = controller(name, trace, cfg, bound, decide, tuned)
         report = None if progress is None else _named(progress, name)
         runs.append(run(trace, ctrl, cfg, report))
+    feasible = feasible_oracle(trace, cfg, target)
+    ceiling = feasibility_ceiling(
+        trace,
+        cfg.params,
+        ttft_s=cfg.spec.slo.ttft_seconds,
+        tpot_s=cfg.spec.slo.tpot_seconds,
+        ttft_per_token_s=cfg.ttft_per_token_s,
+    )
     info = {
         "trace": trace.name,
         "requests": len(trace),
@@ -166,14 +359,28 @@ def compare(
         "seed": cfg.seed,
         "slo": {
             "ttft_s": cfg.spec.slo.ttft_seconds,
+            "ttft_per_token_s": cfg.ttft_per_token_s,
             "tpot_s": cfg.spec.slo.tpot_seconds,
             "percentile": cfg.spec.slo.percentile,
         },
-        "oracle_bin_s": bound.schedule.bin_s,
+        "oracle_bin_s": feasible.schedule.bin_s,
+        "lower_bound_bin_s": bound.schedule.bin_s,
+        **({"static_best_size": list(tuned.static)} if tuned.static else {}),
+        **({"hpa_tuned_config": tuned.hpa.label} if tuned.hpa else {}),
         **(meta or {}),
     }
     return Comparison(
-        trace, cfg, tuple(runs), tuple(summarize(r) for r in runs), bound, floor, info
+        trace,
+        cfg,
+        tuple(runs),
+        tuple(summarize(r) for r in runs),
+        feasible,
+        bound,
+        floor,
+        ceiling,
+        tuple(static_choices),
+        hpa_choice,
+        info,
     )
 
 

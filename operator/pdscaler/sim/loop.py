@@ -51,6 +51,9 @@ class LoopConfig:
     #: Controllers are first consulted once this much simulated time has passed. They
     #: see Prometheus' partial windows at first, as an operator deployed just now would.
     warmup_s: float = 0.0
+    #: Length-aware TTFT SLO, for scoring only: a request's TTFT limit is
+    #: ``slo.ttftSeconds + ttft_per_token_s * prompt tokens`` (0: the flat limit).
+    ttft_per_token_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ class Run:
     predicted_drains: tuple[tuple[float, float | None], ...]
     slo_ttft_s: float
     slo_tpot_s: float
+    #: seconds of TTFT allowed per prompt token on top of ``slo_ttft_s`` (0: flat)
+    slo_ttft_per_token_s: float = 0.0
 
 
 class _Recorder:
@@ -195,6 +200,7 @@ def run(
         predicted_drains=tuple(rec.drains),
         slo_ttft_s=spec.slo.ttft_seconds,
         slo_tpot_s=spec.slo.tpot_seconds,
+        slo_ttft_per_token_s=cfg.ttft_per_token_s,
     )
 
 

@@ -41,13 +41,23 @@ REVERSAL_WINDOW_S = 600.0
 SETTLED_AFTER_S = 300.0
 
 
-def met_slo(times: RequestTimes, ttft_s: float, tpot_s: float) -> np.ndarray:
+def ttft_limits(prompt: np.ndarray, ttft_s: float, per_token_s: float = 0.0) -> FloatArray:
+    """Each request's TTFT limit: ``ttft_s + per_token_s * prompt`` (length-aware SLO):
+    2 s + 0.1 ms/token -> 2.1 s for a 1,000-token prompt, 3.6 s for 16,000."""
+    return ttft_s + per_token_s * np.asarray(prompt, dtype=np.float64)
+
+
+def met_slo(
+    times: RequestTimes, ttft_s: float, tpot_s: float, ttft_per_token_s: float = 0.0
+) -> np.ndarray:
     """Boolean per request: TTFT and TPOT both within the SLO (NaN = never = miss).
-    A tolerance of 1 ns absorbs float noise at exactly the SLO."""
+    A tolerance of 1 ns absorbs float noise at exactly the SLO. ``ttft_per_token_s``
+    makes the TTFT limit length-aware (``ttft_limits``)."""
+    limit = ttft_limits(times.prompt, ttft_s, ttft_per_token_s)
     with np.errstate(invalid="ignore"):
         ttft = np.nan_to_num(times.ttft, nan=math.inf)
         tpot = np.nan_to_num(times.tpot, nan=math.inf)
-        return (ttft <= ttft_s + 1e-9) & (tpot <= tpot_s + 1e-9)
+        return (ttft <= limit + 1e-9) & (tpot <= tpot_s + 1e-9)
 
 
 def percentile(values: FloatArray, q: float) -> float:
@@ -112,7 +122,7 @@ def _json_number(value: Any) -> Any:
 
 def summarize(run: Run) -> Summary:
     t = run.times
-    ok = met_slo(t, run.slo_ttft_s, run.slo_tpot_s)
+    ok = met_slo(t, run.slo_ttft_s, run.slo_tpot_s, run.slo_ttft_per_token_s)
     n = len(t.arrival)
     p = run.gpu_seconds[Role.PREFILL] / 3600.0
     d = run.gpu_seconds[Role.DECODE] / 3600.0
@@ -147,7 +157,7 @@ def attainment_over_time(run: Run, bin_s: float = 60.0) -> tuple[FloatArray, Flo
     t = run.times
     if len(t.arrival) == 0:
         return np.zeros(0), np.zeros(0)
-    ok = met_slo(t, run.slo_ttft_s, run.slo_tpot_s).astype(np.float64)
+    ok = met_slo(t, run.slo_ttft_s, run.slo_tpot_s, run.slo_ttft_per_token_s).astype(np.float64)
     nbins = max(1, math.ceil(float(t.arrival.max()) / bin_s + 1e-9))
     b = np.minimum((t.arrival // bin_s).astype(np.int64), nbins - 1)
     count = np.bincount(b, minlength=nbins).astype(np.float64)

@@ -1,4 +1,5 @@
-"""Synthetic loads: piecewise-constant Poisson arrivals with a request mix per segment.
+"""Synthetic loads: piecewise-constant Poisson arrivals with a request mix per segment,
+and seeded variants of a recorded trace for the bench's seeds and held-out cases.
 
 Owns: ``synthetic`` (segments of (seconds, req/s, mean prompt tokens, mean output
 tokens) -> a ``Trace``), the step-load scenario of the bench (docs/models.md §3: a sudden
@@ -6,7 +7,10 @@ rate increase the pools must absorb and drain), and the demo's mix shift (chat, 
 long documents, then a burst). Lengths are drawn from a gamma distribution with shape
 ``LENGTH_SHAPE`` around the segment's mean (heavy enough that p99 is ~3.5x the mean,
 like the Azure conversation trace: mean 1,155, p99 4,142). Deterministic for a seed.
-Must not: read files or clocks.
+``jitter`` (seed > 0: every arrival moved by a seeded uniform offset of at most
+``JITTER_S``, the order re-sorted; seed 0 is the trace itself) gives the bench its
+seeds at any rate scale; ``long_context`` maps prompts onto 8k-16k tokens for the
+held-out cases. Must not: read files or clocks.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ import numpy as np
 
 from pdscaler.sim.traces import Trace
 
+#: Largest arrival offset of ``jitter``, seconds.
+JITTER_S = 2.0
+#: Prompt range of ``long_context``, tokens.
+LONG_CONTEXT = (8192, 16384)
 #: Gamma shape of the token lengths (1 = exponential; 1.5: p99 ~ 3.6x the mean).
 LENGTH_SHAPE = 1.5
 
@@ -103,3 +111,29 @@ def mix_shift(rate: float = 20.0, minutes: float = 3.0, seed: int = 0) -> Trace:
         ],
         seed,
     )
+
+
+def jitter(trace: Trace, seed: int, jitter_s: float = JITTER_S) -> Trace:
+    """Seed 0: ``trace`` unchanged. Otherwise every arrival moves by U(-jitter_s,
+    jitter_s) (kept inside [0, span]) and the requests are re-sorted: the same load,
+    a different sample of its sub-second bursts. Deterministic for a seed."""
+    if seed == 0 or len(trace) == 0:
+        return trace
+    rng = np.random.default_rng(seed)
+    arr = np.clip(trace.arrival + rng.uniform(-jitter_s, jitter_s, len(trace)), 0.0, trace.span)
+    order = np.argsort(arr, kind="stable")
+    return Trace(
+        f"{trace.name}~{seed}", arr[order], trace.prompt[order], trace.output[order], trace.span
+    )
+
+
+def long_context(trace: Trace, low: int = LONG_CONTEXT[0], high: int = LONG_CONTEXT[1]) -> Trace:
+    """The same arrivals and outputs with prompts mapped by rank onto [low, high]
+    tokens (the shortest prompt -> ``low``, the longest -> ``high``, order kept): the
+    conversation trace's 1,155-token mean becomes ~12,300."""
+    n = len(trace)
+    if n == 0:
+        return trace
+    rank = np.argsort(np.argsort(trace.prompt, kind="stable"), kind="stable")
+    prompt = np.rint(low + (high - low) * rank / max(1, n - 1)).astype(np.int64)
+    return Trace(f"{trace.name}-long", trace.arrival, prompt, trace.output, trace.span)

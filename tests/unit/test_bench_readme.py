@@ -1,0 +1,102 @@
+"""The README's results section is generated from bench/results/ (bench/readme.py): the
+committed README.md says exactly what the committed results files say, and the
+generator takes every figure from those files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import quality, readme
+from pdscaler.sim.results import Summary
+
+OVERHEAD = """# Operator overhead
+| date | 2026-11-29 15:00 UTC |
+| all | 463 | 10000 | 261 µs | 589 µs | 324 µs | 1.8 ms |
+| converged (no change) | 20 | 33.0 ms | 114.4 ms | 38.2 ms | 132.1 ms | 0.0 |
+## 3. One operator process handling many PDDeployments: 200 at a 15s interval
+| CPU, mean | 38.9% of one core | /proc |
+| RSS, peak in window | 191 MiB | /proc |
+"""
+
+
+def test_the_committed_readme_matches_the_committed_results() -> None:
+    text = readme.README.read_text(encoding="utf-8")
+    assert readme.render(text, readme.section()) == text, "run: python -m bench.readme"
+
+
+def results(tmp_path: Path) -> Path:
+    s = Summary("pdscaler", 100, 100, 0.995, 0.2, 1.0, 0.02, 0.03, 12.0, 6.0, 6.0, 4, 0)
+    b = Summary("static-best", 100, 100, 0.999, 0.2, 1.0, 0.02, 0.03, 11.0, 5.5, 5.5, 0, 0)
+    seed = {
+        "policies": {x.policy: x.to_json(10.0) for x in (s, b)},
+        "oracle": {"gpu_hours": 10.0, "slo_attainment": 0.991, "met": True, "repairs": 1},
+        "lower_bound": {"gpu_hours": 8.0},
+        "work_floor": {"gpu_hours": 5.0},
+        "feasibility_ceiling": 1.0,
+        "seconds": 1.0,
+    }
+    case = {"group": "conv-1x", "trace": "conv", "scale": 1.0, "held_out": False}
+    case |= {"startup_s": 90.0, "seeds": [seed], "aggregate": quality.aggregate([seed])}
+    case["verdict"] = quality.verdict(case)
+    doc = {
+        "plan": {"scales": [1.0], "startups": [90.0], "seeds": [0], "workers": 2},
+        "groups": {"conv-1x": {"startups": [90.0], "seeds": [0]}},
+        "cases": {"conv-1x-90s": case},
+        "tuning": {},
+        "wall_s": 120.0,
+    }
+    (tmp_path / "quality.json").write_text(json.dumps(doc), encoding="utf-8")
+    rows = [
+        {"error": 0.04, "error_prior": 0.10},
+        {"error": -0.01, "error_prior": 0.02},
+        {"error": 0.22, "error_prior": None},
+    ]
+    (tmp_path / "step.json").write_text(json.dumps({"model_rows": rows}), encoding="utf-8")
+    (tmp_path / "overhead.md").write_text(OVERHEAD, encoding="utf-8")
+    return tmp_path
+
+
+def test_the_section_takes_its_figures_from_the_results(tmp_path: Path) -> None:
+    text = readme.section(results(tmp_path))
+    assert "| conv-1x | 99.50%, 12.00 | 1.20 | 99.90%, 11.00 | - | - | 10.00 (99.10%) |" in text
+    # dominated by static-best (better and cheaper): 0 of 1 on the front
+    assert "is on the Pareto front (SLO met vs GPU-h) in 0" in text
+    assert "beat it on both counts in at least one case: static-best" in text
+    assert "within 4% in 2 of 3 step-load cases" in text  # 4% counts as within
+    assert "in 1 of 3 (worst 10%) with the scenario's nominal rate" in text
+    assert "261 µs (p50)" in text
+    assert "33.0 ms (p50) with 0 API writes" in text
+    assert "200 PDDeployments at a 15s interval with 38.9% of one core" in text
+    assert "2.0 min (wall)" in text
+
+
+def test_missing_results_are_said_not_invented(tmp_path: Path) -> None:
+    text = readme.section(tmp_path)
+    assert "not measured (no quality.json)" in text
+    assert "not measured (no step.json)" in text
+    assert "not measured (no overhead.md)" in text
+
+
+def test_render_replaces_only_between_the_markers() -> None:
+    doc = f"a\n{readme.BEGIN}\nold\n{readme.END}\nz\n"
+    assert readme.render(doc, "new") == f"a\n{readme.BEGIN}\nnew\n{readme.END}\nz\n"
+    with pytest.raises(ValueError, match="lacks the markers"):
+        readme.render("no markers", "new")
+
+
+def test_merge_unites_two_runs_of_the_matrix(tmp_path: Path) -> None:
+    one = json.loads((results(tmp_path) / "quality.json").read_text(encoding="utf-8"))
+    two = json.loads(json.dumps(one))
+    case = two["cases"].pop("conv-1x-90s")
+    case |= {"group": "conv-10x", "scale": 10.0}
+    two["cases"]["conv-10x-90s"] = case
+    two["plan"]["scales"] = [10.0]
+    two["groups"] = {"conv-10x": {"startups": [90.0], "seeds": [0]}}
+    merged = quality.merge([two, one])
+    assert list(merged["cases"]) == ["conv-1x-90s", "conv-10x-90s"]
+    assert merged["plan"]["scales"] == [1.0, 10.0]
+    assert merged["wall_s"] == 240.0
+    assert set(merged["groups"]) == {"conv-1x", "conv-10x"}
