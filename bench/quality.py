@@ -73,14 +73,18 @@ LABELS = {"hpa-queue": "hpa-naive (1-64, target 2)"}
 #: Held-out TTFT SLO: base + seconds per prompt token.
 HELD_OUT_TTFT_PER_TOKEN = 1e-4
 
-#: Ablations: ("pdscaler without X", patch) rows, run in every case like a policy.
+#: Ablations: ("pdscaler with X", patch) rows, run in every case like a policy, against
+#: the plain "pdscaler" row (both off: no KV capacity in its spec, head-room off, FCFS).
 #: A patch is {"spec": {<camelCase PDDeployment fields, merged>}, "engine":
-#: {<EngineParams fields>}}. To fill in once branch kvmodel is merged (field names as it
-#: defines them), e.g.:
-#:   ("pdscaler without KV term", {"spec": {"decode": {"kvTokensPerReplica": None}}}),
-#:   ("pdscaler without burst head-room", {"spec": {"scaling": {"burstHeadroom": False}}}),
-#:   ("pdscaler, fcfs queue", {"engine": {"queue_discipline": "fcfs"}}),
-ABLATIONS: list[tuple[str, dict[str, Any]]] = []
+#: {<EngineParams fields>}}. The KV term knows the engine's true KV capacity (100,000
+#: tokens per decode replica, ``EngineParams.decode_kv_tokens``), as a user who set
+#: ``decode.kvCacheTokens`` from their engine's ``num_gpu_blocks x block_size`` would;
+#: the deadline queue changes the engine for this row only (the table says so).
+ABLATIONS: list[tuple[str, dict[str, Any]]] = [
+    ("pdscaler + KV memory term", {"spec": {"decode": {"kvCacheTokens": 100_000}}}),
+    ("pdscaler + burst head-room", {"spec": {"scaling": {"burstHeadroom": True}}}),
+    ("pdscaler, deadline queue", {"engine": {"queue_discipline": "deadline"}}),
+]
 
 
 @dataclass(frozen=True)
