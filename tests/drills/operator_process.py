@@ -20,7 +20,7 @@ from pdscaler import invariants, naming
 from pdscaler.observe import is_ready, labels
 from pdscaler.spec import PDDeploymentSpec
 from support.background import Background
-from support.labkit import Kube
+from support.labkit import Kube, wait_for
 from support.opkit import deployments, pod_dicts
 
 
@@ -72,6 +72,19 @@ def ready_by_version(pods: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
             key = (labels(p).get(naming.LABEL_ROLE, ""), labels(p).get(naming.LABEL_VERSION, ""))
             out[key] = out.get(key, 0) + 1
     return out
+
+
+def wait_ready(
+    kube: Kube, namespace: str, name: str, prefill: int, decode: int, timeout: float
+) -> None:
+    """Until exactly ``prefill`` + ``decode`` engine pods of version v1 are Ready (and
+    no pod of another version): the starting point of most drills."""
+    want = {("prefill", "v1"): prefill, ("decode", "v1"): decode}
+    wait_for(
+        lambda: ready_by_version(pod_dicts(kube, namespace, name)) == want,
+        timeout,
+        f"{prefill} + {decode} Ready v1 pods",
+    )
 
 
 def serving(pods: list[dict[str, Any]]) -> tuple[int, int]:

@@ -44,13 +44,13 @@ from typing import Any
 import pytest
 
 from drills.faults import ClusterSampler, DrillOperator, TickSampler, killed, paused
-from drills.operator_process import Sampler, cells, ready_by_version
+from drills.operator_process import Sampler, cells, wait_ready
 from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import Role, RolloutPhase
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
-from support.opkit import create_pdd, get_pdd, patch_spec, pdd_manifest, pod_dicts, spec_of
+from support.opkit import create_pdd, get_pdd, patch_spec, pdd_manifest, spec_of
 
 INTERVAL = 2.0
 OUTAGE = 25.0
@@ -144,14 +144,7 @@ def test_apiserver_outage_mid_rollout(
     )
     op.start()
     try:
-        wait_for(
-            lambda: (
-                ready_by_version(pod_dicts(kube, namespace, NAME))
-                == {("prefill", "v1"): 2, ("decode", "v1"): 2}
-            ),
-            90,
-            "2 + 2 Ready v1 pods",
-        )
+        wait_ready(kube, namespace, NAME, 2, 2, 90)
         spec = spec_of(get_pdd(kube, namespace, NAME))
         with (
             Sampler(kube, namespace, NAME, spec, floor=(2, 2)) as pairs,

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from drills.faults import ClusterSampler, DrillOperator, paused
-from drills.operator_process import Sampler, cells, ready_by_version
+from drills.operator_process import Sampler, cells, ready_by_version, wait_ready
 from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import Role, RolloutPhase
@@ -91,15 +91,21 @@ def _start(
     )
     create_pdd(kube, namespace, manifest)
     op.start()
-    wait_for(
-        lambda: (
-            ready_by_version(pod_dicts(kube, namespace, NAME))
-            == {("prefill", "v1"): 2, ("decode", "v1"): 2}
-        ),
-        90,
-        "2 + 2 Ready v1 pods",
-    )
+    wait_ready(kube, namespace, NAME, 2, 2, 90)
     return op
+
+
+def _assert_held(op: DrillOperator, alive: bool, pairs: Sampler, cluster: ClusterSampler) -> None:
+    """The invariants of both cases: the operator alive, no cell deleted while its pods
+    serve, no false CapacityLimited, no Deployment recreated, no mixed pairs, the
+    serving capacity never below 2 + 2."""
+    where = f"operator log tail:\n{op.tail()}"
+    assert alive, where
+    assert cluster.deleted_serving == [], cluster.deleted_serving[:5]
+    assert cluster.capacity_limited == [], cluster.capacity_limited[:5]
+    assert cluster.recreated() == {}
+    assert pairs.mixed == [], pairs.mixed[:5]
+    assert pairs.below == [], pairs.below[:5]
 
 
 def _record(drill: DrillRecord, pairs: Sampler, cluster: ClusterSampler) -> None:
@@ -152,13 +158,7 @@ def test_controller_manager_stopped_mid_rollout(
         op.stop()
     _record(drill, pairs, cluster)
     drill.recovered("rollout complete after SIGCONT", done_s)
-    where = f"operator log tail:\n{op.tail()}"
-    assert alive, where
-    assert cluster.deleted_serving == [], cluster.deleted_serving[:5]
-    assert cluster.capacity_limited == [], cluster.capacity_limited[:5]
-    assert cluster.recreated() == {}
-    assert pairs.mixed == [], pairs.mixed[:5]
-    assert pairs.below == [], pairs.below[:5]
+    _assert_held(op, alive, pairs, cluster)
 
 
 @pytest.mark.lab
@@ -216,10 +216,4 @@ def test_scheduler_stopped_during_a_scale_up(
         op.stop()
     _record(drill, pairs, cluster)
     drill.recovered("scale-up Ready after SIGCONT", done_s)
-    where = f"operator log tail:\n{op.tail()}"
-    assert alive, where
-    assert cluster.deleted_serving == [], cluster.deleted_serving[:5]
-    assert cluster.capacity_limited == [], cluster.capacity_limited[:5]
-    assert cluster.recreated() == {}
-    assert pairs.mixed == [], pairs.mixed[:5]
-    assert pairs.below == [], pairs.below[:5]
+    _assert_held(op, alive, pairs, cluster)

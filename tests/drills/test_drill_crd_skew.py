@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from drills.operator_process import OperatorProcess, handling, ready_by_version
+from drills.operator_process import OperatorProcess, handling, ready_by_version, wait_ready
 from drills.report import DrillRecord
 from drills.samplers import Timeline
 from pdlab.kubeclient import CRD_PATH, apply_crd, crd_established
@@ -197,14 +197,7 @@ def test_newer_crd_and_wiped_status(
     )
     op.start()
     try:
-        wait_for(
-            lambda: (
-                ready_by_version(pod_dicts(kube, namespace, name))
-                == {("prefill", "v1"): 1, ("decode", "v1"): 1}
-            ),
-            60,
-            "1 + 1 Ready v1 pods",
-        )
+        wait_ready(kube, namespace, name, 1, 1, 60)
         _apply(kube, newer_crd())
         assert get_pdd(kube, namespace, name)["spec"]["scaling"]["predictive"] == "Off"
         t0 = time.time()

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from drills.operator_process import OperatorProcess, ready_by_version
+from drills.operator_process import OperatorProcess, wait_ready
 from drills.report import DrillRecord
 from drills.samplers import Timeline
 from pdlab.lab import Lab
@@ -46,7 +46,6 @@ from support.opkit import (
     get_pdd,
     patch_spec,
     pdd_manifest,
-    pod_dicts,
     spec_of,
     wait_stable,
 )
@@ -123,14 +122,7 @@ def test_prometheus_stopped_twice_the_window(
     op.start()
     stopped = False
     try:
-        wait_for(
-            lambda: (
-                ready_by_version(pod_dicts(kube, namespace, name))
-                == {("prefill", "v1"): 2, ("decode", "v1"): 2}
-            ),
-            60,
-            "2 + 2 Ready v1 pods",
-        )
+        wait_ready(kube, namespace, name, 2, 2, 60)
         sizes = wait_stable(kube, namespace, name, hold=2.0, timeout=30)
         assert sizes == (2, 2), sizes  # 2 req/s: N_P = 1.9 -> 2, N_D = 1.8 -> 2
         spec = spec_of(get_pdd(kube, namespace, name))

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from drills.operator_process import OperatorProcess, Sampler, cells, ready_by_version
+from drills.operator_process import OperatorProcess, Sampler, cells, ready_by_version, wait_ready
 from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import ConditionReason, Role
@@ -143,14 +143,7 @@ def test_sigkill_at_every_rollout_boundary(
     )
     op.start()
     try:
-        wait_for(
-            lambda: (
-                ready_by_version(pod_dicts(kube, namespace, name))
-                == {("prefill", "v1"): 2, ("decode", "v1"): 2}
-            ),
-            40,
-            "2 + 2 Ready v1 pods",
-        )
+        wait_ready(kube, namespace, name, 2, 2, 40)
         sizes = wait_stable(kube, namespace, name, hold=2.0, timeout=30)
         assert sizes == (2, 2), sizes  # 2 req/s: N_P = 1.9 -> 2, N_D = 1.8 -> 2
         if prometheus == "unavailable":  # Prometheus gone before the rollout starts
