@@ -3,7 +3,7 @@ two files are equal, it is scoped by the template variables ``namespace`` and ``
 every operator series it draws is one the operator exports (``telemetry.Telemetry``),
 and the chart ships it as a sidecar ConfigMap only when asked. That every expression
 parses and returns series is checked against a real Prometheus by
-tests/lab/test_grafana_dashboard.py."""
+tests/lab/test_lab_grafana_dashboard.py."""
 
 from __future__ import annotations
 
