@@ -341,12 +341,17 @@ class Runtime:
         with self.lock(namespace, name):
             started = self.clock()
             try:
-                return reconcile_once(self, namespace, name)
+                report = reconcile_once(self, namespace, name)
             except Exception:
                 log.exception("reconcile of %s/%s failed", namespace, name)
                 self.telemetry.errors.labels(namespace, name).inc()
                 self.failing_since.setdefault((namespace, name), started)
                 return None
+            if self.clock() - started > 2 * self.interval(namespace, name) + SLOW_TICK_S:
+                # it hung on the API server (stopped mid-request) and saw nothing meanwhile:
+                # like a failed tick, that time is not a rollout without progress
+                self.failing_since.setdefault((namespace, name), started)
+            return report
 
 
 def _secret_reader(kube: Kube) -> Callable[[str, str], dict[str, bytes] | None]:
@@ -451,6 +456,10 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
         unobserved=max(0.0, now - rt.failing_since.get((namespace, name), now)),
     )
 
+
+#: A tick longer than 2 intervals plus this hung (an API server stopped mid-request):
+#: the next tick discounts it from the rollout's progress clock, as a failed tick's.
+SLOW_TICK_S = 5.0
 
 #: How much of the API's message one failed write keeps (condition and Event).
 MAX_FAILURE_TEXT = 300

@@ -4,7 +4,8 @@ steady fleet are recorded (``pdscaler_kube_requests_total``,
 ``pdscaler_prometheus_requests_total`` and ``..._connections_total`` on the operator's
 /metrics), with and without the watch caches. Then a create/delete churn: the
 operator's RSS and the number of series on its /metrics are flat afterwards (series:
-exactly; RSS: within ``RSS_TOLERANCE``), so per-object state is pruned.
+exactly; RSS: the last round within ``RSS_TOLERANCE`` of the one before), so per-object
+state is pruned.
 
 Shortened (each case < 120 s of work on 2 shared cores): ``FLEET`` = 100 PDDeployments
 (the issue says 200) in Recommend mode, so they own no Deployments or pods (the
@@ -48,9 +49,11 @@ CHURN = 100
 INTERVAL = "15s"
 RECONCILED_WITHIN = 60.0
 STEADY_WINDOW = 30.0
-#: RSS may grow this much over a churn (allocator arenas, interned strings, caches of
-#: the client libraries), series not at all beyond the non-per-object ones.
-RSS_TOLERANCE = 0.10
+#: RSS may grow this much over the LAST churn round (a leak grows every round; the
+#: allocator's arenas and the client libraries' caches settle over the first ones: in a
+#: full run 93 -> 107 -> 108 MiB over three rounds), series not at all beyond the
+#: non-per-object ones.
+RSS_TOLERANCE = 0.05
 
 
 @dataclass
@@ -263,13 +266,14 @@ def test_fleet_churn_leaves_memory_and_series_flat(
             rounds.append((_rss_kib(op), _series(text)))
             texts.append({f"{n}{labels}" for n, labels, _ in _samples(text)})
             print(f"D14 churn round {r}: RSS {rounds[-1][0]} KiB, series {rounds[-1][1]}")
-        drill.sampled(len(rounds), 0)
     finally:
         op.stop()
         _delete(kube, namespace, base)
-    (rss0, series0), (rss1, series1) = rounds[0], rounds[-1]
+    (_, series0), (rss_before, _), (rss1, series1) = rounds[0], rounds[-2], rounds[-1]
+    grew = [series1 > series0 + 5, rss1 > rss_before * (1 + RSS_TOLERANCE)]
+    drill.sampled(len(rounds), sum(grew))
     assert series1 <= series0 + 5, (rounds, sorted(texts[-1] - texts[0])[:60])
-    assert rss1 <= rss0 * (1 + RSS_TOLERANCE), rounds
+    assert rss1 <= rss_before * (1 + RSS_TOLERANCE), rounds
 
 
 AUTO_FLEET = 14  # 1 + 1 one-GPU pods each: 28 of the lab's 32 GPUs

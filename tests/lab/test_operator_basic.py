@@ -106,7 +106,7 @@ def test_pdd_creates_ready_cell_with_status_then_converges_with_zero_writes(
                 env={**os.environ, "KUBECONFIG": str(lab.kubeconfig)},
                 timeout=30,
             ).stdout.split()
-            assert table[:4] == [NAME, "v1", "1/1", "1/1"], table
+            assert table[:5] == [NAME, "True", "v1", "1/1", "1/1"], table
 
             # Converged: several daemon ticks (interval 2 s), no write by anyone.
             wait_for(

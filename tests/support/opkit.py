@@ -320,7 +320,9 @@ def strip_finalizers(kube: Kube, namespace: str, name: str) -> None:
 
 class TcpProxy:
     """127.0.0.1:<port> forwarding to ``target`` ("host:port") while ``up``; when down,
-    connections are refused (the listening socket is closed), as when Prometheus stops.
+    connections are refused (the listening socket is closed) and the open ones are cut
+    (a client keeping its connection alive would otherwise go on reaching the target),
+    as when Prometheus stops.
     """
 
     def __init__(self, target: str) -> None:
@@ -332,6 +334,8 @@ class TcpProxy:
         probe.close()
         self._listener: socket.socket | None = None
         self._stop = threading.Event()
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -352,6 +356,12 @@ class TcpProxy:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        with self._lock:
+            cut, self._open = list(self._open), set()
+        for conn in cut:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
 
     def _accept(self, sock: socket.socket) -> None:
         while not self._stop.is_set():
@@ -367,6 +377,8 @@ class TcpProxy:
         except OSError:
             client.close()
             return
+        with self._lock:
+            self._open |= {client, upstream}
         for a, b in ((client, upstream), (upstream, client)):
             threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
 

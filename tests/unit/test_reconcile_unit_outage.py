@@ -89,3 +89,28 @@ def test_discount_moves_both_clocks_by_the_outage_at_most_to_now() -> None:
     stable = RolloutState(phase=RolloutPhase.STABLE, progress_at=95.0, checked_at=100.0)
     assert rollout.discount_unobserved(stable, 39.0, 141.0) == stable
     assert RolloutReason.DEADLINE  # the Event a discounted outage must not cause
+
+
+def test_a_tick_that_hung_on_a_stopped_api_server_does_not_roll_back() -> None:
+    """SIGSTOP: no request fails, the reads come from the watch caches, but one write
+    hangs 40 s until the server continues: the tick succeeds, 40 s late. That time is
+    not a rollout without progress either (seen failing in the lab's D4 before:
+    RollingBack 0.6 s after SIGCONT)."""
+    w = _rolling_v2()
+    real = w.kube._request
+
+    def hung(method: str, *args: Any, **kwargs: Any) -> Any:
+        if method != "GET":  # the first write: the stopped server answers 40 s later
+            w.now += 40.0
+            w.kube._request = real  # type: ignore[method-assign]
+        return real(method, *args, **kwargs)
+
+    w.now += 2.0
+    w.kube._request = hung  # type: ignore[method-assign]
+    assert w.rt.tick(NS, NAME) is not None
+    assert (NS, NAME) in w.rt.failing_since
+    w.now += 2.0
+    rep = w.rt.tick(NS, NAME)
+    assert rep is not None
+    assert not any("ProgressDeadlineExceeded" in e for e in rep.events), rep.events
+    assert w.pdd()["status"]["rollout"]["phase"] == RolloutPhase.PROGRESSING
