@@ -64,9 +64,10 @@ def test_the_readme_block_is_replaced_between_the_markers() -> None:
 
 
 def test_reliability_md_and_the_readme_are_generated_from_the_committed_records() -> None:
+    """Whatever the last recorded run found, failures included (the summary names them):
+    the report and the README say exactly that."""
     records = list(reliability.RECORDS.glob("*.json"))
     assert records, "no drill records committed: run `make drill`"
     for path in records:
-        doc = json.loads(path.read_text())
-        assert doc["outcome"] == "passed", path
+        assert json.loads(path.read_text())["drill"], path
     assert reliability.main(["--check"]) == 0
