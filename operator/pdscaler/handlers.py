@@ -118,6 +118,7 @@ class TickLoop:
         health: Health,
         *,
         on_lead: Callable[[], None] = lambda: None,
+        on_lose: Callable[[list[Key]], None] = lambda _keys: None,
         pool: ThreadPoolExecutor | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -126,6 +127,7 @@ class TickLoop:
         self.leader = leader
         self.health = health
         self.on_lead = on_lead
+        self.on_lose = on_lose
         self.pool = pool or ThreadPoolExecutor(TICK_WORKERS, thread_name_prefix="pdscaler-tick")
         self.clock = clock
         self.table: dict[Key, _Entry] = {}
@@ -157,6 +159,8 @@ class TickLoop:
                 self.on_lead()
                 for entry in self.table.values():
                     entry.due = float("-inf")
+            elif self.leading and not leading:
+                self.on_lose(list(self.table))
             self.leading = leading
             for key, entry in self.table.items():
                 longest = max(longest, self.interval(*key))
@@ -228,6 +232,17 @@ def _reset_memory() -> None:
     rt.last.clear()
 
 
+def _note_unobserved(keys: list[Key]) -> None:
+    """A replica that lost the Lease (its fence closed: an API server it cannot reach,
+    a stopped process) observes nothing until it leads again: from now on, for each
+    PDDeployment it ticked, that time does not count against a rollout's
+    progressDeadline (``Runtime.failing_since``, as for ticks that fail)."""
+    rt = runtime()
+    now = rt.clock()
+    for key in keys:
+        rt.failing_since.setdefault(key, now)
+
+
 def loop() -> TickLoop:
     """The process's tick loop (made on first use, started by the startup handler)."""
     global _loop
@@ -239,6 +254,7 @@ def loop() -> TickLoop:
                 leader=is_leader,
                 health=_health,
                 on_lead=_reset_memory,
+                on_lose=_note_unobserved,
             )
         return _loop
 

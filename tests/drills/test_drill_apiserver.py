@@ -105,18 +105,7 @@ def _dump(kube: Kube, namespace: str, tmp_path: Path, cluster: ClusterSampler | 
     "fault",
     [
         "sigkill",
-        pytest.param(
-            "sigstop",
-            marks=pytest.mark.xfail(
-                reason="known gap, not fixed yet: with --leader-elect the Lease cannot be "
-                "renewed while the API server is stopped, the fence closes and no tick runs "
-                "(none fails, so failing_since stays empty); after SIGCONT the operator "
-                "takes the Lease again and the status' progress clock counts the 25 s "
-                "outage against the 20 s progressDeadline: RollingBack 0.6 s after SIGCONT "
-                "in two full runs (passes alone on a quiet lab when the Lease survives)",
-                strict=False,
-            ),
-        ),
+        "sigstop",
     ],
 )
 def test_apiserver_outage_mid_rollout(

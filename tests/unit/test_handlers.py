@@ -99,6 +99,31 @@ def test_a_follower_ticks_nothing_and_a_new_leader_ticks_everything_at_once() ->
     assert loop.run_once(70.0) == []  # lost the Lease: nothing more
 
 
+def test_losing_the_lease_marks_every_object_unobserved_from_then_on() -> None:
+    """A leader whose fence closes (the API server stopped: it cannot renew) ticks
+    nothing; that time must not count against a rollout's progressDeadline when it
+    leads again (seen in the lab: D4 SIGSTOP rolled back 0.6 s after SIGCONT)."""
+    leading = [True]
+    lost: list[list[tuple[str, str]]] = []
+    loop, _, pool, _ = make_loop(leading)
+    loop.on_lose = lost.append
+    loop.notice("serving", "chat", 1)
+    loop.run_once(1.0)
+    pool.drain()
+    assert lost == []
+    leading[0] = False
+    loop.run_once(2.0)
+    loop.run_once(3.0)
+    assert lost == [[("serving", "chat")]]  # once, at the transition
+
+
+def test_the_unobserved_mark_keeps_the_earliest_start(monkeypatch: Any) -> None:
+    rt = SimpleNamespace(clock=lambda: 500.0, failing_since={("serving", "faq"): 400.0})
+    monkeypatch.setattr(handlers, "runtime", lambda: rt)
+    handlers._note_unobserved([("serving", "chat"), ("serving", "faq")])
+    assert rt.failing_since == {("serving", "chat"): 500.0, ("serving", "faq"): 400.0}
+
+
 def test_health_follows_the_loop() -> None:
     """3 x 15 s: beat at 100 -> alive at 144.9, dead at 145; a tick started at 101 and
     still running makes it dead at 146 even while the loop beats."""
