@@ -37,12 +37,20 @@ class OperatorProcess:
     #: the operator's Prometheus allow-list (None: the environment's)
     allowed: str | None = None
 
+    def run_args(self) -> list[str]:
+        """``pdscaler run``'s arguments after ``--namespace NS`` (a subclass's to change)."""
+        return ["--metrics-port", "0", "--log-format", "plain"]
+
+    def extra_env(self) -> dict[str, str]:
+        """Environment set after ``KUBECONFIG`` (a subclass's to add to)."""
+        return {}
+
     def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig, **self.extra_env()}
         if self.allowed is not None:
             env["PDSCALER_PROMETHEUS_ALLOWED_URLS"] = self.allowed
         argv = [sys.executable, "-m", "pdscaler", "run", "--namespace", self.namespace]
-        argv += ["--metrics-port", "0", "--log-format", "plain"]
+        argv += self.run_args()
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
         self.started_at = time.time()
