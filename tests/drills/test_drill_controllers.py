@@ -27,17 +27,15 @@ from pathlib import Path
 import pytest
 
 from drills.faults import ClusterSampler, DrillOperator, paused
-from drills.operator_process import Sampler, cells, ready_by_version, wait_ready
+from drills.operator_process import Sampler, cells, ready_by_version, start_on_new_pdd, wait_ready
 from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import Role, RolloutPhase
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
-    create_pdd,
     get_pdd,
     patch_spec,
-    pdd_manifest,
     pod_dicts,
     ready_count,
     spec_of,
@@ -86,11 +84,7 @@ def _start(
 ) -> DrillOperator:
     _serve(exporter, namespace, 2.0)
     op = DrillOperator(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
-    manifest = pdd_manifest(
-        NAME, lab.prometheus_url, interval=f"{INTERVAL:g}s", surge=2, progress_deadline="60s"
-    )
-    create_pdd(kube, namespace, manifest)
-    op.start()
+    start_on_new_pdd(op, kube, lab.prometheus_url, NAME, interval=INTERVAL, progress_deadline="60s")
     wait_ready(kube, namespace, NAME, 2, 2, 90)
     return op
 

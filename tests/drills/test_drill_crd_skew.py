@@ -33,7 +33,13 @@ from typing import Any
 import pytest
 import yaml
 
-from drills.operator_process import OperatorProcess, handling, ready_by_version, wait_ready
+from drills.operator_process import (
+    OperatorProcess,
+    handling,
+    ready_by_version,
+    start_on_new_pdd,
+    wait_ready,
+)
 from drills.report import DrillRecord
 from drills.samplers import Timeline
 from pdlab.kubeclient import CRD_PATH, apply_crd, crd_established
@@ -44,11 +50,9 @@ from pdscaler.types import RolloutPhase, RolloutReason
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
-    create_pdd,
     deployments,
     get_pdd,
     patch_spec,
-    pdd_manifest,
     pod_dicts,
     wait_stable,
 )
@@ -184,18 +188,9 @@ def test_newer_crd_and_wiped_status(
     _load(exporter, namespace, name, 1.0)
     op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     op.allowed = lab.prometheus_url
-    create_pdd(
-        kube,
-        namespace,
-        pdd_manifest(
-            name,
-            lab.prometheus_url,
-            interval=f"{INTERVAL:g}s",
-            surge=2,
-            progress_deadline=f"{DEADLINE:g}s",
-        ),
+    start_on_new_pdd(
+        op, kube, lab.prometheus_url, name, interval=INTERVAL, progress_deadline=f"{DEADLINE:g}s"
     )
-    op.start()
     try:
         wait_ready(kube, namespace, name, 1, 1, 60)
         _apply(kube, newer_crd())

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from drills.operator_process import OperatorProcess, wait_ready
+from drills.operator_process import OperatorProcess, start_on_new_pdd, wait_ready
 from drills.report import DrillRecord
 from drills.samplers import Timeline
 from pdlab.lab import Lab
@@ -42,10 +42,8 @@ from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
     condition,
-    create_pdd,
     get_pdd,
     patch_spec,
-    pdd_manifest,
     spec_of,
     wait_stable,
 )
@@ -106,20 +104,16 @@ def test_prometheus_stopped_twice_the_window(
     _load(exporter, namespace, name, 2.0)
     op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     op.allowed = lab.prometheus_url
-    create_pdd(
+    start_on_new_pdd(
+        op,
         kube,
-        namespace,
-        pdd_manifest(
-            name,
-            lab.prometheus_url,
-            interval=f"{INTERVAL:g}s",
-            window=f"{WINDOW:g}s",
-            stabilization=f"{WINDOW:g}s",
-            surge=2,
-            progress_deadline="120s",
-        ),
+        lab.prometheus_url,
+        name,
+        interval=INTERVAL,
+        progress_deadline="120s",
+        window=f"{WINDOW:g}s",
+        stabilization=f"{WINDOW:g}s",
     )
-    op.start()
     stopped = False
     try:
         wait_ready(kube, namespace, name, 2, 2, 60)
