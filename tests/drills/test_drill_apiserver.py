@@ -50,7 +50,7 @@ from pdlab.lab import Lab
 from pdscaler.types import Role, RolloutPhase
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
-from support.opkit import get_pdd, patch_spec, spec_of
+from support.opkit import get_pdd, patch_spec, serve_two_by_two, spec_of
 
 INTERVAL = 2.0
 OUTAGE = 25.0
@@ -137,10 +137,7 @@ def test_apiserver_outage_mid_rollout(
         shortened=f"outage {OUTAGE:g} s (issue: 30 s SIGKILL / 45 s SIGSTOP); 2 s interval, "
         f"2 + 2 replicas, progressDeadline {DEADLINE} (shorter than the outage)",
     )
-    exporter.set_deployment(
-        namespace, NAME, [f"{NAME}-p0", f"{NAME}-p1"], [f"{NAME}-d0", f"{NAME}-d1"],
-        rate=2.0, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
-    )  # fmt: skip
+    serve_two_by_two(exporter, namespace, NAME, 2.0)
     op = DrillOperator(namespace, str(lab.kubeconfig), tmp_path / "operator.log", leader_elect=True)
     start_on_new_pdd(
         op, kube, lab.prometheus_url, NAME, interval=INTERVAL, progress_deadline=DEADLINE

@@ -38,6 +38,7 @@ from support.opkit import (
     patch_spec,
     pod_dicts,
     ready_count,
+    serve_two_by_two,
     spec_of,
     total,
 )
@@ -45,13 +46,6 @@ from support.opkit import (
 INTERVAL = 2.0
 STOP = 20.0
 NAME = "d6"
-
-
-def _serve(exporter: EngineExporter, namespace: str, rate: float) -> None:
-    exporter.set_deployment(
-        namespace, NAME, [f"{NAME}-p0", f"{NAME}-p1"], [f"{NAME}-d0", f"{NAME}-d1"],
-        rate=rate, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
-    )  # fmt: skip
 
 
 def _old_prefill_drained(kube: Kube, namespace: str) -> bool:
@@ -82,7 +76,7 @@ def _complete(kube: Kube, namespace: str) -> bool:
 def _start(
     lab: Lab, kube: Kube, namespace: str, exporter: EngineExporter, tmp_path: Path
 ) -> DrillOperator:
-    _serve(exporter, namespace, 2.0)
+    serve_two_by_two(exporter, namespace, NAME, 2.0)
     op = DrillOperator(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     start_on_new_pdd(op, kube, lab.prometheus_url, NAME, interval=INTERVAL, progress_deadline="60s")
     wait_ready(kube, namespace, NAME, 2, 2, 90)
@@ -181,7 +175,7 @@ def test_scheduler_stopped_during_a_scale_up(
             ClusterSampler(kube, namespace) as cluster,
         ):
             with paused(lab, "scheduler"):
-                _serve(exporter, namespace, 5.0)
+                serve_two_by_two(exporter, namespace, NAME, 5.0)
                 grown = wait_for(
                     lambda: (
                         (

@@ -44,6 +44,7 @@ from support.opkit import (
     condition,
     get_pdd,
     patch_spec,
+    serve_two_by_two,
     spec_of,
     wait_stable,
 )
@@ -52,13 +53,6 @@ INTERVAL = 2.0
 WINDOW = 10.0  # scale-down stabilization (and the metrics window)
 OUTAGE = 2 * WINDOW
 SLOW_V2 = {"template": {"metadata": {"annotations": {"pdscaler.io/startup-delay": "8s"}}}}
-
-
-def _load(exporter: EngineExporter, namespace: str, name: str, rate: float) -> None:
-    exporter.set_deployment(
-        namespace, name, [f"{name}-p0", f"{name}-p1"], [f"{name}-d0", f"{name}-d1"],
-        rate=rate, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
-    )  # fmt: skip
 
 
 def _metrics(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
@@ -101,7 +95,7 @@ def test_prometheus_stopped_twice_the_window(
         ),
     )
     name = "d7"
-    _load(exporter, namespace, name, 2.0)
+    serve_two_by_two(exporter, namespace, name, 2.0)
     op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     op.allowed = lab.prometheus_url
     start_on_new_pdd(
@@ -143,7 +137,7 @@ def test_prometheus_stopped_twice_the_window(
             assert lab.stop_prometheus()
             stopped = True
             t_stop = time.time()
-            _load(exporter, namespace, name, 0.5)
+            serve_two_by_two(exporter, namespace, name, 0.5)
             unavailable = _wait_seconds(
                 lambda: (
                     (c := _metrics(kube, namespace, name)) is not None

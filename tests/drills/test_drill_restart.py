@@ -46,6 +46,7 @@ from support.opkit import (
     get_pdd,
     patch_spec,
     pod_dicts,
+    serve_two_by_two,
     spec_of,
     wait_stable,
 )
@@ -132,10 +133,7 @@ def test_sigkill_at_every_rollout_boundary(
         "rollout completes; first write within interval + 5 s of a restart",
         shortened="2 s interval, 2 + 2 replicas (few levels), one kill per boundary passed",
     )
-    exporter.set_deployment(
-        namespace, name, [f"{name}-p0", f"{name}-p1"], [f"{name}-d0", f"{name}-d1"],
-        rate=2.0, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
-    )  # fmt: skip
+    serve_two_by_two(exporter, namespace, name, 2.0)
     op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     # the dead Prometheus is allowed too: the drill is about an outage, not the allow-list
     op.allowed = f"{lab.prometheus_url},{UNREACHABLE}"
