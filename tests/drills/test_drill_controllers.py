@@ -83,10 +83,25 @@ def _start(
     return op
 
 
-def _assert_held(op: DrillOperator, alive: bool, pairs: Sampler, cluster: ClusterSampler) -> None:
-    """The invariants of both cases: the operator alive, no cell deleted while its pods
-    serve, no false CapacityLimited, no Deployment recreated, no mixed pairs, the
-    serving capacity never below 2 + 2."""
+def _record_and_assert(
+    drill: DrillRecord,
+    recovery: str,
+    done_s: float,
+    op: DrillOperator,
+    alive: bool,
+    pairs: Sampler,
+    cluster: ClusterSampler,
+) -> None:
+    """The end of both cases: both samplers and the recovery (``recovery`` took
+    ``done_s`` s after SIGCONT) into the drill's record, then the invariants: the operator
+    alive, no cell deleted while its pods serve, no false CapacityLimited, no Deployment
+    recreated, no mixed pairs, the serving capacity never below 2 + 2."""
+    drill.sampled(pairs.samples, len(pairs.mixed) + len(pairs.below))
+    drill.sampled(
+        cluster.samples,
+        len(cluster.deleted_serving) + len(cluster.capacity_limited) + len(cluster.recreated()),
+    )
+    drill.recovered(recovery, done_s)
     where = f"operator log tail:\n{op.tail()}"
     assert alive, where
     assert cluster.deleted_serving == [], cluster.deleted_serving[:5]
@@ -94,14 +109,6 @@ def _assert_held(op: DrillOperator, alive: bool, pairs: Sampler, cluster: Cluste
     assert cluster.recreated() == {}
     assert pairs.mixed == [], pairs.mixed[:5]
     assert pairs.below == [], pairs.below[:5]
-
-
-def _record(drill: DrillRecord, pairs: Sampler, cluster: ClusterSampler) -> None:
-    drill.sampled(pairs.samples, len(pairs.mixed) + len(pairs.below))
-    drill.sampled(
-        cluster.samples,
-        len(cluster.deleted_serving) + len(cluster.capacity_limited) + len(cluster.recreated()),
-    )
 
 
 @pytest.mark.lab
@@ -144,9 +151,7 @@ def test_controller_manager_stopped_mid_rollout(
         alive = op.alive()
     finally:
         op.stop()
-    _record(drill, pairs, cluster)
-    drill.recovered("rollout complete after SIGCONT", done_s)
-    _assert_held(op, alive, pairs, cluster)
+    _record_and_assert(drill, "rollout complete after SIGCONT", done_s, op, alive, pairs, cluster)
 
 
 @pytest.mark.lab
@@ -202,6 +207,4 @@ def test_scheduler_stopped_during_a_scale_up(
         alive = op.alive()
     finally:
         op.stop()
-    _record(drill, pairs, cluster)
-    drill.recovered("scale-up Ready after SIGCONT", done_s)
-    _assert_held(op, alive, pairs, cluster)
+    _record_and_assert(drill, "scale-up Ready after SIGCONT", done_s, op, alive, pairs, cluster)
