@@ -24,8 +24,6 @@ import contextlib
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -90,18 +88,15 @@ class DrillOperator(OperatorProcess):
     port: int = field(default_factory=free_port)
     leader_elect: bool = False
 
-    def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1"}
-        if self.allowed is not None:
-            env["PDSCALER_PROMETHEUS_ALLOWED_URLS"] = self.allowed
-        argv = [sys.executable, "-m", "pdscaler", "run", "--namespace", self.namespace]
-        argv += ["--metrics-port", str(self.port), "--log-format", "full"]
+    def run_args(self) -> list[str]:
+        argv = ["--metrics-port", str(self.port), "--log-format", "full"]
         if self.leader_elect:
             argv += ["--leader-elect", "--lease-namespace", self.namespace]
             argv += ["--identity", "drill-op"]
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        self.started_at = time.time()
+        return argv
+
+    def extra_env(self) -> dict[str, str]:
+        return {"PYTHONUNBUFFERED": "1"}
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

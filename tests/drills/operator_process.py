@@ -1,8 +1,15 @@
 """The operator as a real process for drills: ``pdscaler run`` against the lab, killed
 with SIGKILL and restarted; plus samplers of the cluster a drill checks its invariant with.
 
-Owns: starting/killing the operator process this test started (never any other) and
-reading what the drills sample (Ready pods per role and version, the rollout cells).
+Owns: starting/killing the operator process this test started (never any other), the
+opening most drills share (``start_on_new_pdd``: their PDDeployment created, the
+operator started) and reading what the drills sample (Ready pods per role and version,
+the rollout cells). Must not inject faults (``faults``) or assert (the drills do).
+
+    op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
+    start_on_new_pdd(op, kube, lab.prometheus_url, "d2", interval=2.0, progress_deadline="20s")
+    wait_ready(kube, namespace, "d2", 1, 1, 60)   # 1 + 1 Ready v1 pods
+    op.kill(); op.start()                          # SIGKILL, then a new process
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from pdscaler.observe import is_ready, labels
 from pdscaler.spec import PDDeploymentSpec
 from support.background import Background
 from support.labkit import Kube, wait_for
-from support.opkit import deployments, pod_dicts
+from support.opkit import create_pdd, deployments, pdd_manifest, pod_dicts
 
 
 @dataclass
@@ -37,12 +44,20 @@ class OperatorProcess:
     #: the operator's Prometheus allow-list (None: the environment's)
     allowed: str | None = None
 
+    def run_args(self) -> list[str]:
+        """``pdscaler run``'s arguments after ``--namespace NS`` (a subclass's to change)."""
+        return ["--metrics-port", "0", "--log-format", "plain"]
+
+    def extra_env(self) -> dict[str, str]:
+        """Environment set after ``KUBECONFIG`` (a subclass's to add to)."""
+        return {}
+
     def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig, **self.extra_env()}
         if self.allowed is not None:
             env["PDSCALER_PROMETHEUS_ALLOWED_URLS"] = self.allowed
         argv = [sys.executable, "-m", "pdscaler", "run", "--namespace", self.namespace]
-        argv += ["--metrics-port", "0", "--log-format", "plain"]
+        argv += self.run_args()
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
         self.started_at = time.time()
@@ -61,6 +76,31 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.proc = None
+
+
+def start_on_new_pdd(
+    op: OperatorProcess,
+    kube: Kube,
+    prometheus_url: str,
+    name: str,
+    *,
+    interval: float,
+    progress_deadline: str,
+    **manifest: Any,
+) -> None:
+    """Create the PDDeployment ``name`` in ``op``'s namespace (``pdd_manifest``: every
+    ``interval`` s, surge 2, ``progress_deadline``, and any other ``manifest`` field), then
+    start ``op``: the opening of the drills that run one PDDeployment."""
+    body = pdd_manifest(
+        name,
+        prometheus_url,
+        interval=f"{interval:g}s",
+        surge=2,
+        progress_deadline=progress_deadline,
+        **manifest,
+    )
+    create_pdd(kube, op.namespace, body)
+    op.start()
 
 
 def ready_by_version(pods: list[dict[str, Any]]) -> dict[tuple[str, str], int]:

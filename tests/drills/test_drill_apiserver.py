@@ -44,13 +44,13 @@ from typing import Any
 import pytest
 
 from drills.faults import ClusterSampler, DrillOperator, TickSampler, killed, paused
-from drills.operator_process import Sampler, cells, wait_ready
+from drills.operator_process import Sampler, cells, start_on_new_pdd, wait_ready
 from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import Role, RolloutPhase
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
-from support.opkit import create_pdd, get_pdd, patch_spec, pdd_manifest, spec_of
+from support.opkit import get_pdd, patch_spec, serve_two_by_two, spec_of
 
 INTERVAL = 2.0
 OUTAGE = 25.0
@@ -126,23 +126,11 @@ def test_apiserver_outage_mid_rollout(
         shortened=f"outage {OUTAGE:g} s (issue: 30 s SIGKILL / 45 s SIGSTOP); 2 s interval, "
         f"2 + 2 replicas, progressDeadline {DEADLINE} (shorter than the outage)",
     )
-    exporter.set_deployment(
-        namespace, NAME, [f"{NAME}-p0", f"{NAME}-p1"], [f"{NAME}-d0", f"{NAME}-d1"],
-        rate=2.0, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
-    )  # fmt: skip
+    serve_two_by_two(exporter, namespace, NAME, 2.0)
     op = DrillOperator(namespace, str(lab.kubeconfig), tmp_path / "operator.log", leader_elect=True)
-    create_pdd(
-        kube,
-        namespace,
-        pdd_manifest(
-            NAME,
-            lab.prometheus_url,
-            interval=f"{INTERVAL:g}s",
-            surge=2,
-            progress_deadline=DEADLINE,
-        ),
+    start_on_new_pdd(
+        op, kube, lab.prometheus_url, NAME, interval=INTERVAL, progress_deadline=DEADLINE
     )
-    op.start()
     try:
         wait_ready(kube, namespace, NAME, 2, 2, 90)
         spec = spec_of(get_pdd(kube, namespace, NAME))

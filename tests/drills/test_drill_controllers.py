@@ -27,19 +27,18 @@ from pathlib import Path
 import pytest
 
 from drills.faults import ClusterSampler, DrillOperator, paused
-from drills.operator_process import Sampler, cells, ready_by_version, wait_ready
+from drills.operator_process import Sampler, cells, ready_by_version, start_on_new_pdd, wait_ready
 from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import Role, RolloutPhase
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
-    create_pdd,
     get_pdd,
     patch_spec,
-    pdd_manifest,
     pod_dicts,
     ready_count,
+    serve_two_by_two,
     spec_of,
     total,
 )
@@ -47,13 +46,6 @@ from support.opkit import (
 INTERVAL = 2.0
 STOP = 20.0
 NAME = "d6"
-
-
-def _serve(exporter: EngineExporter, namespace: str, rate: float) -> None:
-    exporter.set_deployment(
-        namespace, NAME, [f"{NAME}-p0", f"{NAME}-p1"], [f"{NAME}-d0", f"{NAME}-d1"],
-        rate=rate, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
-    )  # fmt: skip
 
 
 def _old_prefill_drained(kube: Kube, namespace: str) -> bool:
@@ -84,21 +76,32 @@ def _complete(kube: Kube, namespace: str) -> bool:
 def _start(
     lab: Lab, kube: Kube, namespace: str, exporter: EngineExporter, tmp_path: Path
 ) -> DrillOperator:
-    _serve(exporter, namespace, 2.0)
+    serve_two_by_two(exporter, namespace, NAME, 2.0)
     op = DrillOperator(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
-    manifest = pdd_manifest(
-        NAME, lab.prometheus_url, interval=f"{INTERVAL:g}s", surge=2, progress_deadline="60s"
-    )
-    create_pdd(kube, namespace, manifest)
-    op.start()
+    start_on_new_pdd(op, kube, lab.prometheus_url, NAME, interval=INTERVAL, progress_deadline="60s")
     wait_ready(kube, namespace, NAME, 2, 2, 90)
     return op
 
 
-def _assert_held(op: DrillOperator, alive: bool, pairs: Sampler, cluster: ClusterSampler) -> None:
-    """The invariants of both cases: the operator alive, no cell deleted while its pods
-    serve, no false CapacityLimited, no Deployment recreated, no mixed pairs, the
-    serving capacity never below 2 + 2."""
+def _record_and_assert(
+    drill: DrillRecord,
+    recovery: str,
+    done_s: float,
+    op: DrillOperator,
+    alive: bool,
+    pairs: Sampler,
+    cluster: ClusterSampler,
+) -> None:
+    """The end of both cases: both samplers and the recovery (``recovery`` took
+    ``done_s`` s after SIGCONT) into the drill's record, then the invariants: the operator
+    alive, no cell deleted while its pods serve, no false CapacityLimited, no Deployment
+    recreated, no mixed pairs, the serving capacity never below 2 + 2."""
+    drill.sampled(pairs.samples, len(pairs.mixed) + len(pairs.below))
+    drill.sampled(
+        cluster.samples,
+        len(cluster.deleted_serving) + len(cluster.capacity_limited) + len(cluster.recreated()),
+    )
+    drill.recovered(recovery, done_s)
     where = f"operator log tail:\n{op.tail()}"
     assert alive, where
     assert cluster.deleted_serving == [], cluster.deleted_serving[:5]
@@ -106,14 +109,6 @@ def _assert_held(op: DrillOperator, alive: bool, pairs: Sampler, cluster: Cluste
     assert cluster.recreated() == {}
     assert pairs.mixed == [], pairs.mixed[:5]
     assert pairs.below == [], pairs.below[:5]
-
-
-def _record(drill: DrillRecord, pairs: Sampler, cluster: ClusterSampler) -> None:
-    drill.sampled(pairs.samples, len(pairs.mixed) + len(pairs.below))
-    drill.sampled(
-        cluster.samples,
-        len(cluster.deleted_serving) + len(cluster.capacity_limited) + len(cluster.recreated()),
-    )
 
 
 @pytest.mark.lab
@@ -156,9 +151,7 @@ def test_controller_manager_stopped_mid_rollout(
         alive = op.alive()
     finally:
         op.stop()
-    _record(drill, pairs, cluster)
-    drill.recovered("rollout complete after SIGCONT", done_s)
-    _assert_held(op, alive, pairs, cluster)
+    _record_and_assert(drill, "rollout complete after SIGCONT", done_s, op, alive, pairs, cluster)
 
 
 @pytest.mark.lab
@@ -187,7 +180,7 @@ def test_scheduler_stopped_during_a_scale_up(
             ClusterSampler(kube, namespace) as cluster,
         ):
             with paused(lab, "scheduler"):
-                _serve(exporter, namespace, 5.0)
+                serve_two_by_two(exporter, namespace, NAME, 5.0)
                 grown = wait_for(
                     lambda: (
                         (
@@ -214,6 +207,4 @@ def test_scheduler_stopped_during_a_scale_up(
         alive = op.alive()
     finally:
         op.stop()
-    _record(drill, pairs, cluster)
-    drill.recovered("scale-up Ready after SIGCONT", done_s)
-    _assert_held(op, alive, pairs, cluster)
+    _record_and_assert(drill, "scale-up Ready after SIGCONT", done_s, op, alive, pairs, cluster)

@@ -33,7 +33,13 @@ from typing import Any
 import pytest
 import yaml
 
-from drills.operator_process import OperatorProcess, handling, ready_by_version, wait_ready
+from drills.operator_process import (
+    OperatorProcess,
+    handling,
+    ready_by_version,
+    start_on_new_pdd,
+    wait_ready,
+)
 from drills.report import DrillRecord
 from drills.samplers import Timeline
 from pdlab.kubeclient import CRD_PATH, apply_crd, crd_established
@@ -44,12 +50,11 @@ from pdscaler.types import RolloutPhase, RolloutReason
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
-    create_pdd,
     deployments,
     get_pdd,
     patch_spec,
-    pdd_manifest,
     pod_dicts,
+    serve_two_by_two,
     wait_stable,
 )
 
@@ -77,13 +82,6 @@ def _apply(kube: Kube, body: dict[str, Any]) -> None:
     body["metadata"]["resourceVersion"] = current.metadata.resource_version
     kube.apiext.replace_custom_resource_definition(name, body)
     wait_for(lambda: crd_established(kube, name), 30, "the newer CRD Established")
-
-
-def _load(exporter: EngineExporter, namespace: str, name: str, rate: float) -> None:
-    exporter.set_deployment(
-        namespace, name, [f"{name}-p0", f"{name}-p1"], [f"{name}-d0", f"{name}-d1"],
-        rate=rate, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
-    )  # fmt: skip
 
 
 def _status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
@@ -181,27 +179,18 @@ def test_newer_crd_and_wiped_status(
         ),
     )
     name = "d13"
-    _load(exporter, namespace, name, 1.0)
+    serve_two_by_two(exporter, namespace, name, 1.0)
     op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     op.allowed = lab.prometheus_url
-    create_pdd(
-        kube,
-        namespace,
-        pdd_manifest(
-            name,
-            lab.prometheus_url,
-            interval=f"{INTERVAL:g}s",
-            surge=2,
-            progress_deadline=f"{DEADLINE:g}s",
-        ),
+    start_on_new_pdd(
+        op, kube, lab.prometheus_url, name, interval=INTERVAL, progress_deadline=f"{DEADLINE:g}s"
     )
-    op.start()
     try:
         wait_ready(kube, namespace, name, 1, 1, 60)
         _apply(kube, newer_crd())
         assert get_pdd(kube, namespace, name)["spec"]["scaling"]["predictive"] == "Off"
         t0 = time.time()
-        _load(exporter, namespace, name, 2.0)
+        serve_two_by_two(exporter, namespace, name, 2.0)
         wait_for(
             lambda: (
                 (r := ready_by_version(pod_dicts(kube, namespace, name))).get(("prefill", "v1"), 0)

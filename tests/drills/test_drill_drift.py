@@ -16,7 +16,6 @@ prevented).
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler import naming
 from pdscaler.observe import is_ready, labels
+from support.background import Background
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
@@ -74,20 +74,14 @@ def mixed_pairs(pods: list[dict[str, Any]]) -> list[str]:
 
 
 @dataclass
-class MixSampler:
+class MixSampler(Background):
+    """``mixed_pairs`` of the PDDeployment's pods every 200 ms (a failed read: no sample)."""
+
     kube: Kube
     namespace: str
     name: str
     samples: int = 0
     mixed: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def __enter__(self) -> MixSampler:
-        threading.Thread(target=self._run, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -22,10 +22,7 @@ at 15 s, within the lab's 32 GPUs.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -63,16 +60,15 @@ class MeteredOperator(OperatorProcess):
     port: int = 0
     env: dict[str, str] = field(default_factory=dict)
 
+    def run_args(self) -> list[str]:
+        return ["--metrics-port", str(self.port), "--log-format", "plain"]
+
+    def extra_env(self) -> dict[str, str]:
+        return self.env
+
     def start(self) -> None:
         self.port = free_port()
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig, **self.env}
-        if self.allowed is not None:
-            env["PDSCALER_PROMETHEUS_ALLOWED_URLS"] = self.allowed
-        argv = [sys.executable, "-m", "pdscaler", "run", "--namespace", self.namespace]
-        argv += ["--metrics-port", str(self.port), "--log-format", "plain"]
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        self.started_at = time.time()
+        super().start()
 
     @property
     def url(self) -> str:

@@ -21,8 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from drills.report import DrillRecord
@@ -30,6 +29,7 @@ from pdlab.lab import Lab
 from pdscaler.reconcile import Runtime
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot, Role
+from support.background import Background
 from support.builders import snapshot
 from support.labkit import Kube, wait_for
 from support.opkit import create_pdd, operator_runtime, pdd_manifest, ticking, total, wait_stable
@@ -58,7 +58,7 @@ class Feed:
 
 
 @dataclass
-class Sampler:
+class Sampler(Background):
     """Both pools' Deployment replicas every 0.2 s: the lowest and highest seen since
     ``reset``."""
 
@@ -68,7 +68,6 @@ class Sampler:
     low: dict[Role, int] = field(default_factory=dict)
     high: dict[Role, int] = field(default_factory=dict)
     samples: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
 
     def reset(self) -> None:
         self.low, self.high = {}, {}
@@ -81,16 +80,6 @@ class Sampler:
                 self.high[role] = max(self.high.get(role, n), n)
             self.samples += 1
             self._stop.wait(0.2)
-
-    @contextmanager
-    def running(self) -> Iterator[Sampler]:
-        thread = threading.Thread(target=self._run, daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            self._stop.set()
-            thread.join(timeout=10)
 
 
 def errors(rt: Runtime, namespace: str, name: str) -> float:
@@ -153,7 +142,7 @@ def test_drill_d8_garbage_never_lowers_and_never_raises(
     rt, feed = fed_runtime(lab)
     sampler = Sampler(kube, namespace, name)
     broken: list[str] = []
-    with ticking(rt, namespace, name), sampler.running():
+    with ticking(rt, namespace, name), sampler:
         create_pdd(kube, namespace, manifest(name, lab))
         wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 4, 45, "decode at 4")
         start = wait_stable(kube, namespace, name, hold=2.0, timeout=45)

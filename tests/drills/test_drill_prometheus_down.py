@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from drills.operator_process import OperatorProcess, wait_ready
+from drills.operator_process import OperatorProcess, start_on_new_pdd, wait_ready
 from drills.report import DrillRecord
 from drills.samplers import Timeline
 from pdlab.lab import Lab
@@ -42,10 +42,9 @@ from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
     condition,
-    create_pdd,
     get_pdd,
     patch_spec,
-    pdd_manifest,
+    serve_two_by_two,
     spec_of,
     wait_stable,
 )
@@ -54,13 +53,6 @@ INTERVAL = 2.0
 WINDOW = 10.0  # scale-down stabilization (and the metrics window)
 OUTAGE = 2 * WINDOW
 SLOW_V2 = {"template": {"metadata": {"annotations": {"pdscaler.io/startup-delay": "8s"}}}}
-
-
-def _load(exporter: EngineExporter, namespace: str, name: str, rate: float) -> None:
-    exporter.set_deployment(
-        namespace, name, [f"{name}-p0", f"{name}-p1"], [f"{name}-d0", f"{name}-d1"],
-        rate=rate, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
-    )  # fmt: skip
 
 
 def _metrics(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
@@ -103,23 +95,19 @@ def test_prometheus_stopped_twice_the_window(
         ),
     )
     name = "d7"
-    _load(exporter, namespace, name, 2.0)
+    serve_two_by_two(exporter, namespace, name, 2.0)
     op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     op.allowed = lab.prometheus_url
-    create_pdd(
+    start_on_new_pdd(
+        op,
         kube,
-        namespace,
-        pdd_manifest(
-            name,
-            lab.prometheus_url,
-            interval=f"{INTERVAL:g}s",
-            window=f"{WINDOW:g}s",
-            stabilization=f"{WINDOW:g}s",
-            surge=2,
-            progress_deadline="120s",
-        ),
+        lab.prometheus_url,
+        name,
+        interval=INTERVAL,
+        progress_deadline="120s",
+        window=f"{WINDOW:g}s",
+        stabilization=f"{WINDOW:g}s",
     )
-    op.start()
     stopped = False
     try:
         wait_ready(kube, namespace, name, 2, 2, 60)
@@ -149,7 +137,7 @@ def test_prometheus_stopped_twice_the_window(
             assert lab.stop_prometheus()
             stopped = True
             t_stop = time.time()
-            _load(exporter, namespace, name, 0.5)
+            serve_two_by_two(exporter, namespace, name, 0.5)
             unavailable = _wait_seconds(
                 lambda: (
                     (c := _metrics(kube, namespace, name)) is not None

@@ -29,18 +29,24 @@ from typing import Any
 
 import pytest
 
-from drills.operator_process import OperatorProcess, Sampler, cells, ready_by_version, wait_ready
+from drills.operator_process import (
+    OperatorProcess,
+    Sampler,
+    cells,
+    ready_by_version,
+    start_on_new_pdd,
+    wait_ready,
+)
 from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import ConditionReason, Role
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
-    create_pdd,
     get_pdd,
     patch_spec,
-    pdd_manifest,
     pod_dicts,
+    serve_two_by_two,
     spec_of,
     wait_stable,
 )
@@ -127,21 +133,11 @@ def test_sigkill_at_every_rollout_boundary(
         "rollout completes; first write within interval + 5 s of a restart",
         shortened="2 s interval, 2 + 2 replicas (few levels), one kill per boundary passed",
     )
-    exporter.set_deployment(
-        namespace, name, [f"{name}-p0", f"{name}-p1"], [f"{name}-d0", f"{name}-d1"],
-        rate=2.0, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
-    )  # fmt: skip
+    serve_two_by_two(exporter, namespace, name, 2.0)
     op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     # the dead Prometheus is allowed too: the drill is about an outage, not the allow-list
     op.allowed = f"{lab.prometheus_url},{UNREACHABLE}"
-    create_pdd(
-        kube,
-        namespace,
-        pdd_manifest(
-            name, lab.prometheus_url, interval=f"{INTERVAL:g}s", surge=2, progress_deadline="60s"
-        ),
-    )
-    op.start()
+    start_on_new_pdd(op, kube, lab.prometheus_url, name, interval=INTERVAL, progress_deadline="60s")
     try:
         wait_ready(kube, namespace, name, 2, 2, 40)
         sizes = wait_stable(kube, namespace, name, hold=2.0, timeout=30)

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from drills.operator_process import OperatorProcess, handling, ready_by_version
+from drills.operator_process import OperatorProcess, handling, ready_by_version, start_on_new_pdd
 from drills.report import DrillRecord
 from drills.samplers import Timeline
 from pdlab.lab import Lab
@@ -42,10 +42,8 @@ from pdscaler.types import RolloutPhase, RolloutReason
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
-    create_pdd,
     get_pdd,
     patch_spec,
-    pdd_manifest,
     pod_dicts,
     serve_light,
     spec_of,
@@ -99,18 +97,9 @@ def test_broken_version_rolls_back_under_sigkill(
     serve_light(exporter, namespace, name)
     op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     op.allowed = lab.prometheus_url
-    create_pdd(
-        kube,
-        namespace,
-        pdd_manifest(
-            name,
-            lab.prometheus_url,
-            interval=f"{INTERVAL:g}s",
-            surge=2,
-            progress_deadline=f"{DEADLINE:g}s",
-        ),
+    start_on_new_pdd(
+        op, kube, lab.prometheus_url, name, interval=INTERVAL, progress_deadline=f"{DEADLINE:g}s"
     )
-    op.start()
     kills: list[str] = []
     down: list[list[float]] = []  # [killed at, up again at] per restart (wall clock)
     offset = [0]  # the log's size at the last start

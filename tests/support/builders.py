@@ -21,6 +21,27 @@ from pdscaler.types import (
 )
 
 
+def pdd_object(
+    namespace: str, name: str, url: str, auth: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A minimal PDDeployment object as the API server returns it (generation 1) whose
+    metrics come from the Prometheus at ``url`` (with ``auth`` when given)."""
+    prometheus: dict[str, Any] = {"url": url}
+    if auth is not None:
+        prometheus["auth"] = auth
+    return {
+        "apiVersion": "pdscaler.io/v1alpha1",
+        "kind": "PDDeployment",
+        "metadata": {"name": name, "namespace": namespace, "generation": 1, "uid": "u-1"},
+        "spec": {
+            "engine": {"image": "img", "version": "v1"},
+            "prefill": {"tokensPerSecond": 3000},
+            "decode": {"tokensPerSecond": 800},
+            "metrics": {"prometheus": prometheus},
+        },
+    }
+
+
 def chat_spec(**overrides: Any) -> PDDeploymentSpec:
     """The chat service: P_prefill 3000, P_decode 800 tok/s, u 0.7, 1 GPU per replica,
     replicas [1, 32] per pool, maxGPUs 64, T_s 60 s, recovery 60 s, interval 15 s,

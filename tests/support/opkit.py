@@ -116,6 +116,15 @@ def serve_light(exp: EngineExporter, namespace: str, name: str) -> None:
     )  # fmt: skip
 
 
+def serve_two_by_two(exp: EngineExporter, namespace: str, name: str, rate: float) -> None:
+    """``rate`` req/s of 2000 prompt / 500 output tokens through two prefill and two
+    decode pods, TTFT 0.4 s and TPOT 20 ms: the load of the drills that start at 2 + 2."""
+    exp.set_deployment(
+        namespace, name, [f"{name}-p0", f"{name}-p1"], [f"{name}-d0", f"{name}-d1"],
+        rate=rate, prompt_tokens=2000, output_tokens=500, ttft=0.4, tpot=0.02,
+    )  # fmt: skip
+
+
 def create_pdd(kube: Kube, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
     out = kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest)
     return cast(dict[str, Any], out)

@@ -22,6 +22,7 @@ from pdscaler.prometheus import (
 )
 from pdscaler.reconcile import Runtime, reconcile_once
 from pdscaler.spec import PDDeploymentSpec
+from support.builders import pdd_object
 from support.fakekube import FakeKube
 from support.httpkit import QuietHandler, serving
 
@@ -91,20 +92,6 @@ def test_from_environment_reads_the_allow_list_and_defaults_to_the_crd_url(
         Runtime.from_environment()
 
 
-def pdd(url: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "pdscaler.io/v1alpha1",
-        "kind": "PDDeployment",
-        "metadata": {"name": NAME, "namespace": NS, "generation": 1, "uid": "u-1"},
-        "spec": {
-            "engine": {"image": "img", "version": "v1"},
-            "prefill": {"tokensPerSecond": 3000},
-            "decode": {"tokensPerSecond": 800},
-            "metrics": {"prometheus": {"url": url}},
-        },
-    }
-
-
 class Recorder(QuietHandler):
     """A Prometheus that records every request and answers an empty vector."""
 
@@ -129,7 +116,7 @@ def test_a_url_outside_the_allow_list_is_never_contacted() -> None:
     with serving(Recorder) as server:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         kube = FakeKube()
-        kube.put(PDD_PATH, pdd(url))
+        kube.put(PDD_PATH, pdd_object(NS, NAME, url))
         rt = Runtime(kube=kube, clock=lambda: 1_000_000.0, prometheus_allowed=ALLOWED)
         rep = reconcile_once(rt, NS, NAME)
         assert Recorder.seen == []
@@ -144,7 +131,7 @@ def test_a_url_outside_the_allow_list_is_never_contacted() -> None:
 
         # the same URL allowed: queried
         kube = FakeKube()
-        kube.put(PDD_PATH, pdd(url))
+        kube.put(PDD_PATH, pdd_object(NS, NAME, url))
         rt = Runtime(kube=kube, clock=lambda: 1_000_000.0, prometheus_allowed=(url,))
         reconcile_once(rt, NS, NAME)
         assert Recorder.seen
@@ -159,7 +146,7 @@ def test_the_operator_override_replaces_the_url_and_skips_the_allow_list() -> No
     with serving(Recorder) as server:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         kube = FakeKube()
-        kube.put(PDD_PATH, pdd("http://169.254.169.254"))
+        kube.put(PDD_PATH, pdd_object(NS, NAME, "http://169.254.169.254"))
         rt = Runtime(
             kube=kube, clock=lambda: 1_000_000.0, prometheus_url=url, prometheus_allowed=ALLOWED
         )
@@ -179,7 +166,7 @@ def test_a_pdd_whose_query_ran_into_the_deadline_is_paused() -> None:
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     clock = [0.0]
     kube = FakeKube()
-    kube.put(PDD_PATH, pdd(url))
+    kube.put(PDD_PATH, pdd_object(NS, NAME, url))
     rt = Runtime(
         kube=kube,
         clock=lambda: 1_000_000.0,
@@ -188,7 +175,7 @@ def test_a_pdd_whose_query_ran_into_the_deadline_is_paused() -> None:
         prometheus_pause=30.0,
         monotonic=lambda: clock[0],
     )
-    spec = PDDeploymentSpec.model_validate(pdd(url)["spec"])
+    spec = PDDeploymentSpec.model_validate(pdd_object(NS, NAME, url)["spec"])
     try:
         start = time.monotonic()
         with pytest.raises(MetricsUnavailableError) as first:

@@ -48,6 +48,7 @@ from pdscaler.spec import (
     PrometheusSpec,
 )
 from pdscaler.types import ConditionReason
+from support.builders import pdd_object
 from support.fakekube import FakeKube
 from support.httpkit import QuietHandler, serving
 
@@ -411,23 +412,6 @@ NS, NAME = "serving", "chat"
 PDD_PATH = f"/apis/pdscaler.io/v1alpha1/namespaces/{NS}/pddeployments/{NAME}"
 
 
-def pdd(url: str, auth: dict[str, Any] | None) -> dict[str, Any]:
-    prometheus: dict[str, Any] = {"url": url}
-    if auth is not None:
-        prometheus["auth"] = auth
-    return {
-        "apiVersion": "pdscaler.io/v1alpha1",
-        "kind": "PDDeployment",
-        "metadata": {"name": NAME, "namespace": NS, "generation": 1, "uid": "u-1"},
-        "spec": {
-            "engine": {"image": "img", "version": "v1"},
-            "prefill": {"tokensPerSecond": 3000},
-            "decode": {"tokensPerSecond": 800},
-            "metrics": {"prometheus": prometheus},
-        },
-    }
-
-
 def put_secret(kube: FakeKube, name: str, data: dict[str, bytes]) -> None:
     kube.put(
         f"/api/v1/namespaces/{NS}/secrets/{name}",
@@ -456,7 +440,7 @@ def everything_written(kube: FakeKube) -> str:
 @pytest.fixture
 def runtime(recorder: str) -> tuple[Runtime, FakeKube]:
     kube = FakeKube()
-    kube.put(PDD_PATH, pdd(recorder, BASIC))
+    kube.put(PDD_PATH, pdd_object(NS, NAME, recorder, BASIC))
     rt = Runtime(kube=kube, prometheus_allowed=(recorder,))
     return rt, kube
 
@@ -525,7 +509,7 @@ def test_a_forgotten_pddeployment_drops_its_secrets_and_client(
 
 def test_a_url_outside_the_allow_list_reads_no_secret(recorder: str) -> None:
     kube = FakeKube()
-    kube.put(PDD_PATH, pdd("http://elsewhere:9090", BASIC))
+    kube.put(PDD_PATH, pdd_object(NS, NAME, "http://elsewhere:9090", BASIC))
     rt = Runtime(kube=kube, prometheus_allowed=(recorder,))
     reconcile_once(rt, NS, NAME)
     assert condition(kube)["reason"] == ConditionReason.PROMETHEUS_NOT_ALLOWED
