@@ -113,8 +113,11 @@ class TickReport:
 @dataclass
 class Runtime:
     """Everything a tick needs that outlives it: the API client (with its write audit),
-    Prometheus clients by URL, telemetry, the policy memory by PDDeployment uid, and a
-    lock per PDDeployment (kopf may run a spec-change handler while its daemon ticks).
+    Prometheus clients by URL (one per PDDeployment when it has credentials,
+    ``metrics.prometheus.auth``), the Secrets those name, telemetry, the policy memory
+    and rollout state by PDDeployment uid, what a tick left (``failing_since``,
+    ``urls``, the Events published once), and a lock per PDDeployment (kopf may run a
+    spec-change handler while its daemon ticks).
 
     ``prometheus_url`` replaces every PDDeployment's URL (then no PDDeployment's own URL
     is ever contacted); otherwise a PDDeployment's URL is queried only if it is under one
