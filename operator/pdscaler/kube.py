@@ -616,9 +616,7 @@ class Kube:
         ``KubeError`` when the API server refuses it."""
         self.request_counts.add(*request_kind("GET", path, query))
         url = self.api.configuration.host + path + "?" + urlencode(query)
-        headers = {"Accept": JSON}
-        headers.update(self.api.default_headers)
-        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, "GET", None)
+        headers = self._headers("GET", path, {"Accept": JSON})
         timeout = (REQUEST_TIMEOUT[0], float(query.get("timeoutSeconds", "300")) + 30.0)
         response = self.api.call_api("GET", url, header_params=headers, _request_timeout=timeout)
         raw: Any = getattr(response, "response", response)
@@ -650,6 +648,15 @@ class Kube:
 
         return close, events()
 
+    def _headers(
+        self, method: str, path: str, headers: dict[str, str], body: Any = None
+    ) -> dict[str, str]:
+        """``headers`` with the client's default headers and its credentials (the bearer
+        token) for ``method path``, as every request and watch sends them."""
+        headers.update(self.api.default_headers)
+        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        return headers
+
     def _request(
         self,
         method: str,
@@ -661,9 +668,7 @@ class Kube:
         url = self.api.configuration.host + path
         if query:
             url += "?" + urlencode(query)
-        headers = {"Accept": JSON, "Content-Type": content_type}
-        headers.update(self.api.default_headers)
-        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        headers = self._headers(method, path, {"Accept": JSON, "Content-Type": content_type}, body)
         response = self.api.call_api(
             method, url, header_params=headers, body=body, _request_timeout=REQUEST_TIMEOUT
         )

@@ -669,8 +669,9 @@ class PrometheusClient:
     ``http://gateway/prometheus``). ``timeout`` is the total deadline of one query;
     ``max_body_bytes`` the largest answer read; ``credentials`` the Authorization and
     custom headers sent with every query and, for https, the CA, client certificate and
-    verification (``tls_context``). Stateless apart from its settings: safe to share
-    between threads and ticks."""
+    verification (``tls_context``). Its only state besides its settings is up to
+    ``KEEP_IDLE_CONNECTIONS`` idle kept-alive connections, under a lock: safe to share
+    between threads and ticks; ``close`` closes them."""
 
     def __init__(
         self,
@@ -752,8 +753,8 @@ class PrometheusClient:
         reused, conn = self._acquire(deadline)
         try:
             return self._exchange(conn, form, deadline)
-        except (ConnectionError, http.client.BadStatusLine) as err:
-            if not reused or isinstance(err, TimeoutError):
+        except (ConnectionError, http.client.BadStatusLine):  # (not TimeoutError: no retry)
+            if not reused:
                 raise
             conn.close()
             _, conn = self._connect(deadline)  # a stale kept-alive connection: once more

@@ -113,8 +113,11 @@ class TickReport:
 @dataclass
 class Runtime:
     """Everything a tick needs that outlives it: the API client (with its write audit),
-    Prometheus clients by URL, telemetry, the policy memory by PDDeployment uid, and a
-    lock per PDDeployment (kopf may run a spec-change handler while its daemon ticks).
+    Prometheus clients by URL (one per PDDeployment when it has credentials,
+    ``metrics.prometheus.auth``), the Secrets those name, telemetry, the policy memory
+    and rollout state by PDDeployment uid, what a tick left (``failing_since``,
+    ``urls``, the Events published once), and a lock per PDDeployment (kopf may run a
+    spec-change handler while its daemon ticks).
 
     ``prometheus_url`` replaces every PDDeployment's URL (then no PDDeployment's own URL
     is ever contacted); otherwise a PDDeployment's URL is queried only if it is under one
@@ -248,10 +251,7 @@ class Runtime:
         key = (namespace, name)
         prom = spec.metrics.prometheus
         if prom.auth is None and not prom.insecure_skip_verify:
-            with self._guard:
-                dropped = self._auth_clients.pop(key, None)
-            if dropped is not None:
-                dropped[1].close()
+            self._drop_auth_client(key)
             self.secrets().forget(key)
             client = self.prometheus(prom.url)
         else:
@@ -277,6 +277,13 @@ class Runtime:
                     until = self.monotonic() + self.prometheus_pause
                     self._paused[key] = (until, client.url, err)
             raise
+
+    def _drop_auth_client(self, key: tuple[str, str]) -> None:
+        """Drop and close PDDeployment ``key``'s client with credentials, if it has one."""
+        with self._guard:
+            dropped = self._auth_clients.pop(key, None)
+        if dropped is not None:
+            dropped[1].close()  # its kept-alive connections
 
     def secrets(self) -> SecretCache:
         """The cache of the Secrets ``metrics.prometheus.auth`` names (read through
@@ -313,15 +320,14 @@ class Runtime:
         self.failing_since.pop((namespace, name), None)
         with self._guard:
             self._paused.pop((namespace, name), None)
-            authed = self._auth_clients.pop((namespace, name), None)
             self._locks.pop((namespace, name), None)
             url = self.urls.pop((namespace, name), None)
             client = None
             if url is not None and url not in self.urls.values():
                 client = self._clients.pop(url, None)
-        for unused in (client, authed[1] if authed is not None else None):
-            if unused is not None:
-                unused.close()
+        if client is not None:
+            client.close()
+        self._drop_auth_client((namespace, name))
         self.secrets().forget((namespace, name))
         self.telemetry.forget(namespace, name)
         if not any(ns == namespace for ns, _ in self.uids):
