@@ -414,13 +414,6 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
         rt.telemetry.record_tick(
             namespace, name, fx.decision, before, ready, facts.metrics, done.seconds
         )
-        st = fx.status
-        rt.telemetry.record_status(
-            namespace,
-            name,
-            ((c.type, c.status) for c in st.conditions or []),
-            st.rollout.phase if st.rollout else None,
-        )
     return done
 
 
@@ -515,6 +508,13 @@ def _apply(rt: Runtime, pdd: Obj, facts: tick.TickFacts, fx: tick.TickEffects) -
             rt.telemetry.record_write("status", "PDDeployment")
         except KubeError as err:
             log.warning("status of %s/%s not written: %s", namespace, name, err)
+    # the status as written (with the refused writes), not as computed
+    rt.telemetry.record_status(
+        namespace,
+        name,
+        ((c.type, c.status) for c in new_status.conditions or []),
+        new_status.rollout.phase if new_status.rollout else None,
+    )
     rt.telemetry.record_targets(namespace, name, facts.spec, new_status)
     rt.memory[uid] = fx.memory
     if fx.rollout is not None:

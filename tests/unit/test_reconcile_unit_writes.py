@@ -155,3 +155,24 @@ def test_a_garbage_snapshot_still_writes_a_json_status() -> None:
     c = w.condition(ConditionType.METRICS_AVAILABLE)
     assert (c["status"], c["reason"]) == ("False", ConditionReason.METRICS_INCOMPLETE)
     assert "request_rate is invalid (nan)" in c["message"]
+
+
+def test_the_condition_gauges_say_what_the_status_says_about_refused_writes() -> None:
+    """pdscaler_condition{type="WritesFailing",status="True"} (the alert's series) is 1
+    while the written status says WritesFailing=True, and 0 again once it clears."""
+    w, kube = world()
+    kube.refuse = quota
+
+    def gauge(status: str) -> float:
+        labels = {"namespace": NS, "name": NAME, "type": "WritesFailing", "status": status}
+        value = w.rt.telemetry.registry.get_sample_value("pdscaler_condition", labels)
+        return -1.0 if value is None else value
+
+    w.tick()
+    assert w.condition(ConditionType.WRITES_FAILING)["status"] == "True"
+    assert gauge("True") == 1.0
+    assert gauge("False") == 0.0
+    kube.refuse = lambda method, path: None
+    w.tick()
+    assert gauge("True") == 0.0
+    assert gauge("False") == 1.0
