@@ -353,10 +353,6 @@ class Runtime:
                 self.telemetry.errors.labels(namespace, name).inc()
                 self.failing_since.setdefault((namespace, name), started)
                 return None
-            if self.clock() - started > 2 * self.interval(namespace, name) + SLOW_TICK_S:
-                # it hung on the API server (stopped mid-request) and saw nothing meanwhile:
-                # like a failed tick, that time is not a rollout without progress
-                self.failing_since.setdefault((namespace, name), started)
             return report
 
 
@@ -379,6 +375,7 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
     """One level-triggered tick for PDDeployment ``namespace/name``: read, compute
     (``tick.compute``, pure), apply (module docstring)."""
     started = time.perf_counter()
+    began = rt.clock()
     writes_before = rt.kube.audit.count
     rt.ticks += 1
     read = _read(rt, namespace, name)
@@ -392,7 +389,13 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
         pdd, facts = read
         fx = tick.compute(facts)
         events = _apply(rt, pdd, facts, fx)
-        rt.failing_since.pop((namespace, name), None)
+        if rt.clock() - began > 2 * facts.spec.scaling.interval_seconds + SLOW_TICK_S:
+            # it hung on the API server (stopped mid-request) and saw nothing meanwhile:
+            # like a failed tick's, that time is not a rollout without progress (this
+            # tick's read already used the previous mark)
+            rt.failing_since[(namespace, name)] = began
+        else:
+            rt.failing_since.pop((namespace, name), None)
     done = TickReport(
         namespace,
         name,

@@ -114,3 +114,19 @@ def test_a_tick_that_hung_on_a_stopped_api_server_does_not_roll_back() -> None:
     assert rep is not None
     assert not any("ProgressDeadlineExceeded" in e for e in rep.events), rep.events
     assert w.pdd()["status"]["rollout"]["phase"] == RolloutPhase.PROGRESSING
+
+
+def test_a_slow_tick_that_found_the_object_gone_leaves_no_mark() -> None:
+    """The PDDeployment was deleted; the read that says so took 40 s: nothing is kept
+    for it (the unobserved mark is only for an object the tick found)."""
+    w = _rolling_v2()
+    real = w.kube._request
+    del w.kube.store[PDD_PATH]
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        w.now += 40.0
+        return real(*args, **kwargs)
+
+    w.kube._request = slow  # type: ignore[method-assign]
+    w.rt.tick(NS, NAME)
+    assert (NS, NAME) not in w.rt.failing_since
