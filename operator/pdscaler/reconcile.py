@@ -232,14 +232,26 @@ class Runtime:
                 replaced[1].close()  # its kept-alive connections
             return client
         with self._guard:
-            if target not in self._clients:
-                self._clients[target] = PrometheusClient(
+            shared = target.rstrip("/")  # the client's own url: what ``urls`` holds
+            if shared not in self._clients:
+                self._clients[shared] = PrometheusClient(
                     target,
                     self.prometheus_timeout,
                     self.prometheus_max_body_bytes,
                     stats=self.prometheus_stats,
                 )
-            return self._clients[target]
+            return self._clients[shared]
+
+    def _set_url(self, key: tuple[str, str], url: str | None) -> PrometheusClient | None:
+        """Under ``_guard``: PDDeployment ``key`` now reads ``url`` (None: gone); returns
+        the shared client of its previous URL if nothing reads that one any more (the
+        caller closes it outside the guard)."""
+        old = self.urls.pop(key, None)
+        if url is not None:
+            self.urls[key] = url
+        if old is None or old == url or old in self.urls.values():
+            return None
+        return self._clients.pop(old, None)
 
     def snapshot(
         self, spec: PDDeploymentSpec, namespace: str, name: str, now: float
@@ -260,11 +272,13 @@ class Runtime:
             data = self.secrets().read(namespace, names, user=key)
             client = self.prometheus(prom.url, credentials_from(prom, data, namespace), key)
         with self._guard:
-            self.urls[key] = client.url
+            unused = self._set_url(key, client.url)
             paused = self._paused.get(key)
             if paused is not None and (self.monotonic() >= paused[0] or paused[1] != client.url):
                 del self._paused[key]
                 paused = None
+        if unused is not None:
+            unused.close()  # its kept-alive connections
         if paused is not None:
             raise paused[2]
         try:
@@ -321,10 +335,7 @@ class Runtime:
         with self._guard:
             self._paused.pop((namespace, name), None)
             self._locks.pop((namespace, name), None)
-            url = self.urls.pop((namespace, name), None)
-            client = None
-            if url is not None and url not in self.urls.values():
-                client = self._clients.pop(url, None)
+            client = self._set_url((namespace, name), None)
         if client is not None:
             client.close()
         self._drop_auth_client((namespace, name))

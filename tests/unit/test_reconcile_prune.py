@@ -161,3 +161,23 @@ def test_forget_while_other_ticks_record_series() -> None:
     finally:
         stop.set()
         thread.join(5)
+
+
+def test_a_client_is_dropped_with_a_trailing_slash_and_when_its_user_moves() -> None:
+    """``http://x:9/`` and ``http://x:9`` are one client, dropped with its last user;
+    a PDDeployment that moves to another URL leaves its old client if no one else
+    reads it."""
+    w = World()
+    rt = w.rt
+    for name, url in (("a", "http://127.0.0.1:9/"), ("b", "http://127.0.0.1:9")):
+        with contextlib.suppress(MetricsUnavailableError):
+            rt.snapshot(spec(url), NS, name, 0.0)
+    assert sorted(rt._clients) == ["http://127.0.0.1:9"]
+    rt.forget(NS, "a")
+    rt.forget(NS, "b")
+    assert rt._clients == {}
+    with contextlib.suppress(MetricsUnavailableError):
+        rt.snapshot(spec("http://127.0.0.1:9"), NS, "c", 0.0)
+    with contextlib.suppress(MetricsUnavailableError):
+        rt.snapshot(spec("http://127.0.0.1:7"), NS, "c", 0.0)
+    assert sorted(rt._clients) == ["http://127.0.0.1:7"]
