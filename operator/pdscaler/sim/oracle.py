@@ -12,10 +12,10 @@ capacities: per ``bin_s`` bin, the fewest integer replicas whose capacity covers
 work of that bin, each ordered ``startup_s`` before it is needed and kept through idle
 gaps shorter than the start-up time, never below the spec's minimum per pool) and
 ``work_floor`` (total prefill tokens / P_prefill + total decode tokens / P_decode, as
-if GPUs could be billed by the token). ``oracle`` is the old name of ``lower_bound``:
-at full load in 15 s bins its own schedule replayed meets only 50-85% of the SLO, so
-it is a LOWER BOUND, not an achievable schedule. Must not: run the engine (a schedule can be
-replayed with ``controllers.ScheduleController`` to see what SLO it would get).
+if GPUs could be billed by the token). ``lower_bound`` at full load in 15 s bins,
+replayed, meets only 50-85% of the SLO: a LOWER BOUND, not an achievable schedule.
+Must not: run the engine (a schedule can be replayed with
+``controllers.ScheduleController`` to see what SLO it would get).
 
 Capacities (TRUE, from ``EngineParams``): prefill runs full batches,
 ``prefill_batch_tps`` (8,370 tokens/s with the defaults); decode runs the largest
@@ -188,10 +188,6 @@ def work_floor(trace: Trace, params: EngineParams, *, tpot_s: float) -> float:
     cap = params.decode_tps(float(trace.prompt.mean()), float(trace.output.mean()), tpot_s)
     decode_s = float(trace.output.sum()) / cap
     return (prefill_s * params.prefill_gpus + decode_s * params.decode_gpus) / 3600.0
-
-
-#: Old name of ``lower_bound`` (kept for callers that import it).
-oracle = lower_bound
 
 
 def fine_bin(ttft_s: float, interval_s: float) -> float:
