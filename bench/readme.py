@@ -78,6 +78,7 @@ def quality_part(doc: dict[str, Any]) -> list[str]:
     seeds = ", ".join(str(s) for s in plan["seeds"])
     scales = ", ".join(f"{s:g}x" for s in plan["scales"])
     startups = ", ".join(f"{s:g}" for s in plan["startups"])
+    cuts = cuts_line(doc)
     return [
         f"Both Azure LLM inference traces (1 h each) at {scales} "
         f"their request rate, replica start-up {startups} s, "
@@ -87,7 +88,7 @@ def quality_part(doc: dict[str, Any]) -> list[str]:
         "(replayed, it meets 99% or the feasibility ceiling); `x oracle` is a ratio to it. "
         "The tuned baselines were tuned on seed 0; the held-out case (prompts of 8k-16k "
         "tokens, length-aware TTFT) was tuned on by nobody. "
-        + (cuts_line(doc).strip() + " " if cuts_line(doc) else "")
+        + (cuts.strip() + " " if cuts else "")
         + "Start-up "
         f"{SUMMARY_STARTUP:g} s here; every case in "
         "[bench/results/quality.md](bench/results/quality.md).",
