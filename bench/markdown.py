@@ -1,15 +1,18 @@
-"""Markdown for every report in bench/: the one GitHub table renderer, and number formats.
+"""Markdown for every report in bench/: the one GitHub table renderer, number formats,
+and the one way a generated section replaces the text between its two markers.
 
 Owns: formatting only. Must not: compute or measure anything.
 
     table(["a", "b"], [["x", "1"]])                       # | a | b | / |---|---:| / | x | 1 |
     table(h, rows, right=numeric_columns(rows, len(h)))    # right-align numeric columns only
+    spread({"mean": 0.5, "min": 0.4, "max": 0.6}, two)     # 0.50 [0.40-0.60]
+    between("a\n<b>\nold\n<e>\n", "<b>", "<e>", "new")    # a\n<b>\nnew\n<e>\n
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 
 def table(
@@ -50,3 +53,34 @@ def secs(value: float | None) -> str:
     if math.isnan(value):
         return "-"
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def two(x: float) -> str:
+    """Two decimals (GPU-hours, ratios): 4.031 -> ``4.03``."""
+    return f"{x:.2f}"
+
+
+def spread(st: Mapping[str, float | None], fmt: Callable[[float], str]) -> str:
+    """``mean [min-max]`` of a stats dict (``mean``, ``min``, ``max``), or the mean alone
+    when min and max read the same; ``-`` when a figure is missing (None or NaN)."""
+    vals = [st.get(k) for k in ("mean", "min", "max")]
+    if any(v is None or math.isnan(v) for v in vals):
+        return "-"
+    mean, lo, hi = (fmt(v) for v in vals if v is not None)
+    return mean if lo == hi else f"{mean} [{lo}-{hi}]"
+
+
+def markers(text: str, begin: str, end: str, name: str = "README.md") -> tuple[int, int]:
+    """Where ``begin`` starts and where ``end`` stops in ``text``: ``markers("a<b>x<e>z",
+    "<b>", "<e>")`` -> ``(1, 8)``; ValueError when either is missing or out of order."""
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"{name} lacks the markers {begin!r} ... {end!r}")
+    return start, stop + len(end)
+
+
+def between(text: str, begin: str, end: str, body: str, name: str = "README.md") -> str:
+    """``text`` with what lies between the markers replaced by ``body`` on its own lines
+    (the markers kept)."""
+    start, stop = markers(text, begin, end, name)
+    return text[:start] + begin + "\n" + body + "\n" + end + text[stop:]

@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from bench.markdown import table
+from bench.markdown import spread, table, two
 from pdscaler.cli.common import percent as pct
 from pdscaler.sim import tuning
-from pdscaler.sim.compare import TARGET, Tuned, compare
+from pdscaler.sim.compare import POLICIES, TARGET, Tuned, compare
 from pdscaler.sim.controllers import PdscalerController
 from pdscaler.sim.loop import LoopConfig, run
 from pdscaler.sim.plot import render_png
@@ -57,17 +57,9 @@ TRACE_FILES = {
 #: The targets pdscaler is built for (issue 5).
 TARGET_ATTAINMENT = TARGET
 TARGET_ORACLE_RATIO = 1.2
-#: Policies of every case (the tuned ones replay the seed-0 choice).
-CASE_POLICIES: tuple[str, ...] = (
-    "pdscaler",
-    "static-best",
-    "hpa-tuned",
-    "dynamo-planner",
-    "fixed-ratio",
-    "forecast-only",
-    "static-peak",
-    "hpa-queue",
-)
+#: Policies of every case: ``pdscaler simulate --policy all`` without static-mean (the
+#: tuned ones replay the seed-0 choice).
+CASE_POLICIES: tuple[str, ...] = tuple(p for p in POLICIES if p != "static-mean")
 #: How the policies are labelled in the reports.
 LABELS = {"hpa-queue": "hpa-naive (1-64, target 2)"}
 #: Held-out TTFT SLO: base + seconds per prompt token.
@@ -328,18 +320,6 @@ def aggregate(seeds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _ms(st: dict[str, float], fmt: Callable[[float], str]) -> str:
-    """mean [min-max], or the mean alone when they agree."""
-    if any(math.isnan(st[k]) for k in ("mean", "min", "max")):
-        return "-"
-    lo, hi = fmt(st["min"]), fmt(st["max"])
-    return fmt(st["mean"]) if lo == hi else f"{fmt(st['mean'])} [{lo}-{hi}]"
-
-
-def _h(x: float) -> str:
-    return f"{x:.2f}"
-
-
 def case_label(case: dict[str, Any]) -> str:
     """``conv-4x, start-up 90 s``; held out: ``conv-long-1x, ...``."""
     return f"{case['group']}, start-up {case['startup_s']:g} s"
@@ -402,16 +382,16 @@ def summary_rows(doc: dict[str, Any], held_out: bool) -> list[list[str]]:
         rows.append(
             [
                 case_label(case),
-                _ms(pd["slo_attainment"], pct),
-                _ms(pd["gpu_hours"], _h),
-                _ms(pd["ratio_to_oracle"], _h),
+                spread(pd["slo_attainment"], pct),
+                spread(pd["gpu_hours"], two),
+                spread(pd["ratio_to_oracle"], two),
                 "-"
                 if sb is None
-                else f"{pct(sb['slo_attainment']['mean'])}, {_h(sb['gpu_hours']['mean'])}",
+                else f"{pct(sb['slo_attainment']['mean'])}, {two(sb['gpu_hours']['mean'])}",
                 "-"
                 if best is None
-                else f"{LABELS.get(best, best)} ({_h(v['cheapest_as_good_gpu_hours'])})",
-                f"{_h(oracle['gpu_hours']['mean'])} ({pct(oracle['slo_attainment']['min'])})",
+                else f"{LABELS.get(best, best)} ({two(v['cheapest_as_good_gpu_hours'])})",
+                f"{two(oracle['gpu_hours']['mean'])} ({pct(oracle['slo_attainment']['min'])})",
                 pct(agg["feasibility_ceiling"]["mean"]),
                 "yes" if v["pareto"] else "no: " + ", ".join(v["dominated_by"]),
                 "yes" if v["meets_attainment"] and v["meets_cost"] and v["pareto"] else "no",
@@ -441,24 +421,24 @@ def case_table(case: dict[str, Any]) -> str:
         rows.append(
             [
                 LABELS.get(n, n),
-                _ms(p["slo_attainment"], pct),
-                _ms(p["slo_attainment_settled"], pct),
-                _ms(p["gpu_hours"], _h),
-                _ms(p["ratio_to_oracle"], _h),
+                spread(p["slo_attainment"], pct),
+                spread(p["slo_attainment_settled"], pct),
+                spread(p["gpu_hours"], two),
+                spread(p["ratio_to_oracle"], two),
             ]
         )
     o = agg["oracle"]
     rows.append(
         [
             "oracle (SLO-feasible)",
-            _ms(o["slo_attainment"], pct),
+            spread(o["slo_attainment"], pct),
             "-",
-            _ms(o["gpu_hours"], _h),
+            spread(o["gpu_hours"], two),
             "1.00",
         ]
     )
     for k, label in (("lower_bound", "lower bound (15 s bins)"), ("work_floor", "work floor")):
-        rows.append([label, "-", "-", _ms(agg[k]["gpu_hours"], _h), "-"])
+        rows.append([label, "-", "-", spread(agg[k]["gpu_hours"], two), "-"])
     return table(["policy", "SLO met", "after 5 min", "GPU-h", "x oracle"], rows)
 
 
@@ -471,9 +451,9 @@ def tuning_table(doc: dict[str, Any]) -> str:
             [
                 slug,
                 f"{sb['prefill']}P/{sb['decode']}D: {pct(sb['slo_attainment'])}, "
-                + f"{_h(sb['gpu_hours'])}"
+                + f"{two(sb['gpu_hours'])}"
                 + ("" if sb["met"] else " (99% not reached)"),
-                f"{h['label']}: {pct(h['slo_attainment'])}, {_h(h['gpu_hours'])}"
+                f"{h['label']}: {pct(h['slo_attainment'])}, {two(h['gpu_hours'])}"
                 + ("" if h["met"] else " (99% not reached: highest attainment)"),
                 str(t["static_replays"]),
             ]
@@ -591,8 +571,8 @@ def report(doc: dict[str, Any], command: str) -> str:
             "",
             f"Cheapest static size reaching pdscaler's seed-0 attainment ({pct(sp['target'])}): "
             f"{sp['prefill']}P/{sp['decode']}D, {pct(sp['slo_attainment'])}, "
-            f"{_h(sp['gpu_hours'])} GPU-h{'' if sp['met'] else ' (not reached)'}. "
-            f"Oracle repairs: {_ms(case['aggregate']['oracle']['repairs'], lambda x: f'{x:.0f}')}; "
+            f"{two(sp['gpu_hours'])} GPU-h{'' if sp['met'] else ' (not reached)'}. "
+            f"Oracle repairs: {spread(case['aggregate']['oracle']['repairs'], '{:.0f}'.format)}; "
             f"replayed in {case['aggregate']['seconds']:.0f} s of worker time."
             + (
                 f" Plot: [quality-{case['group']}-{case['startup_s']:g}s.png]"

@@ -14,14 +14,13 @@ GPU-h renders the row ``| conv 1x | 99.50% [...] | 4.03 [...] | ...``.
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.markdown import table
+from bench.markdown import between, spread, table, two
 from bench.quality import cuts_line
 from pdscaler.cli.common import percent as pct
 
@@ -38,18 +37,6 @@ SHOWN = ("static-best", "hpa-tuned", "dynamo-planner")
 STEP_WITHIN = 0.04
 
 
-def _ms(st: dict[str, Any], fmt: Any) -> str:
-    vals = [st.get(k) for k in ("mean", "min", "max")]
-    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in vals):
-        return "-"
-    mean, lo, hi = (fmt(v) for v in vals)
-    return mean if lo == hi else f"{mean} [{lo}-{hi}]"
-
-
-def _h(x: float) -> str:
-    return f"{x:.2f}"
-
-
 def quality_part(doc: dict[str, Any]) -> list[str]:
     cases = list(doc["cases"].values())
     plan = doc["plan"]
@@ -62,18 +49,18 @@ def quality_part(doc: dict[str, Any]) -> list[str]:
         pd = pols["pdscaler"]
         row = [
             c["group"] + (" (held out)" if c["held_out"] else ""),
-            _ms(pd["slo_attainment"], pct) + ", " + _h(pd["gpu_hours"]["mean"]),
-            _ms(pd["ratio_to_oracle"], _h),
+            spread(pd["slo_attainment"], pct) + ", " + two(pd["gpu_hours"]["mean"]),
+            spread(pd["ratio_to_oracle"], two),
         ]
         for n in SHOWN:
             p = pols.get(n)
             row.append(
                 "-"
                 if p is None
-                else f"{pct(p['slo_attainment']['mean'])}, {_h(p['gpu_hours']['mean'])}"
+                else f"{pct(p['slo_attainment']['mean'])}, {two(p['gpu_hours']['mean'])}"
             )
         o = agg["oracle"]
-        row.append(f"{_h(o['gpu_hours']['mean'])} ({pct(o['slo_attainment']['min'])})")
+        row.append(f"{two(o['gpu_hours']['mean'])} ({pct(o['slo_attainment']['min'])})")
         rows.append(row)
     matrix = [c for c in cases if not c["held_out"]]
     total = len(matrix)
@@ -91,6 +78,7 @@ def quality_part(doc: dict[str, Any]) -> list[str]:
     seeds = ", ".join(str(s) for s in plan["seeds"])
     scales = ", ".join(f"{s:g}x" for s in plan["scales"])
     startups = ", ".join(f"{s:g}" for s in plan["startups"])
+    cuts = cuts_line(doc)
     return [
         f"Both Azure LLM inference traces (1 h each) at {scales} "
         f"their request rate, replica start-up {startups} s, "
@@ -100,7 +88,7 @@ def quality_part(doc: dict[str, Any]) -> list[str]:
         "(replayed, it meets 99% or the feasibility ceiling); `x oracle` is a ratio to it. "
         "The tuned baselines were tuned on seed 0; the held-out case (prompts of 8k-16k "
         "tokens, length-aware TTFT) was tuned on by nobody. "
-        + (cuts_line(doc).strip() + " " if cuts_line(doc) else "")
+        + (cuts.strip() + " " if cuts else "")
         + "Start-up "
         f"{SUMMARY_STARTUP:g} s here; every case in "
         "[bench/results/quality.md](bench/results/quality.md).",
@@ -216,10 +204,7 @@ def section(results: Path = RESULTS) -> str:
 
 def render(readme: str, body: str) -> str:
     """``readme`` with the text between the markers replaced by ``body``."""
-    start, end = readme.find(BEGIN), readme.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"README.md lacks the markers {BEGIN!r} ... {END!r}")
-    return readme[: start + len(BEGIN)] + "\n" + body + "\n" + readme[end:]
+    return between(readme, BEGIN, END, body)
 
 
 def update(readme: Path = README, results: Path = RESULTS) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.markdown import table
+from bench.markdown import markers, table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -159,8 +159,9 @@ def readme_block(records: Sequence[Record]) -> str:
 
 
 def with_block(readme: str, block: str) -> str:
-    start, end = readme.index(BEGIN), readme.index(END) + len(END)
-    return readme[:start] + block + readme[end:]
+    """``readme`` with its markers and what lies between them replaced by ``block``."""
+    start, stop = markers(readme, BEGIN, END)
+    return readme[:start] + block + readme[stop:]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

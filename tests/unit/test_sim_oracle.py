@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pdscaler.sim.engine import EngineParams
-from pdscaler.sim.oracle import level_seconds, oracle, schedule, work_floor
+from pdscaler.sim.oracle import level_seconds, lower_bound, schedule, work_floor
 from pdscaler.sim.traces import Trace, load_trace, scale_rate
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
@@ -44,7 +44,7 @@ def test_schedule_covers_each_bin_with_true_capacity() -> None:
 def test_oracle_bills_levels_with_the_startup_lead() -> None:
     params = EngineParams()
     trace = constant_trace(10.0, 600.0, 1600, 20)
-    bound = oracle(trace, params, startup_s=60.0, tpot_s=0.05, bin_s=15.0)
+    bound = lower_bound(trace, params, startup_s=60.0, tpot_s=0.05, bin_s=15.0)
     horizon = len(bound.schedule.times) * 15.0
     # prefill: 2 replicas over the trace (present at t=0, no lead), 1 in the tail
     expected_p = (horizon + 600.0) / 3600.0
@@ -65,13 +65,13 @@ def test_work_floor_is_the_tokens_at_true_capacity() -> None:
 def test_floor_below_oracle_below_static_peak_on_the_real_traces(name: str) -> None:
     trace = scale_rate(load_trace(TRACES / f"AzureLLMInferenceTrace_{name}.csv"), 5.0)
     params = EngineParams()
-    bound = oracle(trace, params, startup_s=90.0, tpot_s=0.05)
+    bound = lower_bound(trace, params, startup_s=90.0, tpot_s=0.05)
     floor = work_floor(trace, params, tpot_s=0.05)
     peak_p, peak_d = int(bound.schedule.prefill.max()), int(bound.schedule.decode.max())
     peak_hours = (peak_p + peak_d) * len(bound.schedule.times) * 15.0 / 3600.0
     assert floor < bound.gpu_hours < peak_hours
     # a longer start-up can only cost the oracle more (earlier orders, fewer gaps)
-    slower = oracle(trace, params, startup_s=300.0, tpot_s=0.05)
+    slower = lower_bound(trace, params, startup_s=300.0, tpot_s=0.05)
     assert slower.gpu_hours >= bound.gpu_hours
 
 

@@ -152,7 +152,8 @@ def controller(
 @dataclass(frozen=True)
 class FeasibleOracle:
     """The SLO-feasible clairvoyant schedule: its replay (GPU-hours and attainment),
-    whether it met ``target``, and every try (attainment, GPU-hours) in order."""
+    whether it met ``target`` (the attainment asked for, capped at ``ceiling``, the
+    trace's feasibility ceiling), and every try (attainment, GPU-hours) in order."""
 
     schedule: Schedule
     run: Run
@@ -160,6 +161,7 @@ class FeasibleOracle:
     target: float
     met: bool
     tries: tuple[tuple[float, float], ...]
+    ceiling: float
 
     @property
     def gpu_hours(self) -> float:
@@ -214,10 +216,10 @@ def feasible_oracle(
     limits = ttft_limits(trace.prompt, slo.ttft_seconds, cfg.ttft_per_token_s)
     top = (spec.prefill.replicas.max, spec.decode.replicas.max)
     lead = cfg.startup_s + interval
+    back = slo.ttft_seconds + cfg.ttft_per_token_s * float(trace.prompt.max(initial=0))
     tries: list[tuple[float, float]] = []
     best: tuple[Schedule, Run, Summary] | None = None
     for i in range(iterations + 1):
-        back = slo.ttft_seconds + cfg.ttft_per_token_s * float(trace.prompt.max(initial=0))
         replay = run(trace, OracleReplay("oracle", sched, lead, back), cfg)
         s = summarize(replay)
         tries.append((s.slo_attainment, s.gpu_hours))
@@ -231,7 +233,7 @@ def feasible_oracle(
         )
     assert best is not None
     sched, replay, s = best
-    return FeasibleOracle(sched, replay, s, goal, s.slo_attainment >= goal, tuple(tries))
+    return FeasibleOracle(sched, replay, s, goal, s.slo_attainment >= goal, tuple(tries), ceiling)
 
 
 @dataclass(frozen=True)
@@ -344,13 +346,6 @@ def compare(
         report = None if progress is None else _named(progress, name)
         runs.append(run(trace, ctrl, cfg, report))
     feasible = feasible_oracle(trace, cfg, target)
-    ceiling = feasibility_ceiling(
-        trace,
-        cfg.params,
-        ttft_s=cfg.spec.slo.ttft_seconds,
-        tpot_s=cfg.spec.slo.tpot_seconds,
-        ttft_per_token_s=cfg.ttft_per_token_s,
-    )
     info = {
         "trace": trace.name,
         "requests": len(trace),
@@ -377,7 +372,7 @@ def compare(
         feasible,
         bound,
         floor,
-        ceiling,
+        feasible.ceiling,
         tuple(static_choices),
         hpa_choice,
         info,

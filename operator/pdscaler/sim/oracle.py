@@ -12,10 +12,10 @@ capacities: per ``bin_s`` bin, the fewest integer replicas whose capacity covers
 work of that bin, each ordered ``startup_s`` before it is needed and kept through idle
 gaps shorter than the start-up time, never below the spec's minimum per pool) and
 ``work_floor`` (total prefill tokens / P_prefill + total decode tokens / P_decode, as
-if GPUs could be billed by the token). ``oracle`` is the old name of ``lower_bound``:
-at full load in 15 s bins its own schedule replayed meets only 50-85% of the SLO, so
-it is a LOWER BOUND, not an achievable schedule. Must not: run the engine (a schedule can be
-replayed with ``controllers.ScheduleController`` to see what SLO it would get).
+if GPUs could be billed by the token). ``lower_bound`` at full load in 15 s bins,
+replayed, meets only 50-85% of the SLO: a LOWER BOUND, not an achievable schedule.
+Must not: run the engine (a schedule can be replayed with
+``controllers.ScheduleController`` to see what SLO it would get).
 
 Capacities (TRUE, from ``EngineParams``): prefill runs full batches,
 ``prefill_batch_tps`` (8,370 tokens/s with the defaults); decode runs the largest
@@ -124,14 +124,13 @@ def schedule(
     sec_bin = np.minimum((np.arange(horizon) // bin_s).astype(np.int64), nbins - 1)
     otok = np.bincount(sec_bin, weights=per_sec, minlength=nbins)
     prefill_cap = params.prefill_batch_tps() * derate
-    if smooth_s is None or smooth_s <= bin_s:
+    # smoothing: the mean rate of the m bins [k, k + m), the lean start of the repair
+    m = None if smooth_s is None or smooth_s <= bin_s else max(1, round(smooth_s / bin_s))
+    if m is None:
         prefill = np.ceil(psum / (prefill_cap * bin_s) - 1e-9).astype(np.int64)
     else:
-        # the mean rate of the window [k, k + m) bins: the lean start of the repair
-        m = max(1, round(smooth_s / bin_s))
-        csum = np.concatenate(([0.0], np.cumsum(psum)))
-        end = np.minimum(np.arange(nbins) + m, nbins)
-        rate = (csum[end] - csum[:nbins]) / ((end - np.arange(nbins)) * bin_s)
+        sums, widths = _window_sums(psum, m)
+        rate = sums / (widths * bin_s)
         prefill = np.ceil(rate / prefill_cap - 1e-9).astype(np.int64)
     mix_cap = params.decode_tps(float(trace.prompt.mean()), float(trace.output.mean()), tpot_s)
     caps = np.array(
@@ -141,11 +140,9 @@ def schedule(
         ]
     )
     drate = otok / (caps * derate * bin_s)
-    if smooth_s is not None and smooth_s > bin_s:
-        m = max(1, round(smooth_s / bin_s))
-        csum = np.concatenate(([0.0], np.cumsum(drate)))
-        end = np.minimum(np.arange(nbins) + m, nbins)
-        drate = (csum[end] - csum[:nbins]) / (end - np.arange(nbins))
+    if m is not None:
+        sums, widths = _window_sums(drate, m)
+        drate = sums / widths
     decode = np.ceil(drate - 1e-9).astype(np.int64)
     return Schedule(
         np.arange(nbins, dtype=np.float64) * bin_s,
@@ -153,6 +150,15 @@ def schedule(
         np.maximum(decode, minimum[1]),
         bin_s,
     )
+
+
+def _window_sums(x: FloatArray | IntArray, m: int) -> tuple[FloatArray, IntArray]:
+    """Per bin k: the sum of ``x`` over bins [k, k + m) cut at the end, and how many
+    bins that is: ``_window_sums([1, 2, 3], 2)`` -> ``([3, 5, 3], [2, 2, 1])``."""
+    n = len(x)
+    csum = np.concatenate(([0.0], np.cumsum(x)))
+    end = np.minimum(np.arange(n) + m, n)
+    return csum[end] - csum[:n], end - np.arange(n)
 
 
 def lower_bound(
@@ -182,10 +188,6 @@ def work_floor(trace: Trace, params: EngineParams, *, tpot_s: float) -> float:
     cap = params.decode_tps(float(trace.prompt.mean()), float(trace.output.mean()), tpot_s)
     decode_s = float(trace.output.sum()) / cap
     return (prefill_s * params.prefill_gpus + decode_s * params.decode_gpus) / 3600.0
-
-
-#: Old name of ``lower_bound`` (kept for callers that import it).
-oracle = lower_bound
 
 
 def fine_bin(ttft_s: float, interval_s: float) -> float:
