@@ -114,8 +114,8 @@ def report(records: Sequence[Record]) -> str:
         "in `tests/drills/` write). Each drill injects its fault into the lab (a real API "
         "server, etcd, controller-manager, scheduler, Prometheus; see docs/lab.md) by process "
         "signals or hostile input, and samplers check its invariant throughout. "
-        "`make test` runs the same drills. This run: the merged tree of 2026-12-01 on the "
-        "2-core CI-like machine (a fresh clone, `PDSCALER_DRILL_OUT` set); a failed case is "
+        "`make test` runs the same drills. The records are those of the last run with "
+        "`PDSCALER_DRILL_OUT` set (`make drill`, or `make test` with it); a failed case is "
         "listed as failed.",
         "",
         summary(records),
