@@ -84,7 +84,7 @@ def test_drill_d9_missing_data_never_lowers_a_pool(
             "request_rate 0 beside queued or running requests (not idle)",
         ),
     ]
-    with ticking(rt, namespace, name), sampler.running():
+    with ticking(rt, namespace, name), sampler:
         create_pdd(kube, namespace, manifest(name, lab))
         wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 4, 45, "decode at 4")
         assert wait_stable(kube, namespace, name, hold=2.0, timeout=45) == (4, 4)
