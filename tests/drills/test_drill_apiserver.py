@@ -49,7 +49,7 @@ from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import Role, RolloutPhase
 from support.exporter import EngineExporter
-from support.labkit import Kube, wait_for
+from support.labkit import Kube, WaitTimeoutError, wait_for
 from support.opkit import get_pdd, patch_spec, serve_two_by_two, spec_of
 
 INTERVAL = 2.0
@@ -57,6 +57,7 @@ OUTAGE = 25.0
 DEADLINE = "20s"
 DEADLINE_S = 20.0
 NAME = "d4"
+SETTLE_S = 60.0
 
 FAULTS: dict[str, Callable[[Lab], AbstractContextManager[int]]] = {
     "sigkill": lambda lab: killed(lab, "apiserver"),
@@ -80,6 +81,30 @@ def _settled(kube: Kube, namespace: str) -> bool:
     st = get_pdd(kube, namespace, NAME).get("status") or {}
     phase = (st.get("rollout") or {}).get("phase")
     return phase in (RolloutPhase.COMPLETE, RolloutPhase.ROLLED_BACK)
+
+
+def _wait_settled(kube: Kube, namespace: str, timeout: float) -> None:
+    """Wait for Complete or RolledBack; on a timeout, fail with what the rollout and the
+    cells looked like (CI keeps no tmp_path, so the message is all a failed run leaves)."""
+    try:
+        wait_for(lambda: _settled(kube, namespace), timeout, "the rollout settled")
+    except WaitTimeoutError as err:
+        st = get_pdd(kube, namespace, NAME).get("status") or {}
+        seen = {
+            "rollout": st.get("rollout"),
+            "conditions": [
+                (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                for c in st.get("conditions") or []
+            ],
+            "cells": {
+                f"{rev}/{role}": (
+                    d["spec"].get("replicas"),
+                    (d.get("status") or {}).get("readyReplicas"),
+                )
+                for (rev, role), d in cells(kube, namespace, NAME).items()
+            },
+        }
+        raise WaitTimeoutError(f"{err}; seen: {json.dumps(seen, default=str)}") from err
 
 
 def _dump(kube: Kube, namespace: str, tmp_path: Path, cluster: ClusterSampler | None) -> None:
@@ -152,7 +177,7 @@ def test_apiserver_outage_mid_rollout(
             )
             resume_s = ticks.first_tick_after(back)[NAME]
             wait_for(op.healthy, 10, "/healthz 200 after the outage")
-            wait_for(lambda: _settled(kube, namespace), 60, "the rollout settled")
+            _wait_settled(kube, namespace, SETTLE_S)
         alive = op.alive()
     finally:
         op.stop()
