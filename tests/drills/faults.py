@@ -178,6 +178,7 @@ class ClusterSampler(Background):
             now = time.time()
             self._cells(deps, pods, now)
             for d in deps:
+                assert d.metadata is not None  # listed objects have theirs
                 name = str(d.metadata.name)
                 self.uids.setdefault(name, set()).add(str(d.metadata.uid))
                 series = self.replicas.setdefault(name, [])

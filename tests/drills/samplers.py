@@ -113,10 +113,12 @@ class Timeline(Background):
         """Samples whose Ready serving capacity was below ``floor`` in either role."""
         return [s for s in self.points if s.serving[0] < floor[0] or s.serving[1] < floor[1]]
 
-    def replica_drops(self, since: float = 0.0, until: float | None = None) -> list[tuple]:
+    def replica_drops(
+        self, since: float = 0.0, until: float | None = None
+    ) -> list[tuple[float, str, int, int]]:
         """(t, Deployment, before, after) each time a pool Deployment's spec.replicas
         went down between two samples in [since, until]."""
-        out: list[tuple] = []
+        out: list[tuple[float, str, int, int]] = []
         last: dict[str, int] = {}
         for s in self.points:
             if s.t < since or (until is not None and s.t > until):
@@ -133,12 +135,12 @@ class Timeline(Background):
         d = sum(n for _, r, n in s.replicas.values() if r == "decode")
         return p, d
 
-    def version_growth(self, version: str, since: float) -> list[tuple]:
+    def version_growth(self, version: str, since: float) -> list[tuple[float, str, int, int]]:
         """(t, Deployment, before, after) each time a ``version`` pool Deployment's
         replicas went up after ``since``, or one appeared with replicas > 0 after it
         had been absent (a retry of that version)."""
         label = naming.version_label(version)
-        out: list[tuple] = []
+        out: list[tuple[float, str, int, int]] = []
         last: dict[str, int] = {}
         for s in self.points:
             mine = {d: n for d, (v, _, n) in s.replicas.items() if v == label}

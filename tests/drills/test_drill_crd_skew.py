@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -80,7 +80,7 @@ def _apply(kube: Kube, body: dict[str, Any]) -> None:
     body = copy.deepcopy(body)
     current: Any = kube.apiext.read_custom_resource_definition(name)
     body["metadata"]["resourceVersion"] = current.metadata.resource_version
-    kube.apiext.replace_custom_resource_definition(name, body)
+    kube.apiext.replace_custom_resource_definition(name, cast(Any, body))
     wait_for(lambda: crd_established(kube, name), 30, "the newer CRD Established")
 
 
@@ -147,7 +147,7 @@ def _dump(kube: Kube, namespace: str, name: str) -> None:
         print("tick failed:", err)
     for e in kube.core.list_namespaced_event(namespace).items:
         if e.involved_object.name == name:
-            print("event:", e.type, e.reason, e.message[:200])
+            print("event:", e.type, e.reason, (e.message or "")[:200])
 
 
 @pytest.mark.lab

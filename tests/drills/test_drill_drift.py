@@ -206,4 +206,6 @@ def test_drift_squatter_template_and_config_changes(
     assert sampler.samples > 0
     assert sampler.mixed == [], sampler.mixed[:5]
     assert warnings(kube, namespace, "NotOwned"), "the squatter was not reported"
-    assert kube.core.read_namespaced_service(name, namespace).spec.selector == {"app": "x"}
+    service = kube.core.read_namespaced_service(name, namespace).spec
+    assert service is not None
+    assert service.selector == {"app": "x"}

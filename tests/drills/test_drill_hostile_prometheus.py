@@ -330,7 +330,9 @@ def test_hostile_prometheus_urls_cannot_stop_the_fleet(
             f" {rss_max / 2**20:.0f} MiB; huge bytes read max {max(srv['huge_sent'], default=0)}"
         )
         shown = json.dumps([pdd.get("status") for pdd in pdds.values()])
-        shown += json.dumps([kube.api.sanitize_for_serialization(e) for e in events])
+        shown += json.dumps(
+            [kube.api.sanitize_for_serialization(e) for e in events]  # type: ignore[no-untyped-call]
+        )
         drill.sampled(
             len(op.rss),
             sum(r >= RSS_LIMIT_BYTES for r in op.rss)

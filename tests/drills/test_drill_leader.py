@@ -272,6 +272,7 @@ def test_drill_leader_stop_and_continue(
     assert dupes == [], (dupes, where)
     for e in ours:  # the stopped leader's Events all come from before its stop
         if e.reporting_instance == stopped.identity:
+            assert e.first_timestamp is not None, (e.message, where)
             assert e.first_timestamp.timestamp() <= wall_stop + 1.0, (e.message, where)
     assert any(e.reporting_instance == other for e in ours)
 

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-
-from test_drill_garbage import IDLE_LOW, Sampler, errors, fed_runtime, manifest
+from typing import TYPE_CHECKING
 
 from drills.report import DrillRecord
 from pdlab.lab import Lab
@@ -40,6 +39,11 @@ from support.opkit import (
     total,
     wait_stable,
 )
+
+if TYPE_CHECKING:  # pytest imports tests/drills' modules by basename; mypy as drills.*
+    from drills.test_drill_garbage import IDLE_LOW, Sampler, errors, fed_runtime, manifest
+else:
+    from test_drill_garbage import IDLE_LOW, Sampler, errors, fed_runtime, manifest
 
 TWO_WINDOWS = 8.0
 

@@ -22,12 +22,11 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from test_drill_garbage import fed_runtime, manifest
 
 from drills.report import DrillRecord
 from pdlab.kubeclient import apply_crd
@@ -45,6 +44,11 @@ from support.opkit import (
     wait_condition,
     wait_stable,
 )
+
+if TYPE_CHECKING:  # pytest imports tests/drills' modules by basename; mypy as drills.*
+    from drills.test_drill_garbage import fed_runtime, manifest
+else:
+    from test_drill_garbage import fed_runtime, manifest
 
 LOW = snapshot(1.0, ttft=0.3, tpot=0.02, running=0.0)
 HIGH = snapshot(4.0, ttft=0.3, tpot=0.02, running=0.0)
@@ -66,6 +70,7 @@ def rejected(kube: Kube, drill: DrillRecord, write: Callable[[], object]) -> str
         pytest.fail("admitted")
     drill.sampled(1, int(refusal.status != 422))
     assert refusal.status == 422, refusal.body
+    assert refusal.body is not None
     return str(json.loads(refusal.body)["message"])
 
 

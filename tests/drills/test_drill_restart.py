@@ -68,7 +68,7 @@ def _replicas(c: Cells, version: str, role: Role) -> int | None:
 def _deleting(c: Cells, version: str) -> bool:
     return any(
         d["metadata"].get("deletionTimestamp") for (v, _), d in c.items() if v == version
-    ) or (c and not any(v == version for (v, _) in c))
+    ) or (bool(c) and not any(v == version for (v, _) in c))
 
 
 BOUNDARIES: list[tuple[str, Callable[[Cells], bool]]] = [
@@ -179,8 +179,12 @@ def test_sigkill_at_every_rollout_boundary(
                 t0 = time.monotonic()
                 if _complete(kube, namespace, name):
                     break
+
+                def written(before: str = before) -> bool:
+                    return _resource_version(kube, namespace, name) != before
+
                 wait_for(
-                    lambda before=before: _resource_version(kube, namespace, name) != before,
+                    written,
                     INTERVAL + 5 + 10,
                     "the restarted operator's first write",
                     interval=0.1,

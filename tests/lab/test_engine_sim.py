@@ -525,7 +525,9 @@ def test_trace_replay_keeps_the_time_axis_and_scales_the_rate(tmp_path: Path) ->
     args = argparse.Namespace(
         trace=csv, scenario=None, rate_scale=2.0, trace_start=1.0, duration=None, seed=0
     )
-    trace, scenario = workload(args)
+    loaded = workload(args)
+    assert loaded is not None
+    trace, scenario = loaded
     assert len(trace) == 6
     assert trace.span == pytest.approx(2.0)
     assert float(trace.arrival.min()) == pytest.approx(0.0)

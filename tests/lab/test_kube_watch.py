@@ -6,7 +6,7 @@ a new list; ``observe`` from the caches equals ``observe`` by LISTs."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -41,12 +41,12 @@ def test_the_cache_follows_the_api_server(
     lab: Lab, kube: LabKube, namespace: str, cached: Kube
 ) -> None:
     ours = {naming.LABEL_NAME: "chat"}
-    kube.core.create_namespaced_service(namespace, service("before", ours))
+    kube.core.create_namespaced_service(namespace, cast(Any, service("before", ours)))
     inf = cached.informers(namespace)["Service"]
     assert inf.wait_ready(20)
     assert inf.get("before") is not None  # from the list
-    kube.core.create_namespaced_service(namespace, service("after", ours))
-    kube.core.create_namespaced_service(namespace, service("foreign", {"app": "x"}))
+    kube.core.create_namespaced_service(namespace, cast(Any, service("after", ours)))
+    kube.core.create_namespaced_service(namespace, cast(Any, service("foreign", {"app": "x"})))
     wait_for(lambda: inf.get("after") is not None, 10, "the watch delivers ADDED")
     kube.core.patch_namespaced_service(
         "after", namespace, {"metadata": {"annotations": {"seen": "yes"}}}
@@ -77,14 +77,17 @@ def test_a_watch_the_server_ends_is_opened_again_without_a_list(
         assert inf.wait_ready(20)
         for i in range(3):
             kube.core.create_namespaced_service(
-                namespace, service(f"s{i}", {naming.LABEL_NAME: "chat"})
+                namespace, cast(Any, service(f"s{i}", {naming.LABEL_NAME: "chat"}))
             )
-            wait_for(lambda i=i: inf.get(f"s{i}") is not None, 10, f"s{i} in the cache")
-            wait_for(
-                lambda i=i: api.request_counts.snapshot().get(("watch", "services"), 0) >= i + 2,
-                10,
-                "the watch ended by the server and opened again",
-            )
+
+            def in_cache(i: int = i) -> bool:
+                return inf.get(f"s{i}") is not None
+
+            def watched_again(i: int = i) -> bool:
+                return api.request_counts.snapshot().get(("watch", "services"), 0) >= i + 2
+
+            wait_for(in_cache, 10, f"s{i} in the cache")
+            wait_for(watched_again, 10, "the watch ended by the server and opened again")
         assert inf.relists == 1
         assert inf.failures == 0
     finally:

@@ -69,14 +69,19 @@ def installed_policy(kube: Kube, namespace: str) -> Iterator[None]:
 
 def author(kube: Kube, namespace: str, name: str, rules: list[dict[str, Any]]) -> Kube:
     """A ServiceAccount holding exactly ``rules`` in ``namespace``."""
-    kube.rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": rules})
+    kube.rbac.create_namespaced_role(
+        namespace, cast(Any, {"metadata": {"name": name}, "rules": rules})
+    )
     kube.rbac.create_namespaced_role_binding(
         namespace,
-        {
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        },
+        cast(
+            Any,
+            {
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            },
+        ),
     )
     return service_account_kube(kube, namespace, name)
 

@@ -41,11 +41,13 @@ def _helm(*args: str, lab: Lab | None = None) -> str:
 
 
 def _sa_kubeconfig(kube: Kube, namespace: str, sa: str, path: Path) -> Path:
-    token = kube.core.create_namespaced_service_account_token(
+    status = kube.core.create_namespaced_service_account_token(
         sa,
         namespace,
         client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
-    ).status.token
+    ).status
+    assert status is not None
+    token = status.token
     admin = kube.api.configuration
     config: dict[str, Any] = {
         "apiVersion": "v1",
@@ -95,9 +97,13 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
     try:
         deployment = kube.apps.read_namespaced_deployment(f"{release}-pdscaler", namespace)
         pod = deployment.spec.template.spec
+        assert pod is not None
         sa = pod.service_account_name
+        assert pod.security_context is not None
         assert pod.security_context.run_as_non_root is True
-        assert pod.containers[0].security_context.read_only_root_filesystem is True
+        container_context = pod.containers[0].security_context
+        assert container_context is not None
+        assert container_context.read_only_root_filesystem is True
         user = f"system:serviceaccount:{namespace}:{sa}"
         for verb, resource in [
             ("patch", "pdscaler.io/pddeployments/status"),
@@ -119,6 +125,7 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
         ]:
             assert not rbac_allows(kube, user, ns, verb, resource), (ns, verb, resource)
 
+        assert sa is not None
         kubeconfig = _sa_kubeconfig(kube, namespace, sa, tmp_path / "sa.kubeconfig")
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         argv = [sys.executable, "-m", "pdscaler", "run", "-n", namespace, "--standalone"]

@@ -7,12 +7,16 @@ labelled for Grafana's sidecar and holding deploy/grafana/pdscaler.json byte for
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from test_lab_chart import CHART, KUBE, _helm
 
 from pdlab.config import REPO_DIR
+
+if TYPE_CHECKING:  # pytest imports tests/lab's modules by basename; mypy as lab.*
+    from lab.test_lab_chart import CHART, KUBE, _helm
+else:
+    from test_lab_chart import CHART, KUBE, _helm
 
 
 def rendered(*values: str) -> list[dict[str, Any]]:

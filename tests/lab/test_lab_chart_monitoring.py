@@ -72,7 +72,11 @@ def _install_monitoring_crds(kube: Kube) -> None:
             if err.status != 409:  # already there (an earlier run of this lab)
                 raise
         name = body["metadata"]["name"]
-        wait_until(lambda n=name: crd_established(kube, n), 30, f"CRD {name} Established")
+
+        def established(n: str = name) -> bool:
+            return crd_established(kube, n)
+
+        wait_until(established, 30, f"CRD {name} Established")
 
 
 def missing(rendered: Any, stored: Any, path: str = "") -> list[str]:
@@ -129,8 +133,11 @@ def test_monitoring_objects_are_created_and_stored_as_rendered(
         assert f"helm test {release}" in notes
         for kind, plural in KINDS.items():
             name = rendered[kind]["metadata"]["name"]
-            stored = kube.custom.get_namespaced_custom_object(
-                "monitoring.coreos.com", "v1", namespace, plural, name
+            stored = cast(  # the object's JSON
+                dict[str, Any],
+                kube.custom.get_namespaced_custom_object(
+                    "monitoring.coreos.com", "v1", namespace, plural, name
+                ),
             )
             expected = rendered[kind]["spec"]
             if kind == "PodMonitor":  # rendered without watchNamespaces
@@ -146,8 +153,11 @@ def test_monitoring_objects_are_created_and_stored_as_rendered(
     finally:
         _helm(lab, "uninstall", release, "-n", namespace, "--wait")
     for kind, plural in KINDS.items():
-        left = kube.custom.list_namespaced_custom_object(
-            "monitoring.coreos.com", "v1", namespace, plural
+        left = cast(  # the list's JSON
+            dict[str, Any],
+            kube.custom.list_namespaced_custom_object(
+                "monitoring.coreos.com", "v1", namespace, plural
+            ),
         )
         assert left["items"] == [], kind
 
@@ -165,7 +175,9 @@ def _adopt(kube: Kube, release: str, namespace: str) -> None:
 def _served_columns(kube: Kube) -> list[str]:
     crd_obj = kube.apiext.read_custom_resource_definition(CRD_NAME)
     (version,) = crd_obj.spec.versions
-    return [c.name for c in version.additional_printer_columns]
+    columns = version.additional_printer_columns
+    assert columns is not None
+    return [c.name for c in columns]
 
 
 def test_helm_upgrade_updates_the_crd_and_uninstall_keeps_it(
@@ -196,6 +208,8 @@ def test_helm_upgrade_updates_the_crd_and_uninstall_keeps_it(
         wait_until(lambda: "Probe" not in _served_columns(kube), 30, "the CRD back")
         _helm(lab, "uninstall", release, "-n", namespace, "--wait")
         kept = kube.apiext.read_custom_resource_definition(CRD_NAME)  # not deleted
+        assert kept.metadata is not None
+        assert kept.metadata.annotations is not None
         assert kept.metadata.annotations["helm.sh/resource-policy"] == "keep"
     finally:
         subprocess.run([str(helm_path()), "uninstall", release, "-n", namespace,
@@ -222,8 +236,8 @@ def test_the_api_server_serves_the_ready_column(
         auth_settings=["BearerToken"],
     )
     resp = kube.api.call_api(method, url, header_params=headers)
-    resp.read()
-    table = json.loads(resp.data)
+    resp.read()  # type: ignore[no-untyped-call]
+    table = json.loads(cast(bytes, resp.data))  # what read() loaded
     assert table["kind"] == "Table"
     names = [c["name"] for c in table["columnDefinitions"]]
     assert names[:2] == ["Name", "Ready"], names

@@ -31,7 +31,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -82,7 +82,8 @@ def secure_prometheus(lab: Lab, workdir: Path, password: str) -> Iterator[str]:
 
     def answers(url: str) -> bool:
         try:
-            return PrometheusClient(url, credentials=creds).query("up")["status"] == "success"
+            status: str = PrometheusClient(url, credentials=creds).query("up")["status"]
+            return status == "success"
         except MetricsUnavailableError:
             return False
 
@@ -108,11 +109,11 @@ def put_secret(kube: Kube, namespace: str, name: str, data: dict[str, bytes]) ->
         "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
     }
     try:
-        kube.core.create_namespaced_secret(namespace, body)
+        kube.core.create_namespaced_secret(namespace, cast(Any, body))
     except ApiException as err:
         if err.status != 409:
             raise
-        kube.core.replace_namespaced_secret(name, namespace, body)
+        kube.core.replace_namespaced_secret(name, namespace, cast(Any, body))
 
 
 AUTH: dict[str, Any] = {

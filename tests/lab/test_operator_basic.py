@@ -73,9 +73,13 @@ def test_pdd_creates_ready_cell_with_status_then_converges_with_zero_writes(
                 naming.LABEL_ROLE: "router",
             }
             router_dep = kube.apps.read_namespaced_deployment(f"{NAME}-{REV}-router", namespace)
-            args = router_dep.spec.template.spec.containers[0].args
+            router_pod = router_dep.spec.template.spec
+            assert router_pod is not None
+            args = router_pod.containers[0].args
+            assert args is not None
             assert f"pdscaler.io/revision={REV}" in args
             role = kube.rbac.read_namespaced_role(f"{NAME}-router", namespace)
+            assert role.rules is not None
             assert [(r.resources, r.verbs) for r in role.rules] == [
                 (["pods"], ["get", "list", "watch"])
             ]

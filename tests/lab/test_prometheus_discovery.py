@@ -42,9 +42,10 @@ def engine_pod(name: str, labels: dict[str, str], port_name: str = "http") -> di
 
 
 def pod_ip(kube: Kube, namespace: str, name: str) -> str | None:
-    pod = kube.core.read_namespaced_pod(name, namespace)
-    ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-    return pod.status.pod_ip if ready else None
+    status = kube.core.read_namespaced_pod(name, namespace).status
+    assert status is not None
+    ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
+    return status.pod_ip if ready else None
 
 
 def test_prometheus_discovers_a_pool_pod_and_answers_promql(

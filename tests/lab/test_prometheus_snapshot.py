@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
+from typing import cast
 
 import pytest
 
@@ -213,9 +214,14 @@ def test_prometheus_down_is_unavailable_then_recovers(
 
     assert info.value.reason == REASON_UNREACHABLE
     assert info.value.message == f"cannot connect to {lab.prometheus_url}: connection refused"
-    back = wait_for(
-        lambda: (s := snapshot(lab, ns, "chat")).complete and s.prefill.queue_depth == 6.0 and s,
-        30,
-        "a complete snapshot after Prometheus restarted",
+    back = cast(  # the probe's truthy value: the snapshot
+        MetricsSnapshot,
+        wait_for(
+            lambda: (
+                (s := snapshot(lab, ns, "chat")).complete and s.prefill.queue_depth == 6.0 and s
+            ),
+            30,
+            "a complete snapshot after Prometheus restarted",
+        ),
     )
     assert back.request_rate == pytest.approx(4.0, rel=0.1)

@@ -134,7 +134,8 @@ def pod_of(kube: Kube, namespace: str, rev: str, role: str) -> Any:
     ready = [
         p
         for p in pods
-        if p.status.pod_ip
+        if p.status is not None
+        and p.status.pod_ip
         and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
     ]
     return ready[0] if ready else None
@@ -274,10 +275,13 @@ def test_prometheus_discovers_the_engine_pods_with_their_labels(
         assert lab_["pdscaler_io_version"] == f"v-{lab_['pdscaler_io_revision']}"
         assert lab_["pod"].startswith(f"{NAME}-{lab_['pdscaler_io_revision']}-")
         assert t["scrapeUrl"].endswith(":8000/metrics")
-    up = wait_for(
-        lambda: (r := lab.query(f'up{{namespace="{namespace}"}} == 1')) and len(r) == 3 and r,
-        30,
-        "up == 1 for the 3 engine pods",
+    up = cast(  # the probe's truthy value: the 3 series
+        list[dict[str, Any]],
+        wait_for(
+            lambda: (r := lab.query(f'up{{namespace="{namespace}"}} == 1')) and len(r) == 3 and r,
+            30,
+            "up == 1 for the 3 engine pods",
+        ),
     )
     assert {s["metric"]["pdscaler_io_role"] for s in up} == {"prefill", "decode"}
 
@@ -326,9 +330,12 @@ def test_svcproxy_endpoints_from_slices_or_from_the_selector() -> None:
     """EndpointSlices: ready, not terminating endpoints at the chosen port. Without
     slices (loopback pod IPs): the Service's selector over Ready pods, the named target
     port resolved in the pod."""
-    ep = lambda addr, ready, term=False: SimpleNamespace(  # noqa: E731
-        addresses=[addr], conditions=SimpleNamespace(ready=ready, terminating=term)
-    )
+
+    def ep(addr: str, ready: bool, term: bool = False) -> SimpleNamespace:
+        return SimpleNamespace(
+            addresses=[addr], conditions=SimpleNamespace(ready=ready, terminating=term)
+        )
+
     sl = SimpleNamespace(
         ports=[SimpleNamespace(name="http", port=8000)],
         endpoints=[ep("10.0.0.1", True), ep("10.0.0.2", False), ep("10.0.0.3", True, True)],

@@ -183,7 +183,7 @@ def test_a_rollout_under_a_third_party_client_fails_no_request_and_pairs_within_
     rows = [TraceRow(i / rate, 180, 12) for i in range(int(rate * seconds))]
     proc = client.start(f"http://127.0.0.1:{front}", rows, tmp_path / "aiperf")
 
-    capacity: list[tuple[float, dict[str, int]]] = []
+    capacity: list[tuple[float, dict[str, int], set[str | None]]] = []
     stop = threading.Event()
 
     def sample() -> None:
@@ -233,7 +233,7 @@ def test_a_rollout_under_a_third_party_client_fails_no_request_and_pairs_within_
 
     # traffic share vs capacity share while both cells serve: each has Ready prefill and a
     # router the front Service sends to (its readiness probe passed)
-    both = [(t, c) for t, c, f in capacity if len(c) == 2 and set(c) <= f and sum(c.values())]
+    both = [(t, c) for t, c, f in capacity if len(c) == 2 and set(c) <= f and bool(sum(c.values()))]
     assert both, "no moment with both cells serving"
     start, end = both[0][0], both[-1][0]
     during = [r["decode_revision"] for r in decodes if start <= r["time"] <= end]

@@ -162,6 +162,10 @@ def _query_rule(field: str, optional: bool) -> str:
     return f"!has(self.{field}) || ({check})" if optional else check
 
 
+def _absent_or_scoped(field: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda s: field not in s or _query_scoped(s[field])
+
+
 for _field, _optional in (
     ("requestRate", False),
     ("promptTokens", False),
@@ -172,9 +176,7 @@ for _field, _optional in (
     ("running", True),
     ("kvUsage", True),
 ):
-    CEL_TWINS[_query_rule(_field, _optional)] = lambda s, f=_field: (
-        f not in s or _query_scoped(s[f])
-    )
+    CEL_TWINS[_query_rule(_field, _optional)] = _absent_or_scoped(_field)
 
 
 _RESERVED = (

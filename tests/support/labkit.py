@@ -28,7 +28,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from pdlab.config import REPO_DIR
-from pdlab.kubeclient import Kube, if_found, pod_ready, wait_until
+from pdlab.kubeclient import Kube as Kube  # re-exported: the tests import it from here
+from pdlab.kubeclient import if_found, pod_ready, wait_until
 from pdlab.kwok import GPU_RESOURCE, GPU_TAINT, STARTUP_DELAY_ANNOTATION, gpu_node
 from support.httpkit import QuietHandler, serving
 
@@ -248,6 +249,7 @@ def rbac_allows(kube: Kube, user: str, namespace: str, verb: str, resource: str)
         )
     )
     answer = client.AuthorizationV1Api(kube.api).create_subject_access_review(review)
+    assert answer.status is not None  # the API server's decision
     return bool(answer.status.allowed)
 
 

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from pdlab import engine_pods
 from pdlab.engine_pods import LingeringPods, PodInfo
 from pdscaler.types import Role
 
@@ -30,7 +29,7 @@ def test_a_deleted_pod_is_served_for_its_own_prestop_sleep(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr(engine_pods.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr("pdlab.engine_pods.time.monotonic", lambda: now[0])
     src = Listing()
     src.pods = [pod("d0", 9.0), pod("d1", 0.0), pod("d2", 9.0)]
     lingering = LingeringPods(src)

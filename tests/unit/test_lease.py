@@ -227,7 +227,9 @@ def test_a_leader_that_cannot_renew_stops_writing_at_the_deadline() -> None:
     api, clock, a, _ = electors()
     a.step()
 
-    def broken(*args: Any) -> dict[str, Any]:
+    def broken(
+        namespace: str, name: str, spec: dict[str, Any], resource_version: str
+    ) -> dict[str, Any]:
         raise KubeError(500, "InternalError", "etcd down")
 
     api.update_lease = broken  # type: ignore[method-assign]
@@ -299,7 +301,7 @@ def test_the_fence_is_checked_again_when_the_request_leaves() -> None:
         def _request(self, method: str, path: str, query: Any = None, body: Any = None,
                      content_type: str = "") -> dict[str, Any]:  # fmt: skip
             fence[0] = False  # stopped and continued after the first check
-            return self.api.rest_client.pool_manager.request(method, path)  # type: ignore[no-any-return]
+            return self.api.rest_client.pool_manager.request(method, path)  # type: ignore[return-value]
 
     kube = Stopped(Api(), fence=lambda: fence[0], instance="op-a")  # type: ignore[arg-type]
     with pytest.raises(FencedError):

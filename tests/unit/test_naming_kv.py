@@ -9,6 +9,7 @@ never pair). Adding a label or a probe keeps the revision: an in-place update.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -51,7 +52,7 @@ def _engine(d: dict[str, Any], role: str) -> dict[str, Any]:
     return containers[0]
 
 
-KV_CHANGES = {
+KV_CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "prefill args": lambda d: _engine(d, "prefill")["args"].append("--enforce-eager"),
     "decode args": lambda d: _engine(d, "decode")["args"].append("--max-model-len=8192"),
     "decode command": lambda d: _engine(d, "decode").__setitem__("command", ["python3"]),
@@ -65,7 +66,7 @@ KV_CHANGES = {
     "version": lambda d: d["engine"].__setitem__("version", "v0.11.1"),
 }
 
-IN_PLACE = {
+IN_PLACE: dict[str, Callable[[dict[str, Any]], None]] = {
     "labels": lambda d: d["decode"]["template"].__setitem__("metadata", {"labels": {"t": "a"}}),
     "annotations": lambda d: d["prefill"]["template"].__setitem__(
         "metadata", {"annotations": {"x": "y"}}

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdscaler.policy import decide
-from pdscaler.types import Action, Role
+from pdscaler.types import Action, MetricsSnapshot, Role
 from support.builders import chat_spec, run, snapshot, tick
 
 #: Long-context chat: P_prefill 8,500, P_decode 1,400 tok/s, u 0.7; M = 100,000 tokens.
@@ -19,7 +19,7 @@ LONG_POOLS = {
 }
 
 
-def long_snapshot(**kwargs: float) -> object:
+def long_snapshot(**kwargs: float) -> MetricsSnapshot:
     """3.5 req/s of 12,000 in / 350 out, decode TPOT 30 ms observed (SLO 50 ms)."""
     return snapshot(3.5, 12_000.0, 350.0, tpot=0.03, **kwargs)
 

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from pdscaler.policy import history
-from pdscaler.policy.decide import record_rate
 from pdscaler.policy.forecast import forecast_rate, trend
+from pdscaler.policy.memory import record_rate
 from pdscaler.policy.refine import quantile, refine_startup, refine_tps
 from pdscaler.policy.sanitize import clean, sanitize
 from pdscaler.types import MetricsSnapshot, PolicyMemory, PoolMetrics, PoolObservation, Role

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pdscaler.policy.sanitize import Bounds, sanitize
-from pdscaler.types import Action, MetricsSnapshot, PoolMetrics
+from pdscaler.types import Action, MetricsSnapshot, PoolMetrics, Role
 from support.builders import chat_spec, run, snapshot
 
 SPEC = chat_spec(scaling={"maxGPUs": 64, "scaleDownStabilization": "0s"})
@@ -24,7 +24,8 @@ def pools(snap: MetricsSnapshot, **changes: Any) -> MetricsSnapshot:
     out = snap
     for role, fields in changes.items():
         pool: PoolMetrics = getattr(out, role)
-        out = replace(out, **{role: replace(pool, **fields)})
+        changed: dict[str, Any] = {role: replace(pool, **fields)}
+        out = replace(out, **changed)
     return out
 
 
@@ -109,7 +110,7 @@ def test_bounds_of_the_chat_spec() -> None:
     b = Bounds.of(SPEC)
     assert b.rate == pytest.approx(384_000.0)
     assert b.queue == pytest.approx(384_000.0 * 120)
-    assert b.latency["prefill"] == pytest.approx(2000.0)
+    assert b.latency[Role.PREFILL] == pytest.approx(2000.0)
 
 
 def test_zero_rate_beside_a_queue_is_not_idle() -> None:

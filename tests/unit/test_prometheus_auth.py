@@ -23,6 +23,7 @@ import pytest
 
 from pdlab.pki import ensure_pki
 from pdscaler import reconcile
+from pdscaler.kube import KubeError
 from pdscaler.prometheus import (
     REASON_INVALID_SECRET,
     REASON_SECRET_FORBIDDEN,
@@ -61,7 +62,7 @@ def prom(url: str = "http://prometheus.monitoring:9090", **auth: Any) -> Prometh
     return PrometheusSpec.model_validate({"url": url, "auth": auth} if auth else {"url": url})
 
 
-BASIC = {
+BASIC: dict[str, Any] = {
     "username": {"name": "prom-creds", "key": "username"},
     "password": {"name": "prom-creds", "key": "password"},
     "customHeaders": [{"header": "X-Scope-OrgID", "name": "prom-tenant", "key": "org"}],
@@ -524,7 +525,7 @@ def test_the_reader_maps_api_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     assert read(NS, "s") == {"k": b"v"}
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise reconcile.KubeError(403, "Forbidden", "secrets is forbidden")
+        raise KubeError(403, "Forbidden", "secrets is forbidden")
 
     monkeypatch.setattr(kube, "_request", refuse)
     with pytest.raises(SecretUnreadableError) as info:

@@ -15,6 +15,7 @@ from pdscaler.cli.explain import render
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.telemetry import MetricsServer, Telemetry, direction
 from pdscaler.types import (
+    Action,
     Decision,
     ModelOutputs,
     PoolObservation,
@@ -26,7 +27,7 @@ SNAP = snapshot(ttft=0.85, tpot=0.062, decode_queue=12.0)
 DECISION = Decision(
     prefill=20,
     decode=6,
-    action="ScaledDecode",
+    action=Action.SCALED_DECODE,
     message="Scaled decode 4->6: TPOT p95 62ms > 50ms SLO; drain 38s <= 60s",
     pool=Role.DECODE,
     model=ModelOutputs(n_prefill=19.05, n_decode=17.86, ratio=1.07, drain_seconds=38.0),

@@ -5,6 +5,7 @@ KV admission, start-up, losing a pod, and determinism for a seed."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,10 +16,10 @@ from pdscaler.types import Role
 
 #: A prefill that is effectively instantaneous, and a hand-off that costs nothing: used
 #: to isolate the decode queue.
-INSTANT_PREFILL = {"prefill_tps": 1e12, "prefill_overhead_s": 0.0}
-NO_HANDOFF = {"kv_handoff_base_s": 0.0, "kv_handoff_s_per_token": 0.0}
+INSTANT_PREFILL: dict[str, Any] = {"prefill_tps": 1e12, "prefill_overhead_s": 0.0}
+NO_HANDOFF: dict[str, Any] = {"kv_handoff_base_s": 0.0, "kv_handoff_s_per_token": 0.0}
 #: A decode pool that never queues anything (to isolate the prefill queue).
-ROOMY_DECODE = {"decode_max_seqs": 100_000, "decode_kv_tokens": 10**12}
+ROOMY_DECODE: dict[str, Any] = {"decode_max_seqs": 100_000, "decode_kv_tokens": 10**12}
 
 
 def poisson(rate: float, n: int, seed: int) -> np.ndarray:

@@ -5,15 +5,16 @@ two queue disciplines (``fcfs``, ``deadline``) serve in the order their names sa
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 
-from pdscaler.sim.engine import Engine, EngineParams
+from pdscaler.sim.engine import Engine, EngineParams, RequestTimes
 
 #: One prefill replica of 1,000 tokens/s, one prompt per batch, no overheads or
 #: hand-off cost, a decode pool that never queues.
-SERIAL = {
+SERIAL: dict[str, Any] = {
     "prefill_tps": 1000.0,
     "prefill_overhead_s": 0.0,
     "prefill_token_budget": 1,
@@ -77,7 +78,10 @@ def test_deadline_lets_a_request_that_can_still_make_it_go_first() -> None:
     deadline = serve(params, arrival, prompt).times()
     assert deadline.prefill_start.tolist() == pytest.approx([0.0, 4.0, 3.0])
     assert (deadline.prefill_end - deadline.arrival)[2] == pytest.approx(1.5)
-    met = lambda t: int(np.sum(t.prefill_end - t.arrival <= 2.0))  # noqa: E731
+
+    def met(t: RequestTimes) -> int:
+        return int(np.sum(t.prefill_end - t.arrival <= 2.0))
+
     assert (met(fcfs), met(deadline)) == (0, 1)
 
 

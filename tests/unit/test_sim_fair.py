@@ -99,7 +99,10 @@ def times(arrival: list[float], prefill_end: list[float], first: list[float]) ->
 
 def test_repair_adds_capacity_only_where_the_misses_are() -> None:
     sched = Schedule(
-        np.arange(5) * 2.0, np.full(5, 3, dtype=np.int64), np.full(5, 2, dtype=np.int64), 2.0
+        np.arange(5, dtype=np.float64) * 2.0,
+        np.full(5, 3, dtype=np.int64),
+        np.full(5, 2, dtype=np.int64),
+        2.0,
     )
     # bin 3 (t 6-8 s): two requests, one misses TTFT in its prefill (3 s queue + prefill)
     t = times([6.5, 7.0, 1.0], [9.5, 7.5, 1.5], [9.6, 7.6, 1.6])

@@ -12,6 +12,7 @@ import pytest
 from pdscaler import status as st
 from pdscaler.spec import Condition, PDDeploymentSpec, PDDeploymentStatus
 from pdscaler.types import (
+    Action,
     ConditionReason,
     ConditionType,
     Decision,
@@ -42,12 +43,12 @@ METRICS = MetricsSnapshot(
 SCALE = Decision(
     prefill=4,
     decode=6,
-    action="ScaledDecode",
+    action=Action.SCALED_DECODE,
     message="Scaled decode 4->6: TPOT p95 62ms > 50ms SLO; drain 38s <= 60s",
     pool=Role.DECODE,
     model=ModelOutputs(n_prefill=3.8, n_decode=5.4, ratio=0.7, drain_seconds=38.0),
 )
-HOLD = Decision(prefill=4, decode=6, action="Hold", message="within tolerance")
+HOLD = Decision(prefill=4, decode=6, action=Action.HOLD, message="within tolerance")
 
 
 def inp(**over: Any) -> st.StatusInput:

@@ -148,6 +148,7 @@ def run(
 def test_a_converged_pddeployment_costs_no_writes() -> None:
     """Once the pods are Ready at the wanted size (decode, then prefill, then the router
     once both pools have a Ready pod), a tick plans zero writes."""
+    state: dict[str, Any]
     cluster, state = SimCluster(startup_seconds=10.0), {}
     effects = run(cluster, spec(), 1000.0, 12, state)
     assert effects[0].writes
@@ -156,6 +157,7 @@ def test_a_converged_pddeployment_costs_no_writes() -> None:
 
 
 def _replay_rollout(restart_every: int) -> tuple[list[tick.TickEffects], list[str], SimCluster]:
+    state: dict[str, Any]
     cluster, state = SimCluster(startup_seconds=10.0), {}
     run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
     v1 = manifests.spec_revision(spec("v1"))
@@ -240,6 +242,7 @@ def faulty_replay(
     ``restarts`` the process memory is dropped, at those in ``wiped`` the status too,
     at those in ``down`` Prometheus does not answer (metrics None). Returns the effects
     and the serving capacity per tick."""
+    state: dict[str, Any]
     cluster, state = SimCluster(startup_seconds=10.0), {}
     run(cluster, wide_spec("v1"), 1000.0, 8, state, rate=12.0)
     effects: list[tick.TickEffects] = []
@@ -328,6 +331,7 @@ def test_kubectl_set_image_on_the_spec_cell_is_reverted_and_reported() -> None:
     """Converged on v1; someone sets the decode Deployment's image to another tag: the
     next tick applies the rendered Deployment again (a Warning Event DriftReverted),
     the image is back, and the tick after that leaves it alone."""
+    state: dict[str, Any]
     cluster, state = SimCluster(startup_seconds=10.0), {}
     run(cluster, spec(), 1000.0, 12, state)
     name = f"chat-{manifests.spec_revision(spec())}-decode"
@@ -346,6 +350,7 @@ def test_kubectl_set_image_on_an_old_cell_mid_rollout_is_reverted() -> None:
     """Rolling v1 -> v2; someone sets v1's decode image to v2's: the old cell keeps the
     template it was rendered with, its image put back (no v1 prefill pairs with a v2
     decode of the v1 cell), reported once, and the rollout completes."""
+    state: dict[str, Any]
     cluster, state = SimCluster(startup_seconds=10.0), {}
     run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
     name = f"chat-{manifests.spec_revision(spec('v1'))}-decode"
@@ -363,6 +368,7 @@ def test_kubectl_set_image_on_an_old_cell_mid_rollout_is_reverted() -> None:
 def test_drift_in_recommend_mode_is_reported_not_reverted() -> None:
     """Recommend mode applies nothing: the drift is a DriftDetected Warning, not a
     DriftReverted one."""
+    state: dict[str, Any]
     cluster, state = SimCluster(startup_seconds=10.0), {}
     run(cluster, spec(), 1000.0, 12, state)
     name = f"chat-{manifests.spec_revision(spec())}-decode"
@@ -391,6 +397,7 @@ def test_a_retiring_cells_routers_leave_the_front_before_its_prefill() -> None:
             "engine": {"image": "img", "version": "v2"},
         }
     )
+    state: dict[str, Any]
     cluster, state = SimCluster(startup_seconds=2.0), {}
     run(cluster, the_spec, 1000.0, 12, state)
     old = f"chat-{naming.revision('img', 'v1', manifests.kv_config(the_spec))}"
