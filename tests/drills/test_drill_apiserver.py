@@ -57,7 +57,13 @@ OUTAGE = 25.0
 DEADLINE = "20s"
 DEADLINE_S = 20.0
 NAME = "d4"
-SETTLE_S = 60.0
+#: How long the rollout may take to settle after the first tick that follows the outage
+#: (the controller-manager acts again ~20 s after the API server; a rollout stalled past
+#: the deadline then rolls back and the old cell comes up again). Both cases passed
+#: within 60 s alone here (2 passed in 180 s); CI's full run ran out of 60 s once in the
+#: sigkill case, so twice that: settling is waited for, it is not the invariant, and a
+#: rollout that never settles still fails (with what it looked like).
+SETTLE_S = 120.0
 
 FAULTS: dict[str, Callable[[Lab], AbstractContextManager[int]]] = {
     "sigkill": lambda lab: killed(lab, "apiserver"),
