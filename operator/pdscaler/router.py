@@ -114,7 +114,7 @@ def router_deployment(
     pod["containers"] = [
         {
             "name": ROUTER_CONTAINER,
-            "image": spec.router.image,
+            "image": spec.router_image,
             "command": COMMANDS[spec.router_type],
             "args": router_args(meta, spec, rev, engine_port),
             "ports": [
