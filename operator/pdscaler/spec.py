@@ -438,7 +438,8 @@ DEFAULT_ROUTER_IMAGE: dict[RouterType, str] = {
 
 
 class RouterBounds(_Model):
-    """Router replicas per serving cell."""
+    """Router replicas per serving cell (during a rollout ``min`` bounds the cells'
+    total and each serving cell has at least 1: ``router.allot``)."""
 
     min: int = Field(default=1, ge=1, le=64)
     max: int = Field(default=8, ge=1, le=64)
@@ -459,9 +460,10 @@ class RouterSpec(_Model):
     a build of the router (``deploy/router/Dockerfile``), default from the type
     (``DEFAULT_ROUTER_IMAGE``: ``vllm-router:0.1.17``, ``sglang-router:0.3.2``); ``args``
     are appended to the ones pdscaler sets (discovery scoped to the cell, host, port). A
-    cell runs
-    ``ceil(ready prefill / prefillPerRouter)`` routers within ``replicas``, so each cell's
-    share of the front Service's traffic follows its share of prefill capacity.
+    cell serving alone runs ``ceil(ready prefill / prefillPerRouter)`` routers within
+    ``replicas``; during a rollout the serving cells split one such total in proportion
+    to their Ready prefill (``router.allot``), so each cell's share of the front
+    Service's traffic follows its share of prefill capacity.
     """
 
     type: RouterType | None = None
