@@ -289,8 +289,8 @@ def _service(
 
 def front_service(meta: Meta, port: int) -> Manifest:
     """``<name>``: the entry point, selecting the routers of every cell. A Service
-    routes only to Ready pods, and a cell runs routers in proportion to its Ready
-    prefill (``router.replicas``), so traffic follows the cells' ready capacity."""
+    routes only to Ready pods, and the cells' routers are allotted in proportion to their
+    Ready prefill (``router.allot``), so traffic follows the cells' ready capacity."""
     selector = {naming.LABEL_NAME: meta.name, naming.LABEL_ROLE: naming.ROLE_ROUTER}
     return _service(meta, meta.name, {naming.LABEL_NAME: meta.name}, selector, port)
 

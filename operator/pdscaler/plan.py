@@ -247,11 +247,17 @@ def _deletes(uid: str, wanted: set[tuple[str, str]], observed: Observed) -> list
             first.append(Action(Verb.DELETE, "Deployment", _name(dep), message="cell retired"))
         elif rev not in blocked:
             then.append(Action(Verb.DELETE, "Deployment", _name(dep), message="cell retired"))
+    # No Service this version creates carries a revision label (the front Service <name>
+    # has none). A revision-labelled one is a per-cell ``<name>-<rev>-decode`` Service
+    # left by an upgrade from 0.1.0, whose prefill pods were given its address through
+    # PDSCALER_DECODE_ENDPOINT (their frozen template still carries it): it goes, but only
+    # once no prefill pod of that cell is left, as in 0.1.0 (test_plan's
+    # test_a_decode_service_left_by_an_older_operator_goes_with_its_cell).
     for svc in observed.services:
         if ("Service", _name(svc)) in wanted or not owned_by(svc, uid) or _terminating(svc):
             continue
         rev = _labels(svc).get(naming.LABEL_REVISION)
         if rev is not None and rev in blocked:
-            continue  # the cell's prefill pods still dial this decode Service
+            continue  # a 0.1.0 cell's prefill pods may still dial this decode Service
         then.append(Action(Verb.DELETE, "Service", _name(svc), message="cell retired"))
     return [*first, *then]

@@ -9,13 +9,22 @@ prefill and a decode of the same cell; the ServiceAccount, Role and RoleBinding
 the replica rule. Must not: read the clock, talk to the API server, or size the GPU
 pools (the policy and the rollout do).
 
-The replica rule: a cell runs routers only while the rollout keeps both its pools and
+The replica rule (``allot``): a cell serves while the rollout keeps both its pools and
 it has a Ready prefill AND a Ready decode pod (a router with no worker would fail every
-request the front Service sends it); then ``ceil(min(ready prefill, planned prefill) /
-prefillPerRouter)`` within ``router.replicas``. The front Service spreads connections
-over the Ready routers of every cell, so a cell's share of traffic follows its share
-of prefill capacity. Example: cells v1 (6 ready prefill) and v2 (2) with
-prefillPerRouter 2 run 3 and 1 routers: 75% / 25%, as their capacity.
+request the front Service sends it); only serving cells run routers. Its weight is
+``min(ready prefill, planned prefill)``. One serving cell runs ``ceil(weight /
+prefillPerRouter)`` routers within ``router.replicas``. Several serving cells (a
+rollout) share ONE total, ``ceil(all weights / prefillPerRouter)`` (at least
+``replicas.min``; lowered so that no cell's share passes ``replicas.max``), split in
+proportion to the weights by largest remainder, at least 1 router per serving cell
+(the per-cell ``replicas.min`` would give a 1-prefill cell as many routers as a
+20-prefill one). The front Service spreads connections over the Ready routers of every
+cell, so a cell's share of traffic follows its share of prefill capacity. Example
+(prefillPerRouter 4, replicas 2..8): cells v1 (20 ready prefill) and v2 (1) share
+``ceil(21 / 4)`` = 6 routers: 5 and 1, 83% / 17% of traffic on 95% / 5% of capacity
+(per-cell rules would give 5 and 2: 29% of traffic on 5%). The granularity left is one
+router: a cell's share is off by at most about one router in the total (docs/design.md
+§4.1.1).
 
 When a cell retires, its routers leave the front first: ``hold_prefill`` keeps a
 cell's prefill pods while any of its router pods exists (Terminating included), so no
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from pdscaler import naming
@@ -114,7 +124,7 @@ def router_deployment(
     pod["containers"] = [
         {
             "name": ROUTER_CONTAINER,
-            "image": spec.router.image,
+            "image": spec.router_image,
             "command": COMMANDS[spec.router_type],
             "args": router_args(meta, spec, rev, engine_port),
             "ports": [
@@ -196,18 +206,73 @@ def router_identity(meta: Meta) -> list[Manifest]:
     return [stamp(account), stamp(role), stamp(binding)]
 
 
+def weight(planned: tuple[int, int], ready: tuple[int, int]) -> int:
+    """A cell's claim on routers: ``min(planned, ready)`` prefill while the rollout
+    keeps both pools and each has a Ready pod, else 0 (the cell does not serve)."""
+    if min(planned) == 0 or min(ready) == 0:
+        return 0
+    return min(planned[0], ready[0])
+
+
+def allot(
+    spec: PDDeploymentSpec, cells: Sequence[tuple[tuple[int, int], tuple[int, int]]]
+) -> list[int]:
+    """Routers per cell from each cell's (planned, Ready) (prefill, decode) (module rule).
+
+    >>> from pdscaler.invariants import spec_example
+    >>> s = spec_example()  # prefillPerRouter 2, replicas 1..8
+    >>> allot(s, [((6, 4), (5, 4))]), allot(s, [((6, 4), (5, 0))])
+    ([3], [0])
+    >>> allot(s, [((6, 4), (6, 4)), ((2, 2), (2, 2))])
+    [3, 1]
+    """
+    weights = [weight(planned, ready) for planned, ready in cells]
+    if not enabled(spec) or not any(weights):
+        return [0 for _ in weights]
+    bounds = spec.router.replicas
+    total_weight = sum(weights)
+    total = max(bounds.min, math.ceil(total_weight / spec.router.prefill_per_router))
+    # no cell's exact share above replicas.max: the split stays proportional
+    total = min(total, bounds.max * total_weight // max(weights))
+    return _largest_remainder(total, weights, bounds.max)
+
+
+def _largest_remainder(total: int, weights: Sequence[int], most: int) -> list[int]:
+    """``total`` split in proportion to ``weights``: every positive weight gets at least
+    1 (the cells under 1 router take 1 and leave the split), the rest by floor then
+    largest remainder (ties to the earlier cell), at most ``most`` each.
+    ``_largest_remainder(6, [20, 1], 8)`` -> ``[5, 1]``; ``(5, [3, 3, 3], 8)`` -> ``[2, 2, 1]``."""
+    out = [0 for _ in weights]
+    live = [i for i, w in enumerate(weights) if w > 0]
+    left = total
+    while live:
+        pool = sum(weights[i] for i in live)
+        small = [i for i in live if weights[i] * left < pool]  # exact share under 1
+        if not small:
+            break
+        for i in small:
+            out[i] = 1
+        left -= len(small)
+        live = [i for i in live if i not in small]
+    if live:
+        pool = sum(weights[i] for i in live)
+        for i in live:
+            out[i] = weights[i] * left // pool
+        rest = left - sum(out[i] for i in live)
+        for i in sorted(live, key=lambda i: (-(weights[i] * left % pool), i))[:rest]:
+            out[i] += 1
+    return [min(most, n) for n in out]
+
+
 def replicas(spec: PDDeploymentSpec, planned: tuple[int, int], ready: tuple[int, int]) -> int:
-    """Routers for one cell from its planned and Ready (prefill, decode) (module rule).
+    """Routers for a cell that serves alone (``allot`` of one cell):
+    ``ceil(min(planned, ready) prefill / prefillPerRouter)`` within ``router.replicas``.
 
     >>> from pdscaler.invariants import spec_example
     >>> replicas(spec_example(), (6, 4), (5, 4)), replicas(spec_example(), (6, 4), (5, 0))
     (3, 0)
     """
-    if not enabled(spec) or min(planned) == 0 or min(ready) == 0:
-        return 0
-    bounds = spec.router.replicas
-    want = math.ceil(min(planned[0], ready[0]) / spec.router.prefill_per_router)
-    return max(bounds.min, min(bounds.max, want))
+    return allot(spec, [(planned, ready)])[0]
 
 
 def keep_front(count: int, ready_here: int, ready_elsewhere: int) -> int:

@@ -429,9 +429,17 @@ DEFAULT_ROUTER: dict[str, RouterType] = {
     "custom": "external",
 }
 
+#: The image each router type runs when ``router.image`` is not set: a build of
+#: deploy/router/Dockerfile named after the PyPI package and version it installs.
+DEFAULT_ROUTER_IMAGE: dict[RouterType, str] = {
+    "vllm-router": "vllm-router:0.1.17",
+    "sglang-router": "sglang-router:0.3.2",
+}
+
 
 class RouterBounds(_Model):
-    """Router replicas per serving cell."""
+    """Router replicas per serving cell (during a rollout ``min`` bounds the cells'
+    total and each serving cell has at least 1: ``router.allot``)."""
 
     min: int = Field(default=1, ge=1, le=64)
     max: int = Field(default=8, ge=1, le=64)
@@ -449,14 +457,17 @@ class RouterSpec(_Model):
     ``type`` (default from ``metrics.preset``: vllm -> ``vllm-router``, sglang ->
     ``sglang-router``, dynamo/custom -> ``external``): ``external`` means the stack brings
     its own request path and pdscaler deploys no router and no front Service. ``image``:
-    a build of the router (``deploy/router/Dockerfile``); ``args`` are appended to the
-    ones pdscaler sets (discovery scoped to the cell, host, port). A cell runs
-    ``ceil(ready prefill / prefillPerRouter)`` routers within ``replicas``, so each cell's
-    share of the front Service's traffic follows its share of prefill capacity.
+    a build of the router (``deploy/router/Dockerfile``), default from the type
+    (``DEFAULT_ROUTER_IMAGE``: ``vllm-router:0.1.17``, ``sglang-router:0.3.2``); ``args``
+    are appended to the ones pdscaler sets (discovery scoped to the cell, host, port). A
+    cell serving alone runs ``ceil(ready prefill / prefillPerRouter)`` routers within
+    ``replicas``; during a rollout the serving cells split one such total in proportion
+    to their Ready prefill (``router.allot``), so each cell's share of the front
+    Service's traffic follows its share of prefill capacity.
     """
 
     type: RouterType | None = None
-    image: str = Field(default="vllm-router:0.1.17", min_length=1, max_length=512)
+    image: str | None = Field(default=None, min_length=1, max_length=512)
     args: list[Annotated[str, Field(max_length=1024)]] | None = Field(default=None, max_length=64)
     resources: dict[str, Any] | None = None
     template: dict[str, Any] | None = None
@@ -485,6 +496,15 @@ class PDDeploymentSpec(_Model):
     def router_type(self) -> RouterType:
         """``router.type``, else the preset's router (vllm -> vllm-router)."""
         return self.router.type or DEFAULT_ROUTER[self.metrics.preset]
+
+    @property
+    def router_image(self) -> str:
+        """``router.image``, else the router type's image (``DEFAULT_ROUTER_IMAGE``):
+        an sglang-router cell never runs in the vLLM router's image. ``external`` has no
+        router and so no image (``""``)."""
+        if self.router.image is not None:
+            return self.router.image
+        return DEFAULT_ROUTER_IMAGE.get(self.router_type, "")
 
     @model_validator(mode="after")
     def _budget_covers_minimums(self) -> PDDeploymentSpec:

@@ -161,20 +161,40 @@ def _conditions(inp: StatusInput, published: str) -> list[Condition]:
     ]
 
 
+#: What Ready adds with ``router.type: external``: pdscaler does not pair requests.
+MSG_ROUTER_EXTERNAL = (
+    "router.type external: pdscaler deploys no router and no front Service; "
+    "pairing each request's prefill and decode (and keeping the pair in one version) "
+    "is the stack's job"
+)
+
+
 def ready(inp: StatusInput) -> Condition:
     """Ready: both pools have at least their minimum ready (at least one each):
     prefill 4 ready (min 2), decode 5 ready (min 1) -> True, ``Serving``; prefill 1
-    ready (min 2) -> False, ``NotServing``."""
+    ready (min 2) -> False, ``NotServing``. With ``router.type: external`` True is
+    ``RouterExternal`` and the message (True or False) ends with
+    ``MSG_ROUTER_EXTERNAL``: the pools are ready, the request path is the stack's."""
     floor_p = max(1, inp.spec.prefill.replicas.min)
     floor_d = max(1, inp.spec.decode.replicas.min)
     serving = inp.prefill.ready >= floor_p and inp.decode.ready >= floor_d
+    external = inp.spec.router_type == "external"
+    message = (
+        f"prefill {inp.prefill.ready} ready (min {floor_p}), "
+        f"decode {inp.decode.ready} ready (min {floor_d})"
+    )
+    if not serving:
+        reason = ConditionReason.NOT_SERVING
+    elif external:
+        reason = ConditionReason.ROUTER_EXTERNAL
+    else:
+        reason = ConditionReason.SERVING
     return _condition(
         inp,
         ConditionType.READY,
         serving,
-        ConditionReason.SERVING if serving else ConditionReason.NOT_SERVING,
-        f"prefill {inp.prefill.ready} ready (min {floor_p}), "
-        f"decode {inp.decode.ready} ready (min {floor_d})",
+        reason,
+        f"{message}; {MSG_ROUTER_EXTERNAL}" if external else message,
     )
 
 

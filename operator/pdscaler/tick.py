@@ -15,9 +15,10 @@ policy's memory keeps the last real scale time (nothing was scaled).
 
 Worked example (tests/unit/test_tick.py): a PDDeployment at R = 1 req/s, L_p = 2000,
 L_d = 500 with prefill 3000 tok/s, decode 800 tok/s, u = 0.7 and no objects yet: the
-ratio model wants N_P = 0.95 -> 1 and N_D = 0.89 -> 1, so the effects are four creates
-(prefill and decode Deployments, the cell's decode Service, the front Service), a status
-with ``prefill.desiredReplicas = 1`` and one ``Created...`` Event per create.
+ratio model wants N_P = 0.95 -> 1 and N_D = 0.89 -> 1, so the effects are seven creates
+(the cell's decode, prefill and router Deployments, the router at 0 replicas until both
+pools have a Ready pod; the routers' ServiceAccount, Role and RoleBinding; the front
+Service), a status with ``prefill.desiredReplicas = 1`` and one ``Created...`` Event per create.
 """
 
 from __future__ import annotations
@@ -219,21 +220,26 @@ def _with_routers(
     cells: Mapping[str, observe.CellObservation],
     observed: Observed,
 ) -> list[CellTarget]:
-    """The rollout's cells with their routers (``router.replicas``); a retiring cell
-    keeps its prefill pods until its router pods are gone (``router.hold_prefill``)."""
+    """The rollout's cells with their routers (``router.allot``: one total split over the
+    serving cells in proportion to their Ready prefill); a retiring cell keeps its
+    prefill pods until its router pods are gone (``router.hold_prefill``)."""
     routers_ready = observe.ready_routers(observed.pods)
     present = observe.present_routers(observed.pods)
-    out: list[CellTarget] = []
-    for target in step.targets():
+    targets = list(step.targets())
+    have: list[tuple[int, int, int]] = []
+    for target in targets:
         cell = cells.get(target.rev)
-        have = (cell.prefill.replicas, cell.prefill.ready, cell.decode.ready) if cell else (0, 0, 0)
-        here = routers_ready.get(target.rev, 0)
-        count = router.keep_front(
-            router.replicas(spec, (target.prefill, target.decode), (have[1], have[2])),
-            here,
-            sum(routers_ready.values()) - here,
+        have.append(
+            (cell.prefill.replicas, cell.prefill.ready, cell.decode.ready) if cell else (0, 0, 0)
         )
-        prefill = router.hold_prefill(target.prefill, have[0], present.get(target.rev, 0))
+    counts = router.allot(
+        spec, [((t.prefill, t.decode), (h[1], h[2])) for t, h in zip(targets, have, strict=True)]
+    )
+    out: list[CellTarget] = []
+    for target, (replicas, _, _), wanted in zip(targets, have, counts, strict=True):
+        here = routers_ready.get(target.rev, 0)
+        count = router.keep_front(wanted, here, sum(routers_ready.values()) - here)
+        prefill = router.hold_prefill(target.prefill, replicas, present.get(target.rev, 0))
         out.append(dataclasses.replace(target, prefill=prefill, router=count))
     return out
 

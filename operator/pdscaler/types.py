@@ -97,6 +97,8 @@ class ConditionReason(StrEnum):
     """The ``reason`` of a condition (the CRD documents exactly these)."""
 
     SERVING = "Serving"
+    # router.type external: the pools serve, and pairing them is the stack's job
+    ROUTER_EXTERNAL = "RouterExternal"
     NOT_SERVING = "NotServing"
     METRICS_OK = "MetricsOK"
     PROMETHEUS_UNREACHABLE = "PrometheusUnreachable"

@@ -163,6 +163,26 @@ def test_sglang_preset_runs_sglang_router_and_external_deploys_no_router() -> No
     assert names == [f"chat-{CELL.rev}-decode", f"chat-{CELL.rev}-prefill"]
 
 
+def _router_image(s: PDDeploymentSpec) -> str:
+    (dep,) = [
+        o
+        for o in manifests.desired_objects(META, s, [CELL])
+        if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-router")
+    ]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    return str(container["image"])
+
+
+def test_the_router_image_follows_the_router_type_unless_set() -> None:
+    """The sglang preset's router command never runs in the vLLM router's image."""
+    assert _router_image(spec()) == "vllm-router:0.1.17"
+    assert _router_image(spec(metrics={"preset": "sglang"})) == "sglang-router:0.3.2"
+    assert _router_image(spec(router={"type": "sglang-router"})) == "sglang-router:0.3.2"
+    own = spec(metrics={"preset": "sglang"}, router={"image": "reg/my-router:1"})
+    assert _router_image(own) == "reg/my-router:1"
+    assert spec(router={"type": "external"}).router_image == ""
+
+
 def test_front_service_selects_the_routers_of_every_cell() -> None:
     svc = manifests.front_service(META, 9000)
     assert svc["metadata"]["name"] == "chat"

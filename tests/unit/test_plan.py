@@ -153,7 +153,7 @@ def test_decode_scale_up_and_prefill_scale_down_annotate_nothing() -> None:
 
 def test_retired_cell_prefill_goes_first_decode_waits_for_its_pods() -> None:
     """Cell A retired while A's prefill pods still exist: delete A-prefill only; A's
-    decode Deployment and Service stay until no A prefill pod is left."""
+    decode and router Deployments stay until no A prefill pod is left."""
     have = as_observed(desired(A, B), (pod("q1", A.rev, Role.PREFILL),))
     result = plan(UID, desired(B), have)
     assert [(a.verb, a.name) for a in result.actions] == [(Verb.DELETE, f"chat-{A.rev}-prefill")]
@@ -169,8 +169,9 @@ def test_retired_cell_decode_and_router_go_once_prefill_is_gone() -> None:
 
 
 def test_a_decode_service_left_by_an_older_operator_goes_with_its_cell() -> None:
-    """Cells of the endpoint-wiring era had a ``<cell>-decode`` Service: it is deleted
-    once the cell's prefill is gone, never while its prefill pods may dial it."""
+    """Cells of the endpoint-wiring era (0.1.0) had a ``<cell>-decode`` Service, which an
+    upgrade leaves behind: it is deleted once the cell's prefill is gone, never while its
+    prefill pods may dial it."""
     old = copy.deepcopy(desired(A)[0])
     old.update({"kind": "Service", "apiVersion": "v1", "spec": {"selector": {}}})
     old["metadata"]["name"] = f"chat-{A.rev}-decode"

@@ -121,6 +121,33 @@ def test_ready_false_below_minimum() -> None:
     assert cond(s, ConditionType.READY).status == "False"
 
 
+def _spec(**over: Any) -> PDDeploymentSpec:
+    return PDDeploymentSpec.model_validate({**SPEC.model_dump(by_alias=True), **over})
+
+
+def test_ready_says_pairing_is_the_stacks_job_when_the_router_is_external() -> None:
+    """router.type external (set, or the dynamo preset's default): Ready True is
+    RouterExternal and the message says pairing is the stack's job, whether or not the
+    pools serve; a pdscaler router keeps Serving and no such text."""
+    for external in (_spec(router={"type": "external"}), _spec(metrics={"preset": "dynamo"})):
+        c = cond(st.build_status(inp(spec=external)), ConditionType.READY)
+        assert (c.status, c.reason) == ("True", ConditionReason.ROUTER_EXTERNAL)
+        assert c.message == (
+            "prefill 4 ready (min 2), decode 5 ready (min 1); router.type external: "
+            "pdscaler deploys no router and no front Service; pairing each request's "
+            "prefill and decode (and keeping the pair in one version) is the stack's job"
+        )
+        low = inp(spec=external, prefill=PoolObservation(replicas=2, ready=1))
+        c = cond(st.build_status(low), ConditionType.READY)
+        assert (c.status, c.reason) == ("False", ConditionReason.NOT_SERVING)
+        assert c.message.endswith(st.MSG_ROUTER_EXTERNAL)
+    own = cond(st.build_status(inp()), ConditionType.READY)
+    assert (own.reason, own.message) == (
+        ConditionReason.SERVING,
+        "prefill 4 ready (min 2), decode 5 ready (min 1)",
+    )
+
+
 def test_transition_time_kept_while_status_unchanged() -> None:
     first = st.build_status(inp(now=1000.0))
     later = st.build_status(inp(now=1300.0, previous=first))

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from test_status import HOLD, METRICS, SCALE, inp
+from test_status import HOLD, METRICS, SCALE, SPEC, inp
 
 from pdscaler import status as st
+from pdscaler.spec import RouterSpec
 from pdscaler.types import Action, ConditionReason, ConditionType, PoolObservation, RolloutPhase
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "pdscaler.io_pddeployments.yaml"
@@ -115,6 +116,7 @@ def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> No
         inp(decode=PoolObservation(replicas=6, ready=4, unschedulable=2)),
         inp(decision=replace(SCALE, deadline_infeasible=True)),
         inp(prefill=PoolObservation(replicas=2, ready=1)),
+        inp(spec=SPEC.model_copy(update={"router": RouterSpec(type="external")})),
         replace(inp(), write_failures=("create Deployment x: 403 Forbidden: quota",)),
         *(inp(progress=st.ProgressFacts(phase=phase)) for phase in RolloutPhase),
     ]
