@@ -312,7 +312,7 @@ def test_pods_count_only_under_their_own_deployment() -> None:
         return {
             "metadata": {
                 "name": f"p-{owner}",
-                "labels": dict(labels),
+                "labels": {**labels, "pod-template-hash": owner.rsplit("-", 1)[-1]},
                 "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}],
             },
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
@@ -452,3 +452,42 @@ def test_the_revision_and_drift_detection_share_one_kv_definition() -> None:
     and is built from the same engine fields ``engine_hash`` watches."""
     assert manifests.kv_config(spec()) == "231040116a"
     assert set(manifests.KV_FIELDS) == {"command", "args", "env", "envFrom", "resources"}
+
+
+def _ready_pod(
+    labels: dict[str, str], refs: list[dict[str, Any]] | None, name: str = "p"
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": dict(labels)}
+    if refs is not None:
+        meta["ownerReferences"] = refs
+    return {
+        "metadata": meta,
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def _rs_ref(name: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "controller": True}
+
+
+def test_a_bare_pod_with_a_cells_labels_is_not_capacity() -> None:
+    """A pod made by hand with the pool's labels and no owner, one owned by a
+    ReplicaSet of another Deployment whose name starts with the pool's, and one whose
+    ReplicaSet is not the one its pod-template-hash names count for nothing; the pod
+    of the pool's own ReplicaSet (``<deployment>-<pod-template-hash>``) counts."""
+    from pdscaler import observe
+    from pdscaler.plan import Observed
+
+    dep = manifests.pool_deployment(META, spec(), CELL, Role.DECODE)
+    name = dep["metadata"]["name"]
+    labels = {**dep["spec"]["template"]["metadata"]["labels"], "pod-template-hash": "7d9f"}
+    pods = (
+        _ready_pod(labels, None, "bare"),
+        _ready_pod(labels, [], "no-refs"),
+        _ready_pod(labels, [_rs_ref(f"{name}-evil-7d9f")], "prefix"),
+        _ready_pod(labels, [_rs_ref(f"{name}-5c4b")], "other-hash"),
+        _ready_pod(labels, [{**_rs_ref(f"{name}-7d9f"), "controller": False}], "not-ctrl"),
+        _ready_pod(labels, [_rs_ref(f"{name}-7d9f")], "own"),
+    )
+    seen = observe.cells(Observed(deployments=(dep,), pods=pods), "uid-1")
+    assert seen[CELL.rev].decode.ready == 1
