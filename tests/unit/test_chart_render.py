@@ -98,7 +98,9 @@ def test_pod_monitor_gives_the_labels_the_presets_select_on() -> None:
     assert endpoint["port"] == "http"  # manifests.PORT_NAME, the engines' port
     exprs = {e["key"]: e for e in pm["spec"]["selector"]["matchExpressions"]}
     assert exprs["pdscaler.io/role"]["values"] == ["prefill", "decode"]  # no routers
-    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}  # the default scope
+    wide = template(*ALL_ON, "--set", "clusterWide=true", monitoring=True)
+    assert one(wide, "PodMonitor")["spec"]["namespaceSelector"] == {"any": True}
     scoped = template(*ALL_ON, "--set", "watchNamespaces={a,b}", monitoring=True)
     assert one(scoped, "PodMonitor")["spec"]["namespaceSelector"] == {"matchNames": ["a", "b"]}
 
