@@ -12,13 +12,14 @@ Rules the builders enforce, whatever the user's template says:
   a digest) on the engine container (the one named ``engine``, else the first); a
   template's image is ignored;
 * a cell's revision covers KV compatibility: ``kv_config`` fingerprints both pools'
-  engine command, args, env, resources and gpusPerReplica, so changing any of them
-  makes a new cell (a rollout); other template changes (labels, annotations,
-  tolerations, probes) update the cell in place;
+  engine command, args, env, envFrom, resources and gpusPerReplica (``KV_FIELDS``), so
+  changing any of them makes a new cell (a rollout); other template changes (labels,
+  annotations, tolerations, probes) update the cell in place;
 * every pool Deployment carries its cell's fingerprint (``pdscaler.io/engine-config``)
   and the hash of its engine container as rendered (``pdscaler.io/engine-hash``):
   ``drifted`` tells a Deployment whose engine container was changed behind the
-  operator's back (``kubectl set image``);
+  operator's back (``kubectl set image``, ``kubectl set resources``, an env or envFrom
+  edit: the image plus ``KV_FIELDS``, the fields the revision hashes);
 * every pod asks for ``gpusPerReplica`` ``nvidia.com/gpu`` (limits = requests) and
   tolerates the usual ``nvidia.com/gpu`` node taint;
 * template labels/annotations pass through (``pdscaler.io/startup-delay`` for the lab);
@@ -40,8 +41,10 @@ import copy
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from pdscaler import naming, router
@@ -96,22 +99,29 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
+#: The KV-relevant part of the engine container: what prefill and decode must share to
+#: exchange KV. The revision (``kv_config``) and drift detection (``engine_hash``) both
+#: read these fields, so whatever makes a new cell is also what counts as drift.
+KV_FIELDS = ("command", "args", "env", "envFrom", "resources")
+#: ``engine-hash`` annotations of this scheme start with it; one without it was written
+#: by an operator that hashed image, command, args and env values only (``drifted``).
+ENGINE_HASH_PREFIX = "kv."
+
+
+def kv_part(engine: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine container's ``KV_FIELDS``, as written."""
+    return {key: engine.get(key) for key in KV_FIELDS}
+
+
 def kv_config(spec: PDDeploymentSpec) -> str:
     """The fingerprint of the engine configuration both pools must share to exchange
-    KV: per pool the engine container's command, args, env, envFrom and resources, and
-    gpusPerReplica. Labels, annotations, probes, tolerations do not count."""
+    KV: per pool the engine container's ``KV_FIELDS`` (command, args, env, envFrom,
+    resources) and gpusPerReplica. Labels, annotations, probes, tolerations do not
+    count."""
     parts: dict[str, Any] = {}
     for role in Role:
         pool = spec.prefill if role is Role.PREFILL else spec.decode
-        engine = _engine_of(pool.template)
-        parts[role.value] = {
-            "command": engine.get("command"),
-            "args": engine.get("args"),
-            "env": engine.get("env"),
-            "envFrom": engine.get("envFrom"),
-            "resources": engine.get("resources"),
-            "gpus": pool.gpus_per_replica,
-        }
+        parts[role.value] = {**kv_part(_engine_of(pool.template)), "gpus": pool.gpus_per_replica}
     return _digest(parts)
 
 
@@ -126,9 +136,16 @@ def spec_revision(spec: PDDeploymentSpec) -> str:
 
 
 def engine_hash(template: Mapping[str, Any]) -> str:
-    """The hash of what a pod template's engine container runs: image, command, args
-    and env (name and value; ``valueFrom`` is left out, the API server fills in
-    defaults there)."""
+    """The hash of what a pod template's engine container runs: its image and its
+    ``kv_part`` (so the GPU count, in resources, too), in the form the API server
+    returns it (``_served``): a template as rendered and as read back hash alike."""
+    engine = _engine_of(template)
+    return ENGINE_HASH_PREFIX + _digest([engine.get("image"), _served(kv_part(engine))])
+
+
+def _legacy_engine_hash(template: Mapping[str, Any]) -> str:
+    """What operators before ``ENGINE_HASH_PREFIX`` stamped: image, command, args and
+    env values."""
     engine = _engine_of(template)
     env = [(e.get("name"), e.get("value")) for e in engine.get("env") or []]
     return _digest([engine.get("image"), engine.get("command"), engine.get("args"), env])
@@ -137,11 +154,73 @@ def engine_hash(template: Mapping[str, Any]) -> str:
 def drifted(deployment: Mapping[str, Any]) -> bool:
     """True when a pool Deployment's engine container no longer is what the operator
     rendered (its ``engine-hash`` annotation); one without the annotation (rendered
-    before it existed) never counts as drifted."""
+    before it existed) never counts as drifted, and one stamped by an older operator
+    is judged by the fields that operator hashed (until it is re-rendered)."""
     annotations = (deployment.get("metadata") or {}).get("annotations") or {}
     rendered = annotations.get(naming.ANNOTATION_ENGINE)
     template = (deployment.get("spec") or {}).get("template") or {}
-    return rendered is not None and rendered != engine_hash(template)
+    if rendered is None:
+        return False
+    if not str(rendered).startswith(ENGINE_HASH_PREFIX):
+        return str(rendered) != _legacy_engine_hash(template)
+    return str(rendered) != engine_hash(template)
+
+
+_QUANTITY = re.compile(
+    r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
+)
+_SUFFIX: dict[str | None, Fraction] = {
+    None: Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    **{s: Fraction(1000**i) for i, s in enumerate("kMGTPE", 1)},
+    **{f"{s}i": Fraction(1024**i) for i, s in enumerate("KMGTPE", 1)},
+}
+
+
+def _quantity(value: Any) -> Any:
+    """A resource quantity by its value (``"0.5"``, ``0.5`` and ``"500m"`` alike;
+    ``"2048Mi"`` and ``"2Gi"`` alike), as the API server canonicalises it; anything
+    unparseable as written."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return value
+    match = _QUANTITY.match(str(value).strip())
+    if match is None:
+        return value
+    try:
+        number = Fraction(match.group(1))
+    except (ValueError, ZeroDivisionError):
+        return value
+    return str(number * _SUFFIX[match.group(2)])
+
+
+def _pruned(value: Any) -> Any:
+    """``value`` without empty strings, lists, maps and nulls (the API server omits
+    them)."""
+    if isinstance(value, Mapping):
+        kept = {k: _pruned(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in (None, "", [], {})}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
+def _served(part: Mapping[str, Any]) -> Any:
+    """``kv_part`` with what the API server fills in or rewrites made uniform:
+    quantities by value, a fieldRef's ``apiVersion`` (default ``v1``), empty fields."""
+    out = copy.deepcopy(dict(part))
+    resources = out.get("resources")
+    if isinstance(resources, Mapping):
+        out["resources"] = {
+            k: ({r: _quantity(q) for r, q in v.items()} if isinstance(v, Mapping) else v)
+            for k, v in resources.items()
+        }
+    for env in out.get("env") or []:
+        ref = (env.get("valueFrom") or {}).get("fieldRef") if isinstance(env, dict) else None
+        if isinstance(ref, dict):
+            ref.setdefault("apiVersion", "v1")
+    return _pruned(out)
 
 
 def pool_labels(name: str, role: Role, rev: str, version: str) -> dict[str, str]:
@@ -368,8 +447,9 @@ def revert_drift(
     (``drifted``). When the desired object restores it (the spec's cell is re-rendered;
     an old cell's frozen copy gets its image back), its spec-hash is marked so the
     planner applies it even though the template it stamped did not change (``kubectl
-    set image`` leaves the annotation alone). An old cell whose args or env were
-    changed cannot be restored (the operator keeps no copy of its template): reported.
+    set image`` leaves the annotation alone). An old cell whose engine configuration
+    (``KV_FIELDS``) was changed cannot be restored (the operator keeps no copy of its
+    template): reported.
     """
     have = {str((o.get("metadata") or {}).get("name")): o for o in observed}
     out: list[Manifest] = []

@@ -170,19 +170,33 @@ def _cell_image(by_role: Mapping[Role, Obj], version: str) -> str | None:
     return None
 
 
+#: The label the Deployment controller puts on a ReplicaSet and its pods: the hash of
+#: the pod template, also the suffix of the ReplicaSet's name.
+POD_TEMPLATE_HASH = "pod-template-hash"
+
+
 def _owned_pod(pod: Obj, deployment: str | None) -> bool:
-    """A pod counts for a pool when its controller is a ReplicaSet of the pool's
-    Deployment (``<deployment>-<pod-template-hash>``); a pod without owner references
-    (a bare pod, as in test fakes) counts by its labels alone."""
-    refs = _meta(pod).get("ownerReferences") or []
-    if not refs:
-        return True
+    """A pod counts for a pool only when its controller is the ReplicaSet the pool's
+    Deployment made for it: kind ReplicaSet, controller, named exactly
+    ``<deployment>-<the pod's pod-template-hash>``. A pod without owner references (one
+    made by hand with the pool's labels) is no capacity.
+
+    Why by name and not uid: a pod's reference names its ReplicaSet's uid, not the
+    Deployment's, and the operator does not watch ReplicaSets (one more informer and
+    RBAC rule per namespace for this one check). The exact name is the Deployment
+    controller's own rule (``<deployment>-<hash>``, the hash also labelled on the pod),
+    so another Deployment's ReplicaSet never matches (``<deployment>-evil-<hash>`` is
+    not ``<deployment>-<hash>``). Only someone who may create ReplicaSets in the
+    namespace can forge it, and that author can run pods anyway."""
     if deployment is None:
         return False
+    template_hash = labels(pod).get(POD_TEMPLATE_HASH)
+    if not template_hash:
+        return False
+    want = f"{deployment}-{template_hash}"
     return any(
-        r.get("kind") == "ReplicaSet" and str(r.get("name", "")).startswith(f"{deployment}-")
-        for r in refs
-        if r.get("controller", True)
+        r.get("kind") == "ReplicaSet" and r.get("controller") is True and r.get("name") == want
+        for r in _meta(pod).get("ownerReferences") or []
     )
 
 

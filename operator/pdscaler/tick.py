@@ -334,13 +334,14 @@ def _foreign_events(uid: str, the_plan: Plan) -> list[Event]:
 
 def _drift_events(uid: str, reverted: list[str], stuck: list[str]) -> list[Event]:
     """A Warning per pool Deployment whose engine container was changed outside the
-    operator: reverted this tick, or (an old cell's args/env) not revertible."""
+    operator: reverted this tick, or (an old cell's engine configuration) not revertible."""
     out = [
         Event(
             "Warning",
             "DriftReverted",
             f"Deployment {name}: engine container changed "
-            "outside pdscaler (image/args/env); reverted to what was rendered",
+            "outside pdscaler (image, args, env, envFrom, resources); reverted to what was "
+            "rendered",
         )
         for name in reverted
     ]
@@ -349,8 +350,8 @@ def _drift_events(uid: str, reverted: list[str], stuck: list[str]) -> list[Event
             "Warning",
             "DriftDetected",
             f"Deployment {name}: engine container changed "
-            "outside pdscaler and is not restored (an old cell's args/env, or Recommend "
-            "mode)",
+            "outside pdscaler and is not restored (an old cell's engine configuration, or "
+            "Recommend mode)",
             once=("drift", uid, name),
         )
         for name in stuck

@@ -23,7 +23,11 @@ Invariants, sampled every 0.2 s over a 40 s window:
 * the secret holder is never contacted, and the secret appears in no status and no
   Event of the namespace;
 * the URL outside the allow-list is never contacted; its PDDeployment says
-  ``MetricsAvailable=False``, reason ``PrometheusNotAllowed``.
+  ``MetricsAvailable=False``, reason ``PrometheusNotAllowed``;
+* health goes unhealthy only if the loop is wedged: the loop is not (the healthy
+  PDDeployment ticks through the window), so every ``/healthz`` sample of the window
+  answers 200 (a hostile server holding a tick thread must not fail liveness, which
+  would get the operator restarted by the kubelet).
 
 Shortened for the lab: interval 2 s (not 15 s), a 40 s window, the operator's 5 s query
 deadline unchanged. The hostile and outside PDDeployments have min 0 replicas, so they
@@ -45,6 +49,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -168,7 +173,8 @@ def holder(conn: socket.socket) -> None:
 
 class Operator:
     """``python -m pdscaler run`` for one namespace, started and stopped by this test
-    only (by its PID); samples its RSS and the healthy PDDeployment's tick count."""
+    only (by its PID); samples its RSS, the healthy PDDeployment's tick count and the
+    ``/healthz`` status (0: no answer within 2 s)."""
 
     def __init__(self, namespace: str, kubeconfig: str, allowed: list[str], log: Path) -> None:
         self.namespace = namespace
@@ -185,6 +191,7 @@ class Operator:
         self.pid = self.proc.pid
         self.rss: list[int] = []
         self.ticks: list[tuple[float, float]] = []  # (time, healthy tick count) on change
+        self.health: list[tuple[float, int]] = []  # (time, /healthz status) every sample
         self.killed_for_rss = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -212,6 +219,22 @@ class Operator:
                 return float(line.split()[-1])
         return None
 
+    def _healthz(self) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as err:
+            return int(err.code)
+        except OSError:
+            return 0
+
+    def unhealthy(self, since: float, until: float) -> list[tuple[float, int]]:
+        """The ``/healthz`` samples of [since, until] that did not answer 200."""
+        return [(t - since, code) for t, code in self.health if since <= t <= until and code != 200]
+
+    def health_samples(self, since: float, until: float) -> int:
+        return sum(since <= t <= until for t, _ in self.health)
+
     def _sample(self) -> None:
         while not self._stop.is_set() and self.proc.poll() is None:
             rss = self._rss()
@@ -223,6 +246,7 @@ class Operator:
             count = self._healthy_ticks()
             if count is not None and (not self.ticks or self.ticks[-1][1] != count):
                 self.ticks.append((time.monotonic(), count))
+            self.health.append((time.monotonic(), self._healthz()))
             self._stop.wait(0.2)
 
     def tick_gaps(self, since: float) -> list[float]:
@@ -291,7 +315,8 @@ def test_hostile_prometheus_urls_cannot_stop_the_fleet(
         fault="hostile Prometheus URLs: byte drip, a 1 GiB body, a redirect to a local server "
         "holding a secret (3 objects each), one outside the allow-list, beside 1 healthy",
         invariant="the healthy object keeps its interval (p99 gap <= 2x); RSS bounded, no "
-        "restart; the secret in no status or Event",
+        "restart; the secret in no status or Event; /healthz 200 throughout (the loop "
+        "is not wedged)",
         shortened=f"{WINDOW_S:g} s observation window",
     )
     serve_light(exporter, namespace, HEALTHY)
@@ -314,7 +339,10 @@ def test_hostile_prometheus_urls_cannot_stop_the_fleet(
             while time.monotonic() - start < WINDOW_S:
                 assert op.proc.poll() is None, f"operator exited: see {op.log}"
                 time.sleep(1.0)
+            end = time.monotonic()
             gaps = op.tick_gaps(since=start)
+            unhealthy = op.unhealthy(start, end)
+            health_samples = op.health_samples(start, end)
             rss_max = max(op.rss, default=0)
             alive = op.proc.poll() is None
             pdds = {name: get_pdd(kube, namespace, name) for name in names}
@@ -337,7 +365,8 @@ def test_hostile_prometheus_urls_cannot_stop_the_fleet(
             len(op.rss),
             sum(r >= RSS_LIMIT_BYTES for r in op.rss)
             + int(p99(gaps) > 2 * INTERVAL_S)
-            + int(SECRET in shown),
+            + int(SECRET in shown)
+            + len(unhealthy),
         )
         drill.recovered("healthy object's tick gap, p99", p99(gaps))
         # the operator: never restarted, memory bounded
@@ -347,6 +376,11 @@ def test_hostile_prometheus_urls_cannot_stop_the_fleet(
         # the healthy PDDeployment kept its interval
         assert len(gaps) >= WINDOW_S / (INTERVAL_S * 2), gaps
         assert p99(gaps) <= 2 * INTERVAL_S, sorted(gaps)[-5:]
+        # ... so its loop is not wedged, and liveness says so all along: a hostile server
+        # holding tick threads must not make /healthz fail (the kubelet would restart it)
+        # not vacuous: a sample every 0.2 s plus two reads of at most 2 s each
+        assert health_samples >= WINDOW_S / 5, health_samples
+        assert unhealthy == [], f"/healthz not 200 at (s into the window, code): {unhealthy}"
         # each hostile kind failed by the transport's limits, within the deadline
         messages = {
             kind: {

@@ -68,7 +68,16 @@ def _sa_kubeconfig(kube: Kube, namespace: str, sa: str, path: Path) -> Path:
 
 def test_chart_lints_and_renders() -> None:
     _helm("lint", str(CHART), "--strict")
-    for values in ([], ["--set", "watchNamespaces={a,b}", "--set", "leaderElection.enabled=false"]):
+    # (values, the workload role's RoleBinding namespaces, bound cluster-wide?): by
+    # default the release namespace only (helm template's is "default"); cluster-wide
+    # only when asked
+    cases: list[tuple[list[str], list[str], bool]] = [
+        ([], ["default"], False),
+        (["--set", "watchNamespaces={a,b}", "--set", "leaderElection.enabled=false"],
+         ["a", "b"], False),
+        (["--set", "clusterWide=true", "--set", "leaderElection.enabled=false"], [], True),
+    ]  # fmt: skip
+    for values, namespaces, wide in cases:
         docs = [
             d
             for d in yaml.safe_load_all(
@@ -78,10 +87,17 @@ def test_chart_lints_and_renders() -> None:
         ]
         kinds = {d["kind"] for d in docs}
         assert {"Deployment", "ServiceAccount", "ClusterRole"} <= kinds, kinds
-        if values:
-            binds = [d for d in docs if d["kind"] == "RoleBinding"]
-            assert sorted(b["metadata"]["namespace"] for b in binds) == ["a", "b"]
-            assert "ClusterRoleBinding" in kinds  # discovery only (CRDs, namespaces)
+        workload = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+                    and d["roleRef"]["name"] == "pds-pdscaler"]  # fmt: skip
+        binds = [b for b in workload if b["kind"] == "RoleBinding"]
+        assert sorted(b["metadata"]["namespace"] for b in binds) == namespaces
+        assert any(b["kind"] == "ClusterRoleBinding" for b in workload) == wide
+        assert "ClusterRoleBinding" in kinds  # discovery at least (CRDs, namespaces)
+        (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert ("--all-namespaces" in args) == wide
+        watched = [a.split("=", 1)[1] for a in args if a.startswith("--namespace=")]
+        assert sorted(watched) == namespaces
 
 
 def test_chart_installs_and_its_rbac_is_exactly_enough(

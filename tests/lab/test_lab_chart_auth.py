@@ -43,7 +43,13 @@ def test_read_secrets_grants_get_only_bound_like_the_workload_role() -> None:
     (role,) = [d for d in docs if d["metadata"]["name"] == "pds-pdscaler-secrets"
                and d["kind"] == "ClusterRole"]  # fmt: skip
     assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
-    assert "pds-pdscaler-secrets" in named(docs, "ClusterRoleBinding")
+    # by default the release namespace only (helm template's is "default")
+    assert "pds-pdscaler-secrets" not in named(docs, "ClusterRoleBinding")
+    (bind,) = [d for d in docs if d["kind"] == "RoleBinding"
+               and d["metadata"]["name"] == "pds-pdscaler-secrets"]  # fmt: skip
+    assert bind["metadata"]["namespace"] == "default"
+    wide = rendered("--set", "prometheus.readSecrets=true", "--set", "clusterWide=true")
+    assert "pds-pdscaler-secrets" in named(wide, "ClusterRoleBinding")
     docs = rendered(
         "--set", "prometheus.readSecrets=true", "--set", "watchNamespaces={a,b}",
         "--set", "leaderElection.enabled=false",

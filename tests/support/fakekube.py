@@ -6,7 +6,8 @@ content types, field manager and write audit are exercised as in production. It 
 objects by URL path, answers GET (item or list with an equality ``labelSelector``),
 server-side apply (create, or replace the managed content keeping uid, creation time and
 status), merge patch (``null`` deletes), DELETE (with the uid precondition) and POST
-(Events). It is not a Deployment controller: tests add pods with ``add_pod``.
+(Events). It is not a Deployment controller: tests add pods with ``add_pod`` (owned by a
+Deployment's ReplicaSet as the real controllers do, or bare).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pdscaler.kube import APPLY_PATCH, MERGE_PATCH, Kube, KubeError
+from pdscaler.observe import POD_TEMPLATE_HASH
 
 Obj = dict[str, Any]
 T0 = "2025-01-01T00:00:00Z"
+#: the pod-template-hash of every pod ``add_pod`` makes for a Deployment
+TEMPLATE_HASH = "5d8f7c9b6"
 COLLECTIONS = (
     "deployments",
     "services",
@@ -191,11 +195,34 @@ class FakeKube(Kube):
     def objects(self, kind_path: str) -> list[Obj]:
         return [o for p, o in self.store.items() if f"/{kind_path}/" in p]
 
-    def add_pod(self, namespace: str, name: str, labels: Mapping[str, str], ready: bool) -> Obj:
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str],
+        ready: bool,
+        deployment: str | None = None,
+    ) -> Obj:
+        """A pod; with ``deployment``, as the Deployment and ReplicaSet controllers make
+        it (a ``pod-template-hash`` label, controlled by the ReplicaSet
+        ``<deployment>-<hash>``); without, a bare pod (one made by hand)."""
+        meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels)}
+        if deployment is not None:
+            meta["labels"][POD_TEMPLATE_HASH] = TEMPLATE_HASH
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": f"{deployment}-{TEMPLATE_HASH}",
+                    "uid": f"rs-{deployment}",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
         pod: Obj = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+            "metadata": meta,
             "spec": {"nodeName": "gpu-node-0", "containers": [{"name": "engine"}]},
             "status": {
                 "phase": "Running",

@@ -26,8 +26,9 @@ def test_the_secrets_role_is_get_only() -> None:
 
 
 def test_the_secrets_role_is_bound_like_the_workload_role() -> None:
-    """Cluster-wide without watchNamespaces, else one RoleBinding per watched namespace
-    (both branches are kept by the minimal reading)."""
+    """Cluster-wide with clusterWide, else one RoleBinding per watched namespace (the
+    release namespace by default; both branches are kept by the minimal reading,
+    test_chart_scope renders each)."""
     kinds = sorted(d["kind"] for d in secrets_docs())
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "RoleBinding"]
     for doc in secrets_docs():

@@ -98,7 +98,9 @@ def test_pod_monitor_gives_the_labels_the_presets_select_on() -> None:
     assert endpoint["port"] == "http"  # manifests.PORT_NAME, the engines' port
     exprs = {e["key"]: e for e in pm["spec"]["selector"]["matchExpressions"]}
     assert exprs["pdscaler.io/role"]["values"] == ["prefill", "decode"]  # no routers
-    assert pm["spec"]["namespaceSelector"] == {"any": True}
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}  # the default scope
+    wide = template(*ALL_ON, "--set", "clusterWide=true", monitoring=True)
+    assert one(wide, "PodMonitor")["spec"]["namespaceSelector"] == {"any": True}
     scoped = template(*ALL_ON, "--set", "watchNamespaces={a,b}", monitoring=True)
     assert one(scoped, "PodMonitor")["spec"]["namespaceSelector"] == {"matchNames": ["a", "b"]}
 
@@ -142,18 +144,36 @@ def test_disruption_budget_only_with_more_than_one_replica() -> None:
 
 
 def test_network_policy_opens_only_the_metrics_port() -> None:
+    """Enabled with its defaults, the metrics port (/metrics, /healthz) is reachable
+    only by what scrapes or tests it: Prometheus pods (``app.kubernetes.io/name:
+    prometheus``, as the Prometheus Operator and the prometheus chart label them) in any
+    namespace, and the release's own pods (the ``helm test`` pod); other peers replace
+    the Prometheus default, the release's pods stay; ``metricsFrom: []`` is anywhere."""
     assert "NetworkPolicy" not in kinds(template())
-    np = one(template(*ALL_ON), "NetworkPolicy")
+    docs = template(*ALL_ON)
+    np = one(docs, "NetworkPolicy")
     (rule,) = np["spec"]["ingress"]
     assert rule["ports"] == [{"port": values()["metrics"]["port"], "protocol": "TCP"}]
     assert np["spec"]["policyTypes"] == ["Ingress"]
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    test_pod = next(d for d in docs if d["kind"] == "Pod")
+    assert selector.items() <= test_pod["metadata"]["labels"].items()
+    own = {"podSelector": {"matchLabels": selector}}
+    prometheus = {"app.kubernetes.io/name": "prometheus"}
+    assert rule["from"] == [
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": prometheus}},
+        own,
+    ]
     peer = "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring"
     egress = "networkPolicy.egress[0].ports[0].port=443"
     np = one(template(*ALL_ON, "--set", peer, "--set", egress), "NetworkPolicy")
     assert np["spec"]["ingress"][0]["from"] == [
-        {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+        {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}},
+        own,
     ]
     assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    anywhere = one(template(*ALL_ON, "--set-json", "networkPolicy.metricsFrom=[]"), "NetworkPolicy")
+    assert "from" not in anywhere["spec"]["ingress"][0]
 
 
 def test_the_helm_test_pod_asks_healthz_and_its_script_works() -> None:

@@ -332,7 +332,7 @@ def test_pods_count_only_under_their_own_deployment() -> None:
         return {
             "metadata": {
                 "name": f"p-{owner}",
-                "labels": dict(labels),
+                "labels": {**labels, "pod-template-hash": owner.rsplit("-", 1)[-1]},
                 "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}],
             },
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
@@ -380,3 +380,134 @@ def test_the_drain_does_not_make_a_new_cell() -> None:
     assert manifests.spec_revision(spec()) == manifests.spec_revision(
         spec(slo={"ttftSeconds": 15.0})
     )
+
+
+def _engine_of(dep: dict[str, Any]) -> dict[str, Any]:
+    for c in dep["spec"]["template"]["spec"]["containers"]:
+        if c["name"] == "engine":
+            return c
+    raise AssertionError("no engine container")
+
+
+def _set_cpu(engine: dict[str, Any]) -> None:  # kubectl set resources --limits=cpu=4
+    engine["resources"]["limits"]["cpu"] = "4"
+
+
+def _set_gpus(engine: dict[str, Any]) -> None:
+    engine["resources"]["limits"][manifests.GPU_RESOURCE] = "4"
+    engine["resources"]["requests"][manifests.GPU_RESOURCE] = "4"
+
+
+def _add_env_from(engine: dict[str, Any]) -> None:
+    engine["envFrom"] = [{"configMapRef": {"name": "other-engine-flags"}}]
+
+
+def _change_value_from(engine: dict[str, Any]) -> None:
+    engine["env"][1]["valueFrom"] = {"configMapKeyRef": {"name": "other", "key": "k"}}
+
+
+KV_EDITS = {
+    "resources": _set_cpu,
+    "gpus": _set_gpus,
+    "envFrom": _add_env_from,
+    "valueFrom": _change_value_from,
+}
+
+
+def _with_value_from() -> PDDeploymentSpec:
+    s = spec()
+    env = s.prefill.template["spec"]["containers"][1]["env"]
+    env.append({"name": "FLAGS", "valueFrom": {"configMapKeyRef": {"name": "flags", "key": "k"}}})
+    s.prefill.template["spec"]["containers"][1]["resources"] = {"limits": {"cpu": 0.5}}
+    return s
+
+
+@pytest.mark.parametrize("edit", sorted(KV_EDITS))
+def test_drifted_sees_every_kv_relevant_edit(edit: str) -> None:
+    """What the revision hashes (resources, gpusPerReplica, envFrom, env valueFrom) is
+    what drift detection watches: ``kubectl set resources``, a GPU-count, envFrom or
+    valueFrom edit on a cell's Deployment is drift."""
+    dep = manifests.pool_deployment(META, _with_value_from(), CELL, Role.PREFILL)
+    assert not manifests.drifted(dep)
+    KV_EDITS[edit](_engine_of(dep))
+    assert manifests.drifted(dep), edit
+
+
+def test_what_the_api_server_fills_in_is_not_drift() -> None:
+    """The API server returns quantities in canonical form (0.5 CPU -> "500m", "2048Mi"
+    -> "2Gi"), fills in a fieldRef's apiVersion and drops empty strings: none of that
+    is drift."""
+    s = _with_value_from()
+    engine_spec = s.prefill.template["spec"]["containers"][1]
+    engine_spec["resources"]["requests"] = {"memory": "2048Mi"}
+    engine_spec["env"].append({"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "x"}}})
+    engine_spec["env"].append({"name": "EMPTY", "value": ""})
+    dep = manifests.pool_deployment(META, s, CELL, Role.PREFILL)
+    served = copy.deepcopy(dep)
+    eng = _engine_of(served)
+    eng["resources"]["limits"]["cpu"] = "500m"
+    eng["resources"]["requests"]["memory"] = "2Gi"
+    eng["env"][2]["valueFrom"]["fieldRef"]["apiVersion"] = "v1"
+    del eng["env"][3]["value"]
+    eng["terminationMessagePath"] = "/dev/termination-log"
+    assert not manifests.drifted(served)
+
+
+def test_a_deployment_rendered_by_the_previous_operator_is_not_drifted() -> None:
+    """A pool Deployment whose engine-hash was written by an operator that hashed only
+    image, command, args and env values is judged by that hash (no false DriftReverted
+    or DriftDetected after an upgrade), and still drifts on those fields."""
+    dep = manifests.pool_deployment(META, spec(), CELL, Role.DECODE)
+    eng = _engine_of(dep)
+    legacy = [eng.get("image"), eng.get("command"), eng.get("args")]
+    legacy.append([(e.get("name"), e.get("value")) for e in eng.get("env") or []])
+    dep["metadata"]["annotations"][naming.ANNOTATION_ENGINE] = manifests._digest(legacy)
+    assert not manifests.drifted(dep)
+    eng["image"] = "vllm/vllm-openai:v9"
+    assert manifests.drifted(dep)
+
+
+def test_the_revision_and_drift_detection_share_one_kv_definition() -> None:
+    """``kv_config`` is unchanged for existing specs (no rollout on an operator upgrade)
+    and is built from the same engine fields ``engine_hash`` watches."""
+    assert manifests.kv_config(spec()) == "231040116a"
+    assert set(manifests.KV_FIELDS) == {"command", "args", "env", "envFrom", "resources"}
+
+
+def _ready_pod(
+    labels: dict[str, str], refs: list[dict[str, Any]] | None, name: str = "p"
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": dict(labels)}
+    if refs is not None:
+        meta["ownerReferences"] = refs
+    return {
+        "metadata": meta,
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def _rs_ref(name: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "controller": True}
+
+
+def test_a_bare_pod_with_a_cells_labels_is_not_capacity() -> None:
+    """A pod made by hand with the pool's labels and no owner, one owned by a
+    ReplicaSet of another Deployment whose name starts with the pool's, and one whose
+    ReplicaSet is not the one its pod-template-hash names count for nothing; the pod
+    of the pool's own ReplicaSet (``<deployment>-<pod-template-hash>``) counts."""
+    from pdscaler import observe
+    from pdscaler.plan import Observed
+
+    dep = manifests.pool_deployment(META, spec(), CELL, Role.DECODE)
+    name = dep["metadata"]["name"]
+    labels = {**dep["spec"]["template"]["metadata"]["labels"], "pod-template-hash": "7d9f"}
+    pods = (
+        _ready_pod(labels, None, "bare"),
+        _ready_pod(labels, [], "no-refs"),
+        _ready_pod(labels, [_rs_ref(f"{name}-evil-7d9f")], "prefix"),
+        _ready_pod(labels, [_rs_ref(f"{name}-5c4b")], "other-hash"),
+        _ready_pod(labels, [{**_rs_ref(f"{name}-7d9f"), "controller": False}], "not-ctrl"),
+        _ready_pod(labels, [_rs_ref(f"{name}-7d9f")], "own"),
+    )
+    seen = observe.cells(Observed(deployments=(dep,), pods=pods), "uid-1")
+    assert seen[CELL.rev].decode.ready == 1

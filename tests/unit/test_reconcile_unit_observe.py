@@ -39,13 +39,22 @@ def pod(
     pending: bool = False,
     deleting: bool = False,
 ) -> dict[str, Any]:
-    """A pod as the API returns it, built from the Deployment's own template."""
+    """A pod as the API returns it, built from the Deployment's own template and
+    controlled by its ReplicaSet."""
     dep = manifests.pool_deployment(META, SPEC, cell, role)
     tpl = dep["spec"]["template"]
     meta: dict[str, Any] = {
         "name": f"{dep['metadata']['name']}-{i}",
-        "labels": dict(tpl["metadata"]["labels"]),
+        "labels": {**tpl["metadata"]["labels"], "pod-template-hash": "6b7c8d"},
         "creationTimestamp": T0,
+        "ownerReferences": [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": f"{dep['metadata']['name']}-6b7c8d",
+                "controller": True,
+            }
+        ],
     }
     if deleting:
         meta["deletionTimestamp"] = "2025-01-01T00:01:00Z"

@@ -86,7 +86,13 @@ class World:
             dep = self.deployment(role)
             labels = dep["spec"]["template"]["metadata"]["labels"]
             for i in range(dep["spec"]["replicas"]):
-                self.kube.add_pod(NS, f"{NAME}-{role.value}-{i}", labels, ready=True)
+                self.kube.add_pod(
+                    NS,
+                    f"{NAME}-{role.value}-{i}",
+                    labels,
+                    ready=True,
+                    deployment=dep["metadata"]["name"],
+                )
 
     def converge(self) -> None:
         """Tick and run pods until a tick plans nothing (decode comes up first, then

@@ -418,3 +418,41 @@ def test_a_retiring_cells_routers_leave_the_front_before_its_prefill() -> None:
             routers_left_first = routers_left_first or gone
     assert routers_left_first
     assert f"{old}-prefill" not in cluster.deployments
+
+
+def _engine(dep: dict[str, Any]) -> dict[str, Any]:
+    return dict(dep["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_kubectl_set_resources_on_the_spec_cell_is_reverted_and_reported() -> None:
+    """``kubectl set resources`` (a CPU limit and another GPU count) on the decode
+    Deployment: KV-relevant, so the next tick applies the rendered Deployment again
+    (DriftReverted) and the tick after that leaves it alone."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, spec(), 1000.0, 12, state)
+    name = f"chat-{manifests.spec_revision(spec())}-decode"
+    rendered = _engine(cluster.deployments[name])["resources"]
+    container = cluster.deployments[name]["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {"cpu": "4", "nvidia.com/gpu": "2"}}
+    fx = run(cluster, spec(), 1100.0, 1, state)[0]
+    assert [(a.verb, a.name) for a in fx.writes] == [(Verb.UPDATE, name)]
+    assert [e.reason for e in fx.events if e.type == "Warning"] == ["DriftReverted"]
+    assert _engine(cluster.deployments[name])["resources"] == rendered
+    later = run(cluster, spec(), 1105.0, 3, state)
+    assert [e.reason for e in later[-1].events if e.type == "Warning"] == []
+    assert later[-1].writes == ()
+
+
+def test_an_env_from_edit_on_an_old_cell_mid_rollout_is_reported() -> None:
+    """Rolling v1 -> v2; someone adds an envFrom to v1's decode Deployment: the operator
+    keeps no copy of an old cell's template, so it cannot restore it, and says so once
+    (DriftDetected)."""
+    cluster, state = SimCluster(startup_seconds=10.0), {}
+    run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
+    name = f"chat-{manifests.spec_revision(spec('v1'))}-decode"
+    run(cluster, spec("v2"), 1040.0, 2, state, rate=3.0)
+    container = cluster.deployments[name]["spec"]["template"]["spec"]["containers"][0]
+    container["envFrom"] = [{"secretRef": {"name": "other-flags"}}]
+    fx = run(cluster, spec("v2"), 1050.0, 1, state, rate=3.0)[0]
+    assert "DriftDetected" in [e.reason for e in fx.events]
+    assert "DriftReverted" not in [e.reason for e in fx.events]

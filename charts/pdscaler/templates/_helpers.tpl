@@ -52,3 +52,18 @@ be given as a string or as {name: ...}. */}}
 {{- define "pdscaler.metricsService" -}}
 {{ include "pdscaler.fullname" . }}-metrics
 {{- end -}}
+
+{{/*
+The namespaces the operator handles, one per line: watchNamespaces, else the release
+namespace; nothing when clusterWide (every namespace). Both at once is refused.
+*/}}
+{{- define "pdscaler.watchNamespaces" -}}
+{{- if and .Values.clusterWide .Values.watchNamespaces }}
+{{- fail "clusterWide: true handles every namespace; leave watchNamespaces empty" }}
+{{- end }}
+{{- if not .Values.clusterWide }}
+{{- range (.Values.watchNamespaces | default (list .Release.Namespace)) }}
+{{ . }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -3,7 +3,8 @@ a Deployment controller and pods that turn Ready after a start-up time.
 
 Owns: applying a tick's writes (``tick.TickEffects.writes``: create, update, scale,
 annotate, delete) to its objects, and ``advance(now)``: each Deployment gets as many
-live pods as its replicas (pods it no longer needs go, lowest pod-deletion-cost
+live pods as its replicas, each controlled by a ReplicaSet ``<deployment>-<pod-template-hash>``
+as the real controllers make them (pods it no longer needs go, lowest pod-deletion-cost
 first, then the newest, as the ReplicaSet controller picks), and a pod created at t is
 Ready from t + ``startup_seconds``. ``observed()`` is what ``kube.observe`` would return.
 Must not: decide anything (``tick.compute`` does) or read the clock (``now`` is passed).
@@ -16,13 +17,16 @@ makes both Ready (``lastTransitionTime`` 30 s after their creation).
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from pdscaler.manifests import DELETION_COST_ANNOTATION
+from pdscaler.observe import POD_TEMPLATE_HASH
 from pdscaler.plan import Action, Observed, Verb
 
 Obj = dict[str, Any]
@@ -112,17 +116,37 @@ class SimCluster:
         return [p for p in self.pods.values() if _ready(p)]
 
 
+def _template_hash(template: Obj) -> str:
+    """The ``pod-template-hash`` of a template (the Deployment controller's role here)."""
+    text = json.dumps(template, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
 def _pod(dep: Obj, name: str, now: float, node: str) -> Obj:
+    """A pod as the Deployment and ReplicaSet controllers make it: the template's labels
+    plus ``pod-template-hash``, controlled by the ReplicaSet ``<deployment>-<hash>``."""
     tpl = copy.deepcopy(dep["spec"]["template"])
     meta = tpl.get("metadata") or {}
+    template_hash = _template_hash(dep["spec"]["template"])
+    owner = dep["metadata"]["name"]
     return {
         "metadata": {
             "name": name,
-            "labels": dict(meta.get("labels") or {}),
+            "labels": {**(meta.get("labels") or {}), POD_TEMPLATE_HASH: template_hash},
             "annotations": dict(meta.get("annotations") or {}),
             "creationTimestamp": timestamp(now),
             "createdAt": now,
-            "ownerName": dep["metadata"]["name"],
+            "ownerName": owner,
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": f"{owner}-{template_hash}",
+                    "uid": f"rs-{owner}-{template_hash}",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
         "spec": {**tpl.get("spec", {}), "nodeName": node},
         "status": {"phase": "Running", "conditions": []},
