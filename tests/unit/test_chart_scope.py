@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from support.chartkit import CHART, KUBE, NAMESPACE, RELEASE, helm_path, template, tool
+from pdlab.config import helm_path
+from support.chartkit import CHART, KUBE, NAMESPACE, RELEASE, template, tool
 
 WORKLOAD = f"{RELEASE}-pdscaler"
 

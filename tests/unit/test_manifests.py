@@ -6,7 +6,7 @@ replicas but sees every other managed field."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -385,7 +385,7 @@ def test_the_drain_does_not_make_a_new_cell() -> None:
 def _engine_of(dep: dict[str, Any]) -> dict[str, Any]:
     for c in dep["spec"]["template"]["spec"]["containers"]:
         if c["name"] == "engine":
-            return c
+            return cast(dict[str, Any], c)
     raise AssertionError("no engine container")
 
 

@@ -156,7 +156,8 @@ def test_a_rollout_under_chat_yaml_router_settings_splits_routers_by_ready_prefi
         }
     )
     revs = [f"chat-{naming.revision('img', v, manifests.kv_config(v1))}" for v in ("v1", "v2")]
-    cluster, state = SimCluster(startup_seconds=2.0), {}
+    cluster = SimCluster(startup_seconds=2.0)
+    state: dict[str, Any] = {}
     run(cluster, v1, 1000.0, 12, state)
     both = 0
     for i in range(60):

@@ -148,8 +148,8 @@ def run(
 def test_a_converged_pddeployment_costs_no_writes() -> None:
     """Once the pods are Ready at the wanted size (decode, then prefill, then the router
     once both pools have a Ready pod), a tick plans zero writes."""
-    state: dict[str, Any]
-    cluster, state = SimCluster(startup_seconds=10.0), {}
+    cluster = SimCluster(startup_seconds=10.0)
+    state: dict[str, Any] = {}
     effects = run(cluster, spec(), 1000.0, 12, state)
     assert effects[0].writes
     assert [len(fx.writes) for fx in effects[-3:]] == [0, 0, 0]
@@ -157,8 +157,8 @@ def test_a_converged_pddeployment_costs_no_writes() -> None:
 
 
 def _replay_rollout(restart_every: int) -> tuple[list[tick.TickEffects], list[str], SimCluster]:
-    state: dict[str, Any]
-    cluster, state = SimCluster(startup_seconds=10.0), {}
+    cluster = SimCluster(startup_seconds=10.0)
+    state: dict[str, Any] = {}
     run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
     v1 = manifests.spec_revision(spec("v1"))
     assert {
@@ -242,8 +242,8 @@ def faulty_replay(
     ``restarts`` the process memory is dropped, at those in ``wiped`` the status too,
     at those in ``down`` Prometheus does not answer (metrics None). Returns the effects
     and the serving capacity per tick."""
-    state: dict[str, Any]
-    cluster, state = SimCluster(startup_seconds=10.0), {}
+    cluster = SimCluster(startup_seconds=10.0)
+    state: dict[str, Any] = {}
     run(cluster, wide_spec("v1"), 1000.0, 8, state, rate=12.0)
     effects: list[tick.TickEffects] = []
     capacity: list[tuple[int, int]] = []
@@ -331,8 +331,8 @@ def test_kubectl_set_image_on_the_spec_cell_is_reverted_and_reported() -> None:
     """Converged on v1; someone sets the decode Deployment's image to another tag: the
     next tick applies the rendered Deployment again (a Warning Event DriftReverted),
     the image is back, and the tick after that leaves it alone."""
-    state: dict[str, Any]
-    cluster, state = SimCluster(startup_seconds=10.0), {}
+    cluster = SimCluster(startup_seconds=10.0)
+    state: dict[str, Any] = {}
     run(cluster, spec(), 1000.0, 12, state)
     name = f"chat-{manifests.spec_revision(spec())}-decode"
     rendered = _engine_image(cluster.deployments[name])
@@ -350,8 +350,8 @@ def test_kubectl_set_image_on_an_old_cell_mid_rollout_is_reverted() -> None:
     """Rolling v1 -> v2; someone sets v1's decode image to v2's: the old cell keeps the
     template it was rendered with, its image put back (no v1 prefill pairs with a v2
     decode of the v1 cell), reported once, and the rollout completes."""
-    state: dict[str, Any]
-    cluster, state = SimCluster(startup_seconds=10.0), {}
+    cluster = SimCluster(startup_seconds=10.0)
+    state: dict[str, Any] = {}
     run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
     name = f"chat-{manifests.spec_revision(spec('v1'))}-decode"
     rendered = _engine_image(cluster.deployments[name])
@@ -368,8 +368,8 @@ def test_kubectl_set_image_on_an_old_cell_mid_rollout_is_reverted() -> None:
 def test_drift_in_recommend_mode_is_reported_not_reverted() -> None:
     """Recommend mode applies nothing: the drift is a DriftDetected Warning, not a
     DriftReverted one."""
-    state: dict[str, Any]
-    cluster, state = SimCluster(startup_seconds=10.0), {}
+    cluster = SimCluster(startup_seconds=10.0)
+    state: dict[str, Any] = {}
     run(cluster, spec(), 1000.0, 12, state)
     name = f"chat-{manifests.spec_revision(spec())}-decode"
     _set_image(cluster.deployments[name], "img:v9")
@@ -397,8 +397,8 @@ def test_a_retiring_cells_routers_leave_the_front_before_its_prefill() -> None:
             "engine": {"image": "img", "version": "v2"},
         }
     )
-    state: dict[str, Any]
-    cluster, state = SimCluster(startup_seconds=2.0), {}
+    cluster = SimCluster(startup_seconds=2.0)
+    state: dict[str, Any] = {}
     run(cluster, the_spec, 1000.0, 12, state)
     old = f"chat-{naming.revision('img', 'v1', manifests.kv_config(the_spec))}"
     routers_left_first = False
@@ -428,7 +428,8 @@ def test_kubectl_set_resources_on_the_spec_cell_is_reverted_and_reported() -> No
     """``kubectl set resources`` (a CPU limit and another GPU count) on the decode
     Deployment: KV-relevant, so the next tick applies the rendered Deployment again
     (DriftReverted) and the tick after that leaves it alone."""
-    cluster, state = SimCluster(startup_seconds=10.0), {}
+    cluster = SimCluster(startup_seconds=10.0)
+    state: dict[str, Any] = {}
     run(cluster, spec(), 1000.0, 12, state)
     name = f"chat-{manifests.spec_revision(spec())}-decode"
     rendered = _engine(cluster.deployments[name])["resources"]
@@ -447,7 +448,8 @@ def test_an_env_from_edit_on_an_old_cell_mid_rollout_is_reported() -> None:
     """Rolling v1 -> v2; someone adds an envFrom to v1's decode Deployment: the operator
     keeps no copy of an old cell's template, so it cannot restore it, and says so once
     (DriftDetected)."""
-    cluster, state = SimCluster(startup_seconds=10.0), {}
+    cluster = SimCluster(startup_seconds=10.0)
+    state: dict[str, Any] = {}
     run(cluster, spec("v1"), 1000.0, 8, state, rate=3.0)
     name = f"chat-{manifests.spec_revision(spec('v1'))}-decode"
     run(cluster, spec("v2"), 1040.0, 2, state, rate=3.0)
