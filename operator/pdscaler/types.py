@@ -168,6 +168,10 @@ class MetricsSnapshot:
     decode: PoolMetrics = field(default_factory=PoolMetrics)
     problems: tuple[str, ...] = ()
 
+    def pool(self, role: Role) -> PoolMetrics:
+        """``role``'s pool signals: ``pool(Role.DECODE)`` is ``decode``."""
+        return cast(PoolMetrics, getattr(self, role))
+
     @property
     def complete(self) -> bool:
         """True when the load shape (R, L_p, L_d) is known: enough to size the pools."""
@@ -235,6 +239,10 @@ class TickInput:
     memory: PolicyMemory = field(default_factory=PolicyMemory)
     rollout_in_progress: bool = False
 
+    def pool(self, role: Role) -> PoolObservation:
+        """``role``'s pool as the API shows it: ``pool(Role.DECODE)`` is ``decode``."""
+        return cast(PoolObservation, getattr(self, role))
+
 
 @dataclass(frozen=True)
 class ModelOutputs:
@@ -276,6 +284,11 @@ class Decision:
     deadline_infeasible: bool = False
     memory: PolicyMemory = field(default_factory=PolicyMemory)
     data_gaps: tuple[str, ...] = ()
+
+    def replicas(self, role: Role) -> int:
+        """The desired replicas of ``role``: ``replicas(Role.DECODE)`` is ``decode``
+        (``pool`` is the field naming the pool a decision scaled)."""
+        return cast(int, getattr(self, role))
 
 
 # ------------------------------------------------------------------ one value per role

@@ -76,7 +76,7 @@ from pdscaler.policy.sizing import (
     ratio_targets,
 )
 from pdscaler.policy.stabilize import Record, Stabilized, prune, stabilize, window_record
-from pdscaler.policy.tick import ROLES, Tick, observation, pool_metrics, pool_spec
+from pdscaler.policy.tick import ROLES, Tick
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import (
     Action,
@@ -203,19 +203,19 @@ def keep_gapped(inp: TickInput, split: Split, gaps: dict[Role, tuple[str, ...]])
     for role in ROLES:
         if not gaps.get(role):
             continue
-        floor = _bounded(spec, role, observation(inp, role).replicas)
+        floor = _bounded(spec, role, inp.pool(role).replicas)
         if out[role] >= floor:
             continue
         out[role] = floor
         other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
-        room = split.budget_gpus - floor * pool_spec(spec, role).gpus_per_replica
-        fits = room // pool_spec(spec, other).gpus_per_replica
+        room = split.budget_gpus - floor * spec.pool(role).gpus_per_replica
+        fits = room // spec.pool(other).gpus_per_replica
         held = max(
-            min(observation(inp, other).replicas, out[other]),
-            pool_spec(spec, other).replicas.min,
+            min(inp.pool(other).replicas, out[other]),
+            spec.pool(other).replicas.min,
         )
         out[other] = max(min(out[other], fits), held)
-    used = sum(out[r] * pool_spec(spec, r).gpus_per_replica for r in ROLES)
+    used = sum(out[r] * spec.pool(r).gpus_per_replica for r in ROLES)
     if used > split.budget_gpus:
         return split
     return Split(
@@ -248,10 +248,10 @@ def refine_capacities(
     previous = {Role.PREFILL: inp.memory.prefill_tps, Role.DECODE: inp.memory.decode_tps}
     return {
         r: refine_tps(
-            pool_spec(spec, r).tokens_per_second,
+            spec.pool(r).tokens_per_second,
             previous[r],
-            pool_metrics(snap, r).tokens_per_second,
-            history.mean_ready(recent, r, observation(inp, r).ready),
+            snap.pool(r).tokens_per_second,
+            history.mean_ready(recent, r, inp.pool(r).ready),
             min(history.saturated_seconds(recent, r, interval) / window_s, 1.0),
         )
         for r in ROLES
@@ -292,8 +292,8 @@ def pool_facts(
     """Step 4b, ``sizing``: one pool as sizing sees it (replicas asked for, ready, still
     starting, refined tokens/s, tokens per request, SLO and signals), e.g. decode
     4 asked, 3 ready, 0 unschedulable -> 1 in flight."""
-    obs = observation(inp, role)
-    metrics = pool_metrics(snap, role)
+    obs = inp.pool(role)
+    metrics = snap.pool(role)
     slo = inp.spec.slo
     return PoolFacts(
         role=role,
@@ -302,8 +302,8 @@ def pool_facts(
         in_flight=max(obs.replicas - obs.ready - obs.unschedulable, 0),
         tps=tps,
         tokens=tokens,
-        target_utilization=pool_spec(inp.spec, role).target_utilization,
-        slo_seconds=slo.ttft_seconds if role is Role.PREFILL else slo.tpot_seconds,
+        target_utilization=inp.spec.pool(role).target_utilization,
+        slo_seconds=slo.latency_seconds(role),
         latency=metrics.latency_seconds,
         queue=metrics.queue_depth,
         kv_usage=metrics.kv_usage,
@@ -441,7 +441,7 @@ def _stabilize(
     out: dict[Role, Stabilized] = {}
     for index, role in enumerate(ROLES, start=1):
         out[role] = stabilize(
-            current=observation(inp, role).replicas,
+            current=inp.pool(role).replicas,
             recommended=recommended[role],
             window_values=[int(rec[index]) for rec in records],
             covered=covered,
@@ -507,7 +507,7 @@ def add_headroom(spec: PDDeploymentSpec, split: Split, room: int) -> Split:
 
 
 def _bounded(spec: PDDeploymentSpec, role: Role, replicas: int) -> int:
-    bounds = pool_spec(spec, role).replicas
+    bounds = spec.pool(role).replicas
     return clamp(replicas, bounds.min, bounds.max)
 
 
@@ -545,7 +545,7 @@ def _model_outputs(tick: Tick, startup: float) -> ModelOutputs:
 def _hold_unavailable(inp: TickInput, clean: CleanMetrics, startup: float) -> Decision:
     """Keep what runs: raise to min, lower only to the spec's max and maxGPUs."""
     spec = inp.spec
-    held = {r: _bounded(spec, r, observation(inp, r).replicas) for r in ROLES}
+    held = {r: _bounded(spec, r, inp.pool(r).replicas) for r in ROLES}
     split = fit(
         spec,
         held[Role.PREFILL],
