@@ -79,7 +79,7 @@ from pdscaler.metricsql import (
     build_queries,
 )
 from pdscaler.spec import PDDeploymentSpec, PrometheusSpec
-from pdscaler.types import ConditionReason, MetricsSnapshot
+from pdscaler.types import ConditionReason, MetricsErrorReason, MetricsSnapshot
 
 DEFAULT_TIMEOUT_SECONDS = 3.0
 #: The largest answer read (an instant query of pdscaler's reads a few series: a per-pod
@@ -87,31 +87,6 @@ DEFAULT_TIMEOUT_SECONDS = 3.0
 DEFAULT_MAX_BODY_BYTES = 4 * 2**20
 #: The Prometheus an unconfigured operator may query (the CRD's default URL).
 DEFAULT_ALLOWED_URLS = ("http://prometheus.monitoring:9090",)
-
-# Machine reasons of MetricsUnavailableError (CamelCase, usable as a condition reason).
-REASON_UNREACHABLE = "PrometheusUnreachable"  # refused, DNS, TLS, no answer in time
-REASON_HTTP_ERROR = "PrometheusError"  # HTTP status other than 200 without a query error
-REASON_QUERY_FAILED = "QueryFailed"  # Prometheus rejected or could not run a query
-REASON_BAD_ANSWER = "BadAnswer"  # 200, but not the API's JSON, or larger than the cap
-REASON_INVALID_QUERY = "InvalidQuery"  # a custom template refused before sending
-REASON_NOT_ALLOWED = "PrometheusNotAllowed"  # the URL is not in the operator's allow-list
-REASON_UNAUTHORIZED = "PrometheusUnauthorized"  # HTTP 401/403: credentials refused or needed
-REASON_SECRET_NOT_FOUND = "SecretNotFound"  # a Secret metrics.prometheus.auth names is absent
-REASON_SECRET_FORBIDDEN = "SecretForbidden"  # the operator may not get it
-REASON_SECRET_KEY_NOT_FOUND = "SecretKeyNotFound"  # the Secret lacks the key
-REASON_INVALID_SECRET = "InvalidSecret"  # the value is unusable (empty, not PEM, a line break)
-
-#: The MetricsAvailable reason of each ``MetricsUnavailableError.reason`` (the rest:
-#: PrometheusUnreachable).
-CONDITION_REASONS: Mapping[str, ConditionReason] = {
-    REASON_NOT_ALLOWED: ConditionReason.PROMETHEUS_NOT_ALLOWED,
-    REASON_INVALID_QUERY: ConditionReason.INVALID_QUERY,
-    REASON_UNAUTHORIZED: ConditionReason.PROMETHEUS_UNAUTHORIZED,
-    REASON_SECRET_NOT_FOUND: ConditionReason.SECRET_NOT_FOUND,
-    REASON_SECRET_FORBIDDEN: ConditionReason.SECRET_FORBIDDEN,
-    REASON_SECRET_KEY_NOT_FOUND: ConditionReason.SECRET_KEY_NOT_FOUND,
-    REASON_INVALID_SECRET: ConditionReason.INVALID_SECRET,
-}
 
 _API_ERROR_CHARS = 200
 _ERROR_DOC_BYTES = 65536  # a non-200 body larger than this is not read as an error document
@@ -122,13 +97,16 @@ KEEP_IDLE_SECONDS = 30.0
 
 
 class MetricsUnavailableError(Exception):
-    """Prometheus could not give a snapshot. ``reason``: one of the ``REASON_*``
-    constants; ``message``: a sentence for the condition and the Event, e.g.
-    ``QueryFailed`` / ``request_rate: bad_data: 1:6: parse error: unexpected "}"``."""
+    """Prometheus could not give a snapshot. ``reason``: a ``MetricsErrorReason`` (its
+    value, e.g. ``"QueryFailed"``, is accepted); ``message``: a sentence for the
+    condition and the Event, e.g. ``QueryFailed`` /
+    ``request_rate: bad_data: 1:6: parse error: unexpected "}"``."""
 
-    def __init__(self, reason: str, message: str, *, timed_out: bool = False) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
+    def __init__(
+        self, reason: MetricsErrorReason | str, message: str, *, timed_out: bool = False
+    ) -> None:
+        self.reason = MetricsErrorReason(reason)
+        super().__init__(f"{self.reason}: {message}")
         self.message = message
         #: The query ran into its deadline: the server held a connection the whole time.
         self.timed_out = timed_out
@@ -136,7 +114,7 @@ class MetricsUnavailableError(Exception):
     @property
     def condition_reason(self) -> ConditionReason:
         """The reason of the MetricsAvailable=False condition this error gives."""
-        return CONDITION_REASONS.get(self.reason, ConditionReason.PROMETHEUS_UNREACHABLE)
+        return self.reason.condition_reason
 
 
 def _printable(text: str, limit: int) -> str:
@@ -332,12 +310,14 @@ def _text_value(value: bytes, where: str) -> str:
     try:
         text = value.decode("utf-8").strip()
     except UnicodeDecodeError:
-        raise MetricsUnavailableError(REASON_INVALID_SECRET, f"{where}: not UTF-8 text") from None
+        raise MetricsUnavailableError(
+            MetricsErrorReason.INVALID_SECRET, f"{where}: not UTF-8 text"
+        ) from None
     if not text:
-        raise MetricsUnavailableError(REASON_INVALID_SECRET, f"{where}: empty")
+        raise MetricsUnavailableError(MetricsErrorReason.INVALID_SECRET, f"{where}: empty")
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
         raise MetricsUnavailableError(
-            REASON_INVALID_SECRET, f"{where}: holds a line break or control character"
+            MetricsErrorReason.INVALID_SECRET, f"{where}: holds a line break or control character"
         )
     return text
 
@@ -358,11 +338,12 @@ def credentials_from(prom: PrometheusSpec, secrets: SecretData, namespace: str) 
         data = secrets.get(secret)
         if data is None:
             raise MetricsUnavailableError(
-                REASON_SECRET_NOT_FOUND, f"{where}: Secret {namespace}/{secret} not found"
+                MetricsErrorReason.SECRET_NOT_FOUND,
+                f"{where}: Secret {namespace}/{secret} not found",
             )
         if key not in data:
             raise MetricsUnavailableError(
-                REASON_SECRET_KEY_NOT_FOUND,
+                MetricsErrorReason.SECRET_KEY_NOT_FOUND,
                 f"{where}: Secret {namespace}/{secret} has no key {key!r}",
             )
         return data[key]
@@ -379,7 +360,7 @@ def credentials_from(prom: PrometheusSpec, secrets: SecretData, namespace: str) 
         raw = value(field_name, ref.name, ref.key)
         if b"-----BEGIN " not in raw:
             raise MetricsUnavailableError(
-                REASON_INVALID_SECRET,
+                MetricsErrorReason.INVALID_SECRET,
                 f"metrics.prometheus.auth.{field_name} ({ref.name}/{ref.key}): not PEM",
             )
         return raw
@@ -441,7 +422,8 @@ def tls_context(creds: Credentials | None) -> ssl.SSLContext:
             ctx = ssl.create_default_context()
     except (ssl.SSLError, ValueError):
         raise MetricsUnavailableError(
-            REASON_INVALID_SECRET, "metrics.prometheus.auth.ca: no usable PEM certificate"
+            MetricsErrorReason.INVALID_SECRET,
+            "metrics.prometheus.auth.ca: no usable PEM certificate",
         ) from None
     if creds.cert is not None and creds.key is not None:
         try:
@@ -449,7 +431,7 @@ def tls_context(creds: Credentials | None) -> ssl.SSLContext:
                 ctx.load_cert_chain(cert_path, key_path)
         except (ssl.SSLError, OSError, ValueError):
             raise MetricsUnavailableError(
-                REASON_INVALID_SECRET,
+                MetricsErrorReason.INVALID_SECRET,
                 "metrics.prometheus.auth.cert/key: not a usable PEM certificate and key pair",
             ) from None
     if creds.insecure_skip_verify:
@@ -527,12 +509,12 @@ class SecretCache:
         except SecretUnreadableError as err:
             if err.status == 403:
                 raise MetricsUnavailableError(
-                    REASON_SECRET_FORBIDDEN,
+                    MetricsErrorReason.SECRET_FORBIDDEN,
                     f"the operator may not get Secret {namespace}/{name} (403 {err.reason});"
                     " grant it get on secrets in this namespace (the chart's RBAC)",
                 ) from None
             raise MetricsUnavailableError(
-                REASON_UNREACHABLE, f"Secret {namespace}/{name} not read: {err}"
+                MetricsErrorReason.UNREACHABLE, f"Secret {namespace}/{name} not read: {err}"
             ) from None
         with self._lock:
             if data is None:
@@ -715,7 +697,8 @@ class PrometheusClient:
             code, body = self._post(urllib.parse.urlencode(form).encode(), deadline)
         except _TooLargeError:
             raise MetricsUnavailableError(
-                REASON_BAD_ANSWER, f"{self.shown}: answer larger than {self.max_body_bytes} bytes"
+                MetricsErrorReason.BAD_ANSWER,
+                f"{self.shown}: answer larger than {self.max_body_bytes} bytes",
             ) from None
         except (OSError, ValueError, http.client.HTTPException) as err:  # refused, timeout...
             problem = _connection_problem(err)
@@ -723,7 +706,7 @@ class PrometheusClient:
             if timed_out:
                 problem = f"no answer within {self.timeout:g}s"
             raise MetricsUnavailableError(
-                REASON_UNREACHABLE,
+                MetricsErrorReason.UNREACHABLE,
                 f"cannot connect to {self.shown}: {problem}",
                 timed_out=timed_out,
             ) from None
@@ -733,15 +716,15 @@ class PrometheusClient:
             doc = _load_json(body or b"")
         except ValueError:
             raise MetricsUnavailableError(
-                REASON_BAD_ANSWER, f"{self.shown}: answered 200 with no JSON"
+                MetricsErrorReason.BAD_ANSWER, f"{self.shown}: answered 200 with no JSON"
             ) from None
         if not isinstance(doc, dict) or doc.get("status") != "success":
             api = _api_error(doc)
             if api is None:
                 raise MetricsUnavailableError(
-                    REASON_BAD_ANSWER, f"{self.shown}: not a Prometheus API answer"
+                    MetricsErrorReason.BAD_ANSWER, f"{self.shown}: not a Prometheus API answer"
                 )
-            raise MetricsUnavailableError(REASON_QUERY_FAILED, api)
+            raise MetricsUnavailableError(MetricsErrorReason.QUERY_FAILED, api)
         return doc
 
     def _post(self, form: bytes, deadline: float) -> tuple[int, bytes | None]:
@@ -846,7 +829,8 @@ class PrometheusClient:
         the server's, named by its status only."""
         if 300 <= code < 400:
             return MetricsUnavailableError(
-                REASON_HTTP_ERROR, f"{self.shown}: HTTP {code}: redirects are not followed"
+                MetricsErrorReason.HTTP_ERROR,
+                f"{self.shown}: HTTP {code}: redirects are not followed",
             )
         if code in (401, 403):
             sent = (
@@ -855,16 +839,19 @@ class PrometheusClient:
                 else "the server wants credentials (metrics.prometheus.auth)"
             )
             return MetricsUnavailableError(
-                REASON_UNAUTHORIZED, f"{self.shown}: HTTP {code}: {_phrase(code)}: {sent}"
+                MetricsErrorReason.UNAUTHORIZED,
+                f"{self.shown}: HTTP {code}: {_phrase(code)}: {sent}",
             )
         try:
             api = _api_error(_load_json(body)) if body else None
         except ValueError:
             api = None
         if api is not None and code in (400, 422):
-            return MetricsUnavailableError(REASON_QUERY_FAILED, api)
+            return MetricsUnavailableError(MetricsErrorReason.QUERY_FAILED, api)
         detail = api or _phrase(code)
-        return MetricsUnavailableError(REASON_HTTP_ERROR, f"{self.shown}: HTTP {code}: {detail}")
+        return MetricsUnavailableError(
+            MetricsErrorReason.HTTP_ERROR, f"{self.shown}: HTTP {code}: {detail}"
+        )
 
 
 def run_queries(
@@ -883,7 +870,7 @@ def run_queries(
         try:
             return client.query(q.promql, at)
         except MetricsUnavailableError as err:
-            if err.reason == REASON_QUERY_FAILED:
+            if err.reason == MetricsErrorReason.QUERY_FAILED:
                 raise MetricsUnavailableError(err.reason, f"{q.key}: {err.message}") from None
             raise
 
@@ -922,6 +909,6 @@ def read_snapshot(
     try:
         queries = build_queries(spec, namespace, name)
     except InvalidQueryError as err:
-        raise MetricsUnavailableError(REASON_INVALID_QUERY, str(err)) from None
+        raise MetricsUnavailableError(MetricsErrorReason.INVALID_QUERY, str(err)) from None
     answers = run_queries(client, queries, at=now)
     return assemble(queries, answers, now=now, max_age=max_age)

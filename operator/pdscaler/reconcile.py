@@ -50,8 +50,6 @@ from pdscaler.plan import Action, Plan
 from pdscaler.prometheus import (
     DEFAULT_ALLOWED_URLS,
     DEFAULT_MAX_BODY_BYTES,
-    REASON_NOT_ALLOWED,
-    REASON_UNAUTHORIZED,
     Credentials,
     MetricsUnavailableError,
     PrometheusClient,
@@ -65,7 +63,14 @@ from pdscaler.prometheus import (
 )
 from pdscaler.spec import PDDeploymentSpec, parse_spec_lenient
 from pdscaler.telemetry import Telemetry
-from pdscaler.types import ConditionReason, Decision, MetricsSnapshot, PolicyMemory, Role
+from pdscaler.types import (
+    ConditionReason,
+    Decision,
+    MetricsErrorReason,
+    MetricsSnapshot,
+    PolicyMemory,
+    Role,
+)
 
 log = logging.getLogger("pdscaler.reconcile")
 
@@ -208,7 +213,7 @@ class Runtime:
         allowed = self.prometheus_allowed
         if self.prometheus_url is None and allowed is not None and not url_allowed(url, allowed):
             raise MetricsUnavailableError(
-                REASON_NOT_ALLOWED,
+                MetricsErrorReason.NOT_ALLOWED,
                 f"metrics.prometheus.url is not one the operator may query "
                 f"(allowed: {', '.join(allowed)}); no query sent",
             )
@@ -284,7 +289,7 @@ class Runtime:
         try:
             return read_snapshot(client, spec, namespace, name, now)
         except MetricsUnavailableError as err:
-            if err.reason == REASON_UNAUTHORIZED and prom.auth is not None:
+            if err.reason == MetricsErrorReason.UNAUTHORIZED and prom.auth is not None:
                 self.secrets().refresh(namespace, prom.auth.secret_names())  # rotated?
             if err.timed_out and self.prometheus_pause > 0:
                 with self._guard:

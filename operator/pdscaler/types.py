@@ -124,6 +124,36 @@ class ConditionReason(StrEnum):
     WRITES_APPLIED = "WritesApplied"
 
 
+class MetricsErrorReason(StrEnum):
+    """Why Prometheus gave no snapshot: the machine reason of
+    ``prometheus.MetricsUnavailableError`` (CamelCase, shown in its Event and message).
+    """
+
+    UNREACHABLE = "PrometheusUnreachable"  # refused, DNS, TLS, no answer in time
+    HTTP_ERROR = "PrometheusError"  # HTTP status other than 200 without a query error
+    QUERY_FAILED = "QueryFailed"  # Prometheus rejected or could not run a query
+    BAD_ANSWER = "BadAnswer"  # 200, but not the API's JSON, or larger than the cap
+    INVALID_QUERY = "InvalidQuery"  # a custom template refused before sending
+    NOT_ALLOWED = "PrometheusNotAllowed"  # the URL is not in the operator's allow-list
+    UNAUTHORIZED = "PrometheusUnauthorized"  # HTTP 401/403: credentials refused or needed
+    SECRET_NOT_FOUND = "SecretNotFound"  # a Secret metrics.prometheus.auth names is absent
+    SECRET_FORBIDDEN = "SecretForbidden"  # the operator may not get it
+    SECRET_KEY_NOT_FOUND = "SecretKeyNotFound"  # the Secret lacks the key
+    INVALID_SECRET = "InvalidSecret"  # the value is unusable (empty, not PEM, a line break)
+
+    @property
+    def condition_reason(self) -> ConditionReason:
+        """The reason of the MetricsAvailable=False condition it gives: itself where it
+        is a condition reason (``InvalidQuery``, ``SecretNotFound``, ...), else
+        ``PrometheusUnreachable`` (``BadAnswer``, ``QueryFailed``, ``PrometheusError``)."""
+        if self.value in _CONDITION_REASON_VALUES:
+            return ConditionReason(self.value)
+        return ConditionReason.PROMETHEUS_UNREACHABLE
+
+
+_CONDITION_REASON_VALUES = frozenset(reason.value for reason in ConditionReason)
+
+
 @dataclass(frozen=True)
 class PoolMetrics:
     """One pool's signals from Prometheus, summed/aggregated over the pool's pods.

@@ -16,13 +16,12 @@ import pytest
 
 from pdlab.lab import Lab
 from pdscaler.prometheus import (
-    REASON_UNREACHABLE,
     MetricsUnavailableError,
     PrometheusClient,
     read_snapshot,
 )
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import MetricsSnapshot
+from pdscaler.types import MetricsErrorReason, MetricsSnapshot
 from support.exporter import DECODE, PREFILL, EngineExporter, PodLoad
 from support.labkit import wait_for
 
@@ -211,7 +210,7 @@ def test_prometheus_down_is_unavailable_then_recovers(
     finally:
         lab.start_prometheus()
 
-    assert info.value.reason == REASON_UNREACHABLE
+    assert info.value.reason == MetricsErrorReason.UNREACHABLE
     assert info.value.message == f"cannot connect to {lab.prometheus_url}: connection refused"
     back = wait_for(
         lambda: (s := snapshot(lab, ns, "chat")).complete and s.prefill.queue_depth == 6.0 and s,
