@@ -66,6 +66,7 @@ from pdscaler.telemetry import Telemetry
 from pdscaler.types import (
     ConditionReason,
     Decision,
+    EventReason,
     MetricsErrorReason,
     MetricsSnapshot,
     PolicyMemory,
@@ -499,7 +500,7 @@ def _apply(rt: Runtime, pdd: Obj, facts: tick.TickFacts, fx: tick.TickEffects) -
     warnings = [
         tick.Event(
             "Warning",
-            "WriteFailed",
+            EventReason.WRITE_FAILED,
             text,
             once=("write-failed", uid, str(facts.generation), a.verb.value, a.kind, a.name),
         )
@@ -584,12 +585,12 @@ def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
             rt.warned.add(key)
             first = err.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            rt.kube.event(pdd, "InvalidSpec", f"spec.{where}: {first['msg']}", "Warning")
+            rt.kube.event(pdd, EventReason.INVALID_SPEC, f"spec.{where}: {first['msg']}", "Warning")
         return None
     key = ("unknown", str(meta.get("uid")), str(meta.get("generation")))
     if unknown and key not in rt.warned:
         rt.warned.add(key)
-        rt.kube.event(pdd, "UnknownFields", unknown_fields_message(unknown), "Warning")
+        rt.kube.event(pdd, EventReason.UNKNOWN_FIELDS, unknown_fields_message(unknown), "Warning")
     return spec
 
 

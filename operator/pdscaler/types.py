@@ -124,6 +124,30 @@ class ConditionReason(StrEnum):
     WRITES_APPLIED = "WritesApplied"
 
 
+class EventReason(StrEnum):
+    """The reason of an Event that is neither a decision's (its ``Action``) nor a
+    rollout's (a ``RolloutReason``). ``CREATED``/``UPDATED``/``DELETED`` and
+    ``RECOMMEND`` are prefixes: ``CREATED.of("Deployment")`` -> ``CreatedDeployment``,
+    ``RECOMMEND.of(Action.SCALED_DECODE)`` -> ``RecommendScaledDecode``."""
+
+    CREATED = "Created"
+    UPDATED = "Updated"
+    DELETED = "Deleted"
+    SET_DELETION_COST = "SetDeletionCost"
+    NOT_OWNED = "NotOwned"
+    DRIFT_REVERTED = "DriftReverted"
+    DRIFT_DETECTED = "DriftDetected"
+    WRITE_FAILED = "WriteFailed"
+    INVALID_SPEC = "InvalidSpec"
+    UNKNOWN_FIELDS = "UnknownFields"
+    DECISION = "Decision"  # a published decision that carries no action
+    RECOMMEND = "Recommend"  # a decision in Recommend mode, not applied
+
+    def of(self, suffix: str) -> str:
+        """The reason for ``suffix`` (a kind, an action) of a prefix member."""
+        return f"{self.value}{suffix}"
+
+
 class MetricsErrorReason(StrEnum):
     """Why Prometheus gave no snapshot: the machine reason of
     ``prometheus.MetricsUnavailableError`` (CamelCase, shown in its Event and message).
