@@ -15,9 +15,10 @@ policy's memory keeps the last real scale time (nothing was scaled).
 
 Worked example (tests/unit/test_tick.py): a PDDeployment at R = 1 req/s, L_p = 2000,
 L_d = 500 with prefill 3000 tok/s, decode 800 tok/s, u = 0.7 and no objects yet: the
-ratio model wants N_P = 0.95 -> 1 and N_D = 0.89 -> 1, so the effects are four creates
-(prefill and decode Deployments, the cell's decode Service, the front Service), a status
-with ``prefill.desiredReplicas = 1`` and one ``Created...`` Event per create.
+ratio model wants N_P = 0.95 -> 1 and N_D = 0.89 -> 1, so the effects are seven creates
+(the cell's decode, prefill and router Deployments, the routers' ServiceAccount, Role and
+RoleBinding, the front Service), a status with ``prefill.desiredReplicas = 1`` and one
+``Created...`` Event per create.
 """
 
 from __future__ import annotations
