@@ -140,7 +140,7 @@ def test_drain_counts_the_queue_and_the_current_capacity() -> None:
     )
 
 
-# ------------------------------------------------------------------ migrate, reconfigure (§5)
+# ------------------------------------------------ migrate, reconfigure (docs/models.md §5)
 
 
 def test_migrate_issue_example() -> None:
