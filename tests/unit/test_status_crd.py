@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from test_status import HOLD, METRICS, SCALE, inp
 
 from pdscaler import status as st
 from pdscaler.types import Action, ConditionReason, ConditionType, PoolObservation, RolloutPhase
+from support.status_inputs import HOLD, METRICS, SCALE, inp
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "pdscaler.io_pddeployments.yaml"
 #: ``Ready: Serving, NotServing.`` -> ("Ready", "Serving, NotServing")
