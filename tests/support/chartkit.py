@@ -4,7 +4,9 @@ for unit tests that need real Helm (``helm lint``, ``helm template``) or promtoo
 Owns: finding helm and promtool in ~/.cache/pdscaler/tools (``make lab-build`` builds
 both; CI runs it first) and rendering the chart into parsed documents. Without them a
 test is skipped locally, but fails in CI (``$CI`` set): CI skips nothing. Must not: talk
-to a cluster (tests/lab does). Example::
+to a cluster (tests/lab does). Also, without helm: ``read_template`` (a template's
+documents with the template actions blanked), ``values``, ``schema`` and ``grants`` (RBAC
+rules as (group, resource) -> verbs). Example::
 
     docs = template("--set", "monitoring.prometheusRule.enabled=true", monitoring=True)
     (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
@@ -12,7 +14,9 @@ to a cluster (tests/lab does). Example::
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,8 @@ CHART = REPO_DIR / "charts" / "pdscaler"
 KUBE = read_versions()["KUBE_VERSION"]  # helm template's default would be v1.20
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
 RELEASE, NAMESPACE = "pds", "pdscaler-system"
+ACTION_LINE = re.compile(r"^\s*\{\{-?.*-?\}\}\s*$")
+INLINE = re.compile(r"\{\{-?.*?-?\}\}")
 
 
 def tool(path: Path) -> Path:
@@ -61,3 +67,34 @@ def template(*args: str, monitoring: bool = False) -> list[dict[str, Any]]:
 
 def promtool() -> Path:
     return tool(promtool_path())
+
+
+# ---------------------------------------------- the chart's files, read without helm
+
+
+def read_template(name: str) -> list[dict[str, Any]]:
+    lines = []
+    for line in (CHART / "templates" / name).read_text().splitlines():
+        if ACTION_LINE.match(line):
+            continue
+        lines.append(INLINE.sub("X", line))
+    return [d for d in yaml.safe_load_all("\n".join(lines)) if d]
+
+
+def values() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return data
+
+
+def schema() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return data
+
+
+def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
