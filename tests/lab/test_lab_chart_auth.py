@@ -10,13 +10,13 @@ import json
 from typing import Any
 
 import yaml
-from test_lab_chart import CHART, KUBE, _helm
 
 from pdlab.config import REPO_DIR
+from support.chartkit import CHART, KUBE, lab_helm
 
 
 def rendered(*values: str) -> list[dict[str, Any]]:
-    out = _helm("template", "pds", str(CHART), "--kube-version", KUBE, *values)
+    out = lab_helm("template", "pds", str(CHART), "--kube-version", KUBE, *values)
     return [d for d in yaml.safe_load_all(out) if d]
 
 

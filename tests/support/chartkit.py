@@ -19,12 +19,15 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from pdlab.config import REPO_DIR, helm_path, promtool_path, read_versions
+
+if TYPE_CHECKING:
+    from pdlab.lab import Lab
 
 CHART = REPO_DIR / "charts" / "pdscaler"
 KUBE = read_versions()["KUBE_VERSION"]  # helm template's default would be v1.20
@@ -48,6 +51,17 @@ def helm(*args: str) -> str:
     done = subprocess.run(
         [str(tool(helm_path())), *args], capture_output=True, text=True, timeout=120
     )
+    assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr or done.stdout}"
+    return done.stdout
+
+
+def lab_helm(*args: str, lab: Lab | None = None) -> str:
+    """``helm <args>`` for the lab tests (against ``lab``'s cluster when given): a
+    missing helm fails the test, it is never skipped."""
+    helm = helm_path()
+    assert helm.exists(), f"{helm} missing: run `make lab-build`"
+    argv = [str(helm), *args] + (["--kubeconfig", str(lab.kubeconfig)] if lab else [])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr or done.stdout}"
     return done.stdout
 
