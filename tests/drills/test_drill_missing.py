@@ -25,13 +25,12 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from test_drill_garbage import IDLE_LOW, Sampler, errors, fed_runtime, manifest
-
 from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import ConditionReason, ConditionType, MetricsSnapshot, Role
 from support.builders import snapshot
 from support.labkit import Kube, wait_for
+from support.metrics_feed import IDLE_LOW, Sampler, errors, fed_runtime, manifest
 from support.opkit import (
     condition,
     create_pdd,

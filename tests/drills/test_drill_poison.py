@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from test_drill_garbage import fed_runtime, manifest
 
 from drills.report import DrillRecord
 from pdlab.kubeclient import apply_crd
@@ -37,6 +36,7 @@ from pdscaler.spec import MSG_NAME_LENGTH, MSG_VERSION_LABEL
 from pdscaler.types import ConditionReason, ConditionType, Role
 from support.builders import snapshot
 from support.labkit import Kube, wait_for
+from support.metrics_feed import fed_runtime, manifest
 from support.opkit import (
     create_pdd,
     patch_spec,
