@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import pydantic
 import pytest
 
+import pdscaler.runtime
 from pdlab.pki import ensure_pki
 from pdscaler import reconcile
 from pdscaler.prometheus import (
@@ -512,7 +513,7 @@ def test_a_url_outside_the_allow_list_reads_no_secret(recorder: str) -> None:
 
 def test_the_reader_maps_api_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = FakeKube()
-    read = reconcile._secret_reader(kube)
+    read = pdscaler.runtime._secret_reader(kube)
     assert read(NS, "absent") is None
     put_secret(kube, "s", {"k": b"v"})
     assert read(NS, "s") == {"k": b"v"}
