@@ -5,7 +5,7 @@ Owns: installing aiperf 0.13.0 once into its own virtualenv under the cache
 (``~/.cache/pdscaler/aiperf-0.13.0``; its ~1.2 GB of dependencies stay out of the
 project's), the offline tokenizer it needs (a small byte-level BPE trained with the
 ``tokenizers`` library on aiperf's own bundled corpus, installed as a fake Hugging Face
-cache repo ``local/pdlab-bpe``: LAB-NOTES §7, checked on this kind of machine), writing a
+cache repo ``local/pdlab-bpe``: docs/lab.md "The load client's offline tokenizer"), writing a
 Mooncake-format trace, running ``aiperf profile --custom-dataset-type mooncake_trace
 --fixed-schedule``, and reading its client-side results (TTFT, ITL, request latency,
 requests and errors). Must not: talk to the cluster (it only sends HTTP to the URL it is

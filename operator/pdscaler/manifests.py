@@ -87,6 +87,11 @@ class CellTarget:
     def rev(self) -> str:
         return naming.revision(self.image, self.version, self.config)
 
+    def replicas(self, role: Role) -> int:
+        """``role``'s desired replicas: ``replicas(Role.DECODE)`` is ``decode``."""
+        count: int = getattr(self, role)
+        return count
+
 
 def _engine_of(template: Mapping[str, Any]) -> Mapping[str, Any]:
     containers = (template.get("spec") or {}).get("containers") or []
@@ -120,7 +125,7 @@ def kv_config(spec: PDDeploymentSpec) -> str:
     count."""
     parts: dict[str, Any] = {}
     for role in Role:
-        pool = spec.prefill if role is Role.PREFILL else spec.decode
+        pool = spec.pool(role)
         parts[role.value] = {**kv_part(_engine_of(pool.template)), "gpus": pool.gpus_per_replica}
     return _digest(parts)
 
@@ -277,7 +282,7 @@ def _with_drain(pod: dict[str, Any], engine: dict[str, Any], seconds: int) -> No
 def _pod_template(
     meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: Role
 ) -> dict[str, Any]:
-    pool = spec.prefill if role is Role.PREFILL else spec.decode
+    pool = spec.pool(role)
     tpl = copy.deepcopy(pool.template)
     tpl_meta = tpl.setdefault("metadata", {})
     labels = dict(tpl_meta.get("labels") or {})
@@ -313,7 +318,7 @@ def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: 
     Strategy maxSurge=0/maxUnavailable=1: a same-version template change never asks
     the cluster for GPUs beyond the pool's size (the budget is the hard limit).
     """
-    replicas = cell.prefill if role is Role.PREFILL else cell.decode
+    replicas = cell.replicas(role)
     labels = pool_labels(meta.name, role, cell.rev, cell.version)
     template = _pod_template(meta, spec, cell, role)
     obj: Manifest = {

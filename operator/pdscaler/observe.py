@@ -135,7 +135,8 @@ class CellObservation:
     config: str = ""  # the cell's engine-config fingerprint (``manifests.kv_config``)
 
     def pool(self, role: Role) -> PoolObservation:
-        return self.prefill if role is Role.PREFILL else self.decode
+        pool: PoolObservation = getattr(self, role)
+        return pool
 
     @property
     def ready(self) -> bool:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     AwareDatetime,
@@ -42,6 +42,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+
+if TYPE_CHECKING:  # types imports this module; Role is only an annotation here
+    from pdscaler.types import Role
 
 GROUP = "pdscaler.io"
 VERSION = "v1alpha1"
@@ -243,6 +246,11 @@ class SLOSpec(_Model):
     tpot_seconds: float = Field(default=0.05, gt=0)
     percentile: float = Field(default=0.95, gt=0, lt=1)
     recovery_seconds: float = Field(default=60.0, gt=0)
+
+    def latency_seconds(self, role: Role) -> float:
+        """The latency objective a pool answers for: TTFT (prefill), TPOT (decode)."""
+        by_role = {"prefill": self.ttft_seconds, "decode": self.tpot_seconds}
+        return by_role[role]
 
 
 #: A Secret's name (DNS subdomain) and a key in its data, as the API server allows them.
@@ -491,6 +499,11 @@ class PDDeploymentSpec(_Model):
     metrics: MetricsSpec = MetricsSpec()
     scaling: ScalingSpec = ScalingSpec()
     rollout: RolloutSpec = RolloutSpec()
+
+    def pool(self, role: Role) -> PoolSpec:
+        """The spec of ``role``'s pool: ``pool(Role.DECODE)`` is ``decode``."""
+        pool: PoolSpec = getattr(self, role)
+        return pool
 
     @property
     def router_type(self) -> RouterType:

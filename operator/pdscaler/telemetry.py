@@ -197,7 +197,7 @@ class Telemetry:
     ) -> None:
         """One tick's numbers. ``before`` is what the pools were asked for before it."""
         for role in Role:
-            after = decision.prefill if role is Role.PREFILL else decision.decode
+            after = decision.replicas(role)
             self.desired.labels(namespace, name, role.value).set(after)
             self.ready.labels(namespace, name, role.value).set(ready[role].ready)
             moved = direction(before[role], after)
@@ -258,7 +258,7 @@ class Telemetry:
         self.slo.labels(namespace, name, "tpot").set(spec.slo.tpot_seconds)
         self.gpu_budget.labels(namespace, name).set(spec.scaling.max_gpus)
         for role in Role:
-            pool = spec.prefill if role is Role.PREFILL else spec.decode
+            pool = spec.pool(role)
             self.gpus_per_replica.labels(namespace, name, role.value).set(pool.gpus_per_replica)
         current = {(c.type, c.reason): c.status == "True" for c in status.conditions or []}
         for labels in _label_sets(self.condition_reason):

@@ -38,6 +38,7 @@ from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
 from pdscaler.types import (
     ConditionReason,
     Decision,
+    EventReason,
     MetricsSnapshot,
     PolicyMemory,
     PoolObservation,
@@ -297,9 +298,9 @@ def _freeze_other_versions(
 # -------------------------------------------------------------------------- events
 
 _VERB_REASON = {
-    Verb.CREATE: "Created",
-    Verb.UPDATE: "Updated",
-    Verb.DELETE: "Deleted",
+    Verb.CREATE: EventReason.CREATED,
+    Verb.UPDATE: EventReason.UPDATED,
+    Verb.DELETE: EventReason.DELETED,
 }
 
 
@@ -311,10 +312,12 @@ def _action_events(the_plan: Plan) -> list[Event]:
     for action in the_plan.writes:
         reason = _VERB_REASON.get(action.verb)
         if reason is not None:
-            out.append(Event("Normal", f"{reason}{action.kind}", _describe(action), action=action))
+            out.append(Event("Normal", reason.of(action.kind), _describe(action), action=action))
     if costs:
         pods = ", ".join(f"{a.name}={a.message.split('=')[-1]}" for a in costs)
-        out.append(Event("Normal", "SetDeletionCost", f"decode pod-deletion-cost: {pods}"))
+        out.append(
+            Event("Normal", EventReason.SET_DELETION_COST, f"decode pod-deletion-cost: {pods}")
+        )
     return out
 
 
@@ -326,7 +329,7 @@ def _describe(action: Action) -> str:
 def _foreign_events(uid: str, the_plan: Plan) -> list[Event]:
     """A Warning per object we want but do not own (the shell publishes each once)."""
     return [
-        Event("Warning", "NotOwned", a.describe(), once=("foreign", uid, a.kind, a.name))
+        Event("Warning", EventReason.NOT_OWNED, a.describe(), once=("foreign", uid, a.kind, a.name))
         for a in the_plan.actions
         if a.verb is Verb.WARN
     ]
@@ -338,7 +341,7 @@ def _drift_events(uid: str, reverted: list[str], stuck: list[str]) -> list[Event
     out = [
         Event(
             "Warning",
-            "DriftReverted",
+            EventReason.DRIFT_REVERTED,
             f"Deployment {name}: engine container changed "
             "outside pdscaler (image, args, env, envFrom, resources); reverted to what was "
             "rendered",
@@ -348,7 +351,7 @@ def _drift_events(uid: str, reverted: list[str], stuck: list[str]) -> list[Event
     out += [
         Event(
             "Warning",
-            "DriftDetected",
+            EventReason.DRIFT_DETECTED,
             f"Deployment {name}: engine container changed "
             "outside pdscaler and is not restored (an old cell's engine configuration, or "
             "Recommend mode)",
@@ -367,8 +370,9 @@ def _decision_events(
     old = previous.last_decision if previous else None
     if ld is None or ld == old or (ld.action or "").startswith("Hold"):
         return []
-    reason = ld.action or "Decision"
+    reason: str = ld.action or EventReason.DECISION
     message = ld.message or reason
     if not auto:
-        reason, message = f"Recommend{reason}", f"(Recommend mode, not applied) {message}"
+        reason = EventReason.RECOMMEND.of(reason)
+        message = f"(Recommend mode, not applied) {message}"
     return [Event("Normal", reason, message)]

@@ -126,6 +126,60 @@ class ConditionReason(StrEnum):
     WRITES_APPLIED = "WritesApplied"
 
 
+class EventReason(StrEnum):
+    """The reason of an Event that is neither a decision's (its ``Action``) nor a
+    rollout's (a ``RolloutReason``). ``CREATED``/``UPDATED``/``DELETED`` and
+    ``RECOMMEND`` are prefixes: ``CREATED.of("Deployment")`` -> ``CreatedDeployment``,
+    ``RECOMMEND.of(Action.SCALED_DECODE)`` -> ``RecommendScaledDecode``."""
+
+    CREATED = "Created"
+    UPDATED = "Updated"
+    DELETED = "Deleted"
+    SET_DELETION_COST = "SetDeletionCost"
+    NOT_OWNED = "NotOwned"
+    DRIFT_REVERTED = "DriftReverted"
+    DRIFT_DETECTED = "DriftDetected"
+    WRITE_FAILED = "WriteFailed"
+    INVALID_SPEC = "InvalidSpec"
+    UNKNOWN_FIELDS = "UnknownFields"
+    DECISION = "Decision"  # a published decision that carries no action
+    RECOMMEND = "Recommend"  # a decision in Recommend mode, not applied
+
+    def of(self, suffix: str) -> str:
+        """The reason for ``suffix`` (a kind, an action) of a prefix member."""
+        return f"{self.value}{suffix}"
+
+
+class MetricsErrorReason(StrEnum):
+    """Why Prometheus gave no snapshot: the machine reason of
+    ``prometheus.MetricsUnavailableError`` (CamelCase, shown in its Event and message).
+    """
+
+    UNREACHABLE = "PrometheusUnreachable"  # refused, DNS, TLS, no answer in time
+    HTTP_ERROR = "PrometheusError"  # HTTP status other than 200 without a query error
+    QUERY_FAILED = "QueryFailed"  # Prometheus rejected or could not run a query
+    BAD_ANSWER = "BadAnswer"  # 200, but not the API's JSON, or larger than the cap
+    INVALID_QUERY = "InvalidQuery"  # a custom template refused before sending
+    NOT_ALLOWED = "PrometheusNotAllowed"  # the URL is not in the operator's allow-list
+    UNAUTHORIZED = "PrometheusUnauthorized"  # HTTP 401/403: credentials refused or needed
+    SECRET_NOT_FOUND = "SecretNotFound"  # a Secret metrics.prometheus.auth names is absent
+    SECRET_FORBIDDEN = "SecretForbidden"  # the operator may not get it
+    SECRET_KEY_NOT_FOUND = "SecretKeyNotFound"  # the Secret lacks the key
+    INVALID_SECRET = "InvalidSecret"  # the value is unusable (empty, not PEM, a line break)
+
+    @property
+    def condition_reason(self) -> ConditionReason:
+        """The reason of the MetricsAvailable=False condition it gives: itself where it
+        is a condition reason (``InvalidQuery``, ``SecretNotFound``, ...), else
+        ``PrometheusUnreachable`` (``BadAnswer``, ``QueryFailed``, ``PrometheusError``)."""
+        if self.value in _CONDITION_REASON_VALUES:
+            return ConditionReason(self.value)
+        return ConditionReason.PROMETHEUS_UNREACHABLE
+
+
+_CONDITION_REASON_VALUES = frozenset(reason.value for reason in ConditionReason)
+
+
 @dataclass(frozen=True)
 class PoolMetrics:
     """One pool's signals from Prometheus, summed/aggregated over the pool's pods.
@@ -169,6 +223,10 @@ class MetricsSnapshot:
     prefill: PoolMetrics = field(default_factory=PoolMetrics)
     decode: PoolMetrics = field(default_factory=PoolMetrics)
     problems: tuple[str, ...] = ()
+
+    def pool(self, role: Role) -> PoolMetrics:
+        """``role``'s pool signals: ``pool(Role.DECODE)`` is ``decode``."""
+        return cast(PoolMetrics, getattr(self, role))
 
     @property
     def complete(self) -> bool:
@@ -237,6 +295,10 @@ class TickInput:
     memory: PolicyMemory = field(default_factory=PolicyMemory)
     rollout_in_progress: bool = False
 
+    def pool(self, role: Role) -> PoolObservation:
+        """``role``'s pool as the API shows it: ``pool(Role.DECODE)`` is ``decode``."""
+        return cast(PoolObservation, getattr(self, role))
+
 
 @dataclass(frozen=True)
 class ModelOutputs:
@@ -278,6 +340,11 @@ class Decision:
     deadline_infeasible: bool = False
     memory: PolicyMemory = field(default_factory=PolicyMemory)
     data_gaps: tuple[str, ...] = ()
+
+    def replicas(self, role: Role) -> int:
+        """The desired replicas of ``role``: ``replicas(Role.DECODE)`` is ``decode``
+        (``pool`` is the field naming the pool a decision scaled)."""
+        return cast(int, getattr(self, role))
 
 
 # ------------------------------------------------------------------ one value per role

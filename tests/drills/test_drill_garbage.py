@@ -19,91 +19,25 @@ garbage's doing.
 from __future__ import annotations
 
 import math
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from drills.report import DrillRecord
 from pdlab.lab import Lab
-from pdscaler.reconcile import Runtime
-from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot, Role
-from support.background import Background
 from support.builders import snapshot
 from support.labkit import Kube, wait_for
-from support.opkit import create_pdd, operator_runtime, pdd_manifest, ticking, total, wait_stable
+from support.metrics_feed import (
+    IDLE_LOW,
+    MAX_REPLICAS,
+    Sampler,
+    errors,
+    fed_runtime,
+    manifest,
+)
+from support.opkit import create_pdd, ticking, total, wait_stable
 
-MAX_REPLICAS = 12
-STABILIZATION = "4s"
 PHASE_SECONDS = 3.0
-
-Source = Callable[[PDDeploymentSpec, str, str, float], MetricsSnapshot]
-
-
-class Feed:
-    """The snapshot the operator reads next (``source`` is the Runtime's hook)."""
-
-    def __init__(self, first: MetricsSnapshot) -> None:
-        self._snap = first
-        self._lock = threading.Lock()
-
-    def set(self, snap: MetricsSnapshot) -> None:
-        with self._lock:
-            self._snap = snap
-
-    def source(self, spec: PDDeploymentSpec, ns: str, name: str, now: float) -> MetricsSnapshot:
-        with self._lock:
-            return replace(self._snap, time=now)
-
-
-@dataclass
-class Sampler(Background):
-    """Both pools' Deployment replicas every 0.2 s: the lowest and highest seen since
-    ``reset``."""
-
-    kube: Kube
-    namespace: str
-    name: str
-    low: dict[Role, int] = field(default_factory=dict)
-    high: dict[Role, int] = field(default_factory=dict)
-    samples: int = 0
-
-    def reset(self) -> None:
-        self.low, self.high = {}, {}
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for role in Role:
-                n = total(self.kube, self.namespace, self.name, role)
-                self.low[role] = min(self.low.get(role, n), n)
-                self.high[role] = max(self.high.get(role, n), n)
-            self.samples += 1
-            self._stop.wait(0.2)
-
-
-def errors(rt: Runtime, namespace: str, name: str) -> float:
-    """The operator's reconcile error counter of this PDDeployment."""
-    value = rt.telemetry.errors.labels(namespace, name)._value.get()
-    return float(value)
-
-
-def fed_runtime(lab: Lab) -> tuple[Runtime, Feed]:
-    """An operator Runtime on the lab whose metrics come from a Feed, at R = 4 req/s."""
-    feed = Feed(snapshot(4.0, ttft=0.3, tpot=0.02, running=0.0))
-    rt = operator_runtime(lab)
-    rt.metrics_source = feed.source
-    return rt, feed
-
-
-def manifest(name: str, lab: Lab) -> dict[str, object]:
-    return pdd_manifest(
-        name, lab.prometheus_url, interval="1s", stabilization=STABILIZATION,
-        max_replicas=MAX_REPLICAS, max_gpus=32,
-    )  # fmt: skip
-
-
-IDLE_LOW = snapshot(1.0, ttft=0.3, tpot=0.02, running=0.0)  # complete: wants 1 / 1
 
 
 def garbage_phases() -> list[tuple[str, MetricsSnapshot]]:

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import ConditionReason, ConditionType, MetricsSnapshot, Role
 from support.builders import snapshot
 from support.labkit import Kube, wait_for
+from support.metrics_feed import IDLE_LOW, Sampler, errors, fed_runtime, manifest
 from support.opkit import (
     condition,
     create_pdd,
@@ -39,11 +39,6 @@ from support.opkit import (
     total,
     wait_stable,
 )
-
-if TYPE_CHECKING:  # pytest imports tests/drills' modules by basename; mypy as drills.*
-    from drills.test_drill_garbage import IDLE_LOW, Sampler, errors, fed_runtime, manifest
-else:
-    from test_drill_garbage import IDLE_LOW, Sampler, errors, fed_runtime, manifest
 
 TWO_WINDOWS = 8.0
 

@@ -22,7 +22,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -36,6 +36,7 @@ from pdscaler.spec import MSG_NAME_LENGTH, MSG_VERSION_LABEL
 from pdscaler.types import ConditionReason, ConditionType, Role
 from support.builders import snapshot
 from support.labkit import Kube, wait_for
+from support.metrics_feed import fed_runtime, manifest
 from support.opkit import (
     create_pdd,
     patch_spec,
@@ -44,11 +45,6 @@ from support.opkit import (
     wait_condition,
     wait_stable,
 )
-
-if TYPE_CHECKING:  # pytest imports tests/drills' modules by basename; mypy as drills.*
-    from drills.test_drill_garbage import fed_runtime, manifest
-else:
-    from test_drill_garbage import fed_runtime, manifest
 
 LOW = snapshot(1.0, ttft=0.3, tpot=0.02, running=0.0)
 HIGH = snapshot(4.0, ttft=0.3, tpot=0.02, running=0.0)

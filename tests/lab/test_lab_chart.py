@@ -21,23 +21,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-from pdlab.config import REPO_DIR, helm_path, read_versions
 from pdlab.lab import Lab
+from support.chartkit import CHART, KUBE, lab_helm
 from support.labkit import Kube, rbac_allows, wait_for
 from support.opkit import create_pdd, delete_pdd_and_wait, get_pdd, pdd_manifest
 
-CHART = REPO_DIR / "charts" / "pdscaler"
 NAME = "charted"
-KUBE = read_versions()["KUBE_VERSION"]  # helm template's default would be v1.20
-
-
-def _helm(*args: str, lab: Lab | None = None) -> str:
-    helm = helm_path()
-    assert helm.exists(), f"{helm} missing: run `make lab-build`"
-    argv = [str(helm), *args] + (["--kubeconfig", str(lab.kubeconfig)] if lab else [])
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr or done.stdout}"
-    return done.stdout
 
 
 def _sa_kubeconfig(kube: Kube, namespace: str, sa: str, path: Path) -> Path:
@@ -67,7 +56,7 @@ def _sa_kubeconfig(kube: Kube, namespace: str, sa: str, path: Path) -> Path:
 
 
 def test_chart_lints_and_renders() -> None:
-    _helm("lint", str(CHART), "--strict")
+    lab_helm("lint", str(CHART), "--strict")
     # (values, the workload role's RoleBinding namespaces, bound cluster-wide?): by
     # default the release namespace only (helm template's is "default"); cluster-wide
     # only when asked
@@ -81,7 +70,7 @@ def test_chart_lints_and_renders() -> None:
         docs = [
             d
             for d in yaml.safe_load_all(
-                _helm("template", "pds", str(CHART), "--kube-version", KUBE, *values)
+                lab_helm("template", "pds", str(CHART), "--kube-version", KUBE, *values)
             )
             if d
         ]
@@ -106,7 +95,7 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
     release = f"pds-{namespace[-6:]}"
     # crds.install=false: the `crd` fixture owns the CRD here (the chart's CRD template
     # is tested in test_lab_chart_monitoring.py)
-    _helm(
+    lab_helm(
         "install", release, str(CHART), "-n", namespace,
         "--set", f"watchNamespaces={{{namespace}}}", "--set", "crds.install=false", lab=lab,
     )  # fmt: skip
@@ -165,7 +154,7 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
         assert "Forbidden" not in text, text[-2000:]
         assert " 403" not in text, text[-2000:]
     finally:
-        _helm("uninstall", release, "-n", namespace, "--wait", lab=lab)
+        lab_helm("uninstall", release, "-n", namespace, "--wait", lab=lab)
     with pytest.raises(client.ApiException) as gone:
         kube.apps.read_namespaced_deployment(f"{release}-pdscaler", namespace)
     assert gone.value.status == 404

@@ -7,20 +7,16 @@ labelled for Grafana's sidecar and holding deploy/grafana/pdscaler.json byte for
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from pdlab.config import REPO_DIR
-
-if TYPE_CHECKING:  # pytest imports tests/lab's modules by basename; mypy as lab.*
-    from lab.test_lab_chart import CHART, KUBE, _helm
-else:
-    from test_lab_chart import CHART, KUBE, _helm
+from support.chartkit import CHART, KUBE, lab_helm
 
 
 def rendered(*values: str) -> list[dict[str, Any]]:
-    out = _helm("template", "pds", str(CHART), "--kube-version", KUBE, *values)
+    out = lab_helm("template", "pds", str(CHART), "--kube-version", KUBE, *values)
     return [d for d in yaml.safe_load_all(out) if d]
 
 

@@ -17,13 +17,12 @@ import pytest
 
 from pdlab.lab import Lab
 from pdscaler.prometheus import (
-    REASON_UNREACHABLE,
     MetricsUnavailableError,
     PrometheusClient,
     read_snapshot,
 )
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import MetricsSnapshot
+from pdscaler.types import MetricsErrorReason, MetricsSnapshot
 from support.exporter import DECODE, PREFILL, EngineExporter, PodLoad
 from support.labkit import wait_for
 
@@ -212,7 +211,7 @@ def test_prometheus_down_is_unavailable_then_recovers(
     finally:
         lab.start_prometheus()
 
-    assert info.value.reason == REASON_UNREACHABLE
+    assert info.value.reason == MetricsErrorReason.UNREACHABLE
     assert info.value.message == f"cannot connect to {lab.prometheus_url}: connection refused"
     back = cast(  # the probe's truthy value: the snapshot
         MetricsSnapshot,

@@ -4,7 +4,9 @@ for unit tests that need real Helm (``helm lint``, ``helm template``) or promtoo
 Owns: finding helm and promtool in ~/.cache/pdscaler/tools (``make lab-build`` builds
 both; CI runs it first) and rendering the chart into parsed documents. Without them a
 test is skipped locally, but fails in CI (``$CI`` set): CI skips nothing. Must not: talk
-to a cluster (tests/lab does). Example::
+to a cluster (tests/lab does). Also, without helm: ``read_template`` (a template's
+documents with the template actions blanked), ``values``, ``schema`` and ``grants`` (RBAC
+rules as (group, resource) -> verbs). Example::
 
     docs = template("--set", "monitoring.prometheusRule.enabled=true", monitoring=True)
     (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
@@ -12,20 +14,27 @@ to a cluster (tests/lab does). Example::
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from pdlab.config import REPO_DIR, helm_path, promtool_path, read_versions
 
+if TYPE_CHECKING:
+    from pdlab.lab import Lab
+
 CHART = REPO_DIR / "charts" / "pdscaler"
 KUBE = read_versions()["KUBE_VERSION"]  # helm template's default would be v1.20
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
 RELEASE, NAMESPACE = "pds", "pdscaler-system"
+ACTION_LINE = re.compile(r"^\s*\{\{-?.*-?\}\}\s*$")
+INLINE = re.compile(r"\{\{-?.*?-?\}\}")
 
 
 def tool(path: Path) -> Path:
@@ -46,6 +55,17 @@ def helm(*args: str) -> str:
     return done.stdout
 
 
+def lab_helm(*args: str, lab: Lab | None = None) -> str:
+    """``helm <args>`` for the lab tests (against ``lab``'s cluster when given): a
+    missing helm fails the test, it is never skipped."""
+    helm = helm_path()
+    assert helm.exists(), f"{helm} missing: run `make lab-build`"
+    argv = [str(helm), *args] + (["--kubeconfig", str(lab.kubeconfig)] if lab else [])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr or done.stdout}"
+    return done.stdout
+
+
 def template(*args: str, monitoring: bool = False) -> list[dict[str, Any]]:
     """``helm template`` of the chart (release ``pds`` in ``pdscaler-system``), parsed;
     ``monitoring``: the cluster serves the monitoring.coreos.com/v1 kinds."""
@@ -61,3 +81,34 @@ def template(*args: str, monitoring: bool = False) -> list[dict[str, Any]]:
 
 def promtool() -> Path:
     return tool(promtool_path())
+
+
+# ---------------------------------------------- the chart's files, read without helm
+
+
+def read_template(name: str) -> list[dict[str, Any]]:
+    lines = []
+    for line in (CHART / "templates" / name).read_text().splitlines():
+        if ACTION_LINE.match(line):
+            continue
+        lines.append(INLINE.sub("X", line))
+    return [d for d in yaml.safe_load_all("\n".join(lines)) if d]
+
+
+def values() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return data
+
+
+def schema() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return data
+
+
+def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out

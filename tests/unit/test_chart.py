@@ -10,41 +10,18 @@ the optional leader-election rules are checked too) and inline ``{{ ... }}`` bec
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from pdscaler.cli import build_app
+from support.chartkit import grants, read_template, schema, values
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "pdscaler"
-ACTION_LINE = re.compile(r"^\s*\{\{-?.*-?\}\}\s*$")
-INLINE = re.compile(r"\{\{-?.*?-?\}\}")
-
-
-def read_template(name: str) -> list[dict[str, Any]]:
-    lines = []
-    for line in (CHART / "templates" / name).read_text().splitlines():
-        if ACTION_LINE.match(line):
-            continue
-        lines.append(INLINE.sub("X", line))
-    return [d for d in yaml.safe_load_all("\n".join(lines)) if d]
-
-
-def values() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
-    return data
-
-
-def schema() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
-    return data
 
 
 def test_chart_crd_is_the_source_crd() -> None:
@@ -84,15 +61,6 @@ def rules_of(role_name_suffix: str) -> list[dict[str, Any]]:
         if doc["kind"] == "ClusterRole" and doc["metadata"]["name"].endswith(role_name_suffix):
             return list(doc["rules"])
     raise AssertionError(f"no ClusterRole *{role_name_suffix}")
-
-
-def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
-    out: dict[tuple[str, str], set[str]] = {}
-    for rule in rules:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                out.setdefault((group, resource), set()).update(rule["verbs"])
-    return out
 
 
 def test_workload_role_is_exactly_what_the_operator_uses() -> None:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_chart import grants, read_template, values
-
 from pdscaler.spec import MAX_CUSTOM_HEADERS, PrometheusAuth
+from support.chartkit import grants, read_template, values
 
 
 def secrets_docs() -> list[dict[str, Any]]:

@@ -16,11 +16,10 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from test_chart import schema, values
 
 from pdscaler.metricsql.templates import PROM_NAME, PROM_ROLE
 from pdscaler.telemetry import MetricsServer, Telemetry
-from support.chartkit import CHART, NAMESPACE, RELEASE, helm, template
+from support.chartkit import CHART, NAMESPACE, RELEASE, helm, schema, template, values
 
 ALL_ON = [
     "--set", "monitoring.serviceMonitor.enabled=true",

@@ -13,13 +13,12 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-from pdscaler.cli import build_app
 from support.crd_schema import EXAMPLES_DIR, ROOT
 from support.invalid_manifests import CASES
+from support.plan_cli import as_json, ok, plan
 
-APP = build_app()
 CHAT_RATIO = (
     "ratio --rate 20 --prompt-tokens 2000 --output-tokens 500 --prefill-tps 3000 --decode-tps 800"
 )
@@ -27,26 +26,10 @@ DRAIN = "drain --arrival 3.5 --startup 10"
 CHAT_LOAD = "--rate 20 --prompt-tokens 2000 --output-tokens 500"
 
 
-def plan(args: str) -> Result:
-    """``pdscaler plan <args>`` in-process."""
-    return CliRunner().invoke(APP, ["plan", *args.split()])
-
-
-def ok(args: str) -> str:
-    result = plan(args)
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
 def shows(out: str, *phrases: str) -> None:
     """Every phrase appears in the human output."""
     missing = [p for p in phrases if p not in out]
     assert not missing, (missing, out)
-
-
-def as_json(args: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(ok(f"{args} --json"))
-    return data
 
 
 # ------------------------------------------------------------------ ratio (docs/models.md §2)
@@ -140,7 +123,7 @@ def test_drain_counts_the_queue_and_the_current_capacity() -> None:
     )
 
 
-# ------------------------------------------------------------------ migrate, reconfigure (§5)
+# ------------------------------------------------ migrate, reconfigure (docs/models.md §5)
 
 
 def test_migrate_issue_example() -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_cli_plan import as_json, ok, plan
 
 from support.crd_schema import EXAMPLES_DIR
+from support.plan_cli import as_json, ok, plan
 
 LONG = (
     "ratio --rate 3.5 --prompt-tokens 12000 --output-tokens 350 --prefill-tps 8500 "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_cli_simulate import as_json, azure_csv, simulate
+from support.simulate_cli import as_json, azure_csv, simulate
 
 
 def test_queue_deadline_runs_and_fcfs_is_the_default(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 """The documentation a reader is sent to exists: every ``docs/design.md §N`` and
 ``docs/models.md §N`` in the code, the CLI's help and output (they are in the source),
-the charts, the bench and the docs has a heading for section N in that file; no
-reference names a design file outside the repository (the bare upper-case names); and
-every relative link in README.md and docs/*.md points to a file (and heading) that
-exists.
+the charts, the bench and the docs has a heading for section N in that file, also when
+the reference is broken across two lines; a section number in parentheses with no file
+name is only used inside docs/design.md and docs/models.md (where it names a section of
+that document, which must exist); no reference names a design file outside the
+repository (the bare upper-case names); and every relative link in README.md and
+docs/*.md points to a file (and heading) that exists.
 
 Worked example: ``Ratio model (docs/models.md §2)`` in ``pdscaler plan ratio``'s output
 needs ``docs/models.md`` with a heading ``## 2. ...``; ``docs/design.md §3.5`` needs
@@ -26,6 +28,8 @@ DOCS = {"design": ROOT / "docs" / "design.md", "models": ROOT / "docs" / "models
 
 # `design.md §3.5`, `docs/models.md §2b`, `docs/design.md §3 step 5` (-> 3)
 REFERENCE = re.compile(r"\b(design|models)\.md\s*§\s*(\d+[a-z]?(?:\.\d+)?)")
+# `(§2b)`: a section with no file name (resolves only inside the document itself)
+BARE_SECTION = re.compile(r"\(§\s*(\d+[a-z]?(?:\.\d+)?)")
 # The design files by their old upper-case names, which are not in the repository.
 BARE = re.compile(r"(?<![\w/])(DESIGN|MODELS)\.md")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -85,14 +89,48 @@ def anchors(path: Path) -> set[str]:
     return out
 
 
+def find(pattern: re.Pattern[str], lines: list[tuple[int, str]]) -> list[re.Match[str]]:
+    """The matches of ``pattern`` in ``lines`` read as one text, so a reference broken
+    across a line (``docs/models.md`` at the end of one, ``§2c`` opening the next) is
+    found; ``line_of`` gives a match's line number."""
+    return list(pattern.finditer("\n".join(line for _, line in lines)))
+
+
+def line_of(match: re.Match[str], lines: list[tuple[int, str]]) -> int:
+    return lines[match.string.count("\n", 0, match.start())][0]
+
+
 def references() -> list[tuple[str, str, str]]:
     """(where, file key, section) of every section reference in the scanned files."""
     found = []
     for f in scanned_files():
-        for number, line in prose_lines(f):
-            for m in REFERENCE.finditer(line):
-                found.append((f"{f.relative_to(ROOT)}:{number}", m.group(1), m.group(2)))
+        lines = prose_lines(f)
+        for m in find(REFERENCE, lines):
+            where = f"{f.relative_to(ROOT)}:{line_of(m, lines)}"
+            found.append((where, m.group(1), m.group(2)))
     return found
+
+
+def bare_sections() -> list[tuple[str, Path, str]]:
+    """(where, the file, section) of every ``(§N`` with no file name in the scanned
+    files (this file's own examples aside)."""
+    here = Path(__file__).resolve()
+    found = []
+    for f in scanned_files():
+        if f.resolve() == here:
+            continue
+        lines = prose_lines(f)
+        for m in find(BARE_SECTION, lines):
+            found.append((f"{f.relative_to(ROOT)}:{line_of(m, lines)}", f, m.group(1)))
+    return found
+
+
+def test_a_reference_broken_across_a_line_and_a_bare_section_are_found() -> None:
+    lines = [(7, "    replicas for bursts (docs/models.md"), (8, "    §2c), within maxGPUs")]
+    (ref,) = find(REFERENCE, lines)
+    assert (ref.group(1), ref.group(2), line_of(ref, lines)) == ("models", "2c", 7)
+    lines = [(3, "Owns: ratio (§2), drain (docs/models.md §3)")]
+    assert [m.group(1) for m in find(BARE_SECTION, lines)] == ["2"]
 
 
 def test_the_design_documents_exist_with_their_sections() -> None:
@@ -114,6 +152,20 @@ def test_every_section_reference_resolves() -> None:
         if not has_section(DOCS[key], section)
     ]
     assert not broken, "references to sections without a heading:\n" + "\n".join(broken)
+
+
+def test_a_section_without_a_file_name_is_only_used_inside_its_document() -> None:
+    """``(§2b)`` in the CLI's help sends a user nowhere: write ``docs/models.md §2b``.
+    Inside docs/models.md, ``(§4)`` is that document's §4, which must exist."""
+    own = {path.resolve() for path in DOCS.values()}
+    outside = [where for where, f, _ in bare_sections() if f.resolve() not in own]
+    assert not outside, "name the document (docs/models.md §N):\n" + "\n".join(outside)
+    broken = [
+        f"{where}: §{section}"
+        for where, f, section in bare_sections()
+        if f.resolve() in own and not has_section(f, section)
+    ]
+    assert not broken, "sections of their own document without a heading:\n" + "\n".join(broken)
 
 
 def test_no_reference_to_design_files_outside_the_repository() -> None:

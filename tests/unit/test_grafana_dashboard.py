@@ -13,10 +13,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from test_chart import read_template, values
-
 from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
 from pdscaler.telemetry import Telemetry
+from support.chartkit import read_template, values
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "pdscaler.json"

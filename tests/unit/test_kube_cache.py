@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_reconcile_unit_tick import NAME, NS, PDD_PATH, World
 
 from pdscaler import kube as kube_module
 from pdscaler.kube import CacheNotSyncedError, Informer, KubeError
 from pdscaler.reconcile import reconcile_once
 from support.fakekube import FakeKube
+from support.reconcile_world import NAME, NS, PDD_PATH, World
 
 LABELS = {"pdscaler.io/name": "chat", "pdscaler.io/role": "decode"}
 

@@ -15,16 +15,12 @@ import pytest
 
 from pdscaler import metricsql as mq
 from pdscaler.prometheus import (
-    REASON_BAD_ANSWER,
-    REASON_HTTP_ERROR,
-    REASON_INVALID_QUERY,
-    REASON_QUERY_FAILED,
-    REASON_UNREACHABLE,
     MetricsUnavailableError,
     PrometheusClient,
     read_snapshot,
 )
 from pdscaler.spec import LENIENT, PDDeploymentSpec
+from pdscaler.types import MetricsErrorReason
 from support.httpkit import QuietHandler, serving
 
 Responder = Callable[[dict[str, str]], tuple[int, bytes]]
@@ -81,7 +77,7 @@ def test_connection_refused_is_unreachable() -> None:
     with fake_prometheus(lambda form: success([])) as url:
         pass  # the server is closed again: its port now refuses connections
     err = unavailable(url)
-    assert err.reason == REASON_UNREACHABLE
+    assert err.reason == MetricsErrorReason.UNREACHABLE
     assert err.message == f"cannot connect to {url}: connection refused"
 
 
@@ -97,7 +93,7 @@ def test_no_answer_in_time_is_unreachable() -> None:
         start = time.monotonic()
         err = unavailable(url, timeout=0.3)
         elapsed = time.monotonic() - start
-    assert err.reason == REASON_UNREACHABLE
+    assert err.reason == MetricsErrorReason.UNREACHABLE
     assert err.message == f"cannot connect to {url}: no answer within 0.3s"
     assert elapsed < 2.0
 
@@ -113,23 +109,28 @@ def test_query_rejected_by_prometheus_names_the_query() -> None:
 
     with fake_prometheus(respond) as url:
         err = unavailable(url)
-    assert err.reason == REASON_QUERY_FAILED
+    assert err.reason == MetricsErrorReason.QUERY_FAILED
     assert err.message == "prefill.latency_seconds: bad_data: parse error"
 
 
 @pytest.mark.parametrize(
     ("status", "body", "reason", "detail"),
     [
-        (503, b"Service Unavailable", REASON_HTTP_ERROR, "HTTP 503: Service Unavailable"),
+        (
+            503,
+            b"Service Unavailable",
+            MetricsErrorReason.HTTP_ERROR,
+            "HTTP 503: Service Unavailable",
+        ),
         (
             503,
             b'{"status":"error","errorType":"timeout","error":"query timed out"}',
-            REASON_HTTP_ERROR,
+            MetricsErrorReason.HTTP_ERROR,
             "HTTP 503: timeout: query timed out",
         ),
-        (404, b"404 page not found", REASON_HTTP_ERROR, "HTTP 404: Not Found"),
-        (200, b"<html>login</html>", REASON_BAD_ANSWER, "answered 200 with no JSON"),
-        (200, b'{"status":"error","error":"x"}', REASON_QUERY_FAILED, "error: x"),
+        (404, b"404 page not found", MetricsErrorReason.HTTP_ERROR, "HTTP 404: Not Found"),
+        (200, b"<html>login</html>", MetricsErrorReason.BAD_ANSWER, "answered 200 with no JSON"),
+        (200, b'{"status":"error","error":"x"}', MetricsErrorReason.QUERY_FAILED, "error: x"),
     ],
 )
 def test_server_failures(status: int, body: bytes, reason: str, detail: str) -> None:
@@ -159,7 +160,7 @@ def test_invalid_custom_template_is_refused_before_sending() -> None:
         pytest.raises(MetricsUnavailableError) as info,
     ):
         read_snapshot(PrometheusClient(url), bad, "ns", "c", NOW)
-    assert info.value.reason == REASON_INVALID_QUERY
+    assert info.value.reason == MetricsErrorReason.INVALID_QUERY
     assert "metrics.queries.requestRate: not scoped" in info.value.message
     assert seen == []
 

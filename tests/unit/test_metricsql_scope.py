@@ -14,13 +14,12 @@ import pytest
 from pdscaler import metricsql as mq
 from pdscaler import presets
 from pdscaler.prometheus import (
-    REASON_INVALID_QUERY,
     MetricsUnavailableError,
     PrometheusClient,
     read_snapshot,
 )
 from pdscaler.spec import MSG_QUERY_SCOPE, PDDeploymentSpec, parse_spec_lenient
-from pdscaler.types import ConditionReason
+from pdscaler.types import ConditionReason, MetricsErrorReason
 
 SCOPED = [
     "sum(x{selector})",
@@ -105,7 +104,7 @@ def test_a_cross_tenant_custom_query_is_refused_before_sending() -> None:
 
     with pytest.raises(MetricsUnavailableError) as info:
         read_snapshot(PrometheusClient("http://127.0.0.1:9"), spec, "ns", "c", 0.0)
-    assert info.value.reason == REASON_INVALID_QUERY
+    assert info.value.reason == MetricsErrorReason.INVALID_QUERY
     assert info.value.condition_reason == ConditionReason.INVALID_QUERY
     assert info.value.message.startswith(
         "metrics.queries.queueDepth: selector q{...} has no {selector} or {matchers}"

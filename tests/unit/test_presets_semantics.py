@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import get_args
 
-from test_status import inp
-
 from pdscaler import status as st
 from pdscaler.presets import PRESETS, RATE_SOURCES, rate_source
 from pdscaler.spec import Preset
+from support.status_inputs import inp
 
 
 def test_every_preset_says_what_r_counts() -> None:

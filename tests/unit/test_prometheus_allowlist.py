@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from pdscaler import reconcile
+from pdscaler import reconcile, runtime
 from pdscaler.prometheus import (
     DEFAULT_ALLOWED_URLS,
     MetricsUnavailableError,
@@ -73,8 +73,8 @@ def test_parse_allowed_urls() -> None:
 def test_from_environment_reads_the_allow_list_and_defaults_to_the_crd_url(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(reconcile, "load_api_client", lambda: None)
-    monkeypatch.setattr(reconcile, "Kube", lambda client: FakeKube())
+    monkeypatch.setattr(runtime, "load_api_client", lambda: None)
+    monkeypatch.setattr(runtime, "Kube", lambda client: FakeKube())
     monkeypatch.delenv(reconcile.PROMETHEUS_URL_ENV, raising=False)
     monkeypatch.delenv(reconcile.PROMETHEUS_ALLOWED_URLS_ENV, raising=False)
     monkeypatch.delenv(reconcile.PROMETHEUS_MAX_BODY_ENV, raising=False)

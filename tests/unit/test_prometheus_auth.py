@@ -21,16 +21,10 @@ from typing import Any, ClassVar
 import pydantic
 import pytest
 
+import pdscaler.runtime
 from pdlab.pki import ensure_pki
-from pdscaler import reconcile
 from pdscaler.kube import KubeError
 from pdscaler.prometheus import (
-    REASON_INVALID_SECRET,
-    REASON_SECRET_FORBIDDEN,
-    REASON_SECRET_KEY_NOT_FOUND,
-    REASON_SECRET_NOT_FOUND,
-    REASON_UNAUTHORIZED,
-    REASON_UNREACHABLE,
     Credentials,
     MetricsUnavailableError,
     PrometheusClient,
@@ -48,7 +42,7 @@ from pdscaler.spec import (
     MSG_AUTH_TLS_HTTPS,
     PrometheusSpec,
 )
-from pdscaler.types import ConditionReason
+from pdscaler.types import ConditionReason, MetricsErrorReason
 from support.builders import pdd_object
 from support.fakekube import FakeKube
 from support.httpkit import QuietHandler, serving
@@ -112,32 +106,32 @@ def test_repr_and_fingerprint_never_show_a_value() -> None:
     [
         (
             {"prom-tenant": SECRETS["prom-tenant"]},
-            REASON_SECRET_NOT_FOUND,
+            MetricsErrorReason.SECRET_NOT_FOUND,
             "metrics.prometheus.auth.username: Secret serving/prom-creds not found",
         ),
         (
             {"prom-creds": None, "prom-tenant": SECRETS["prom-tenant"]},
-            REASON_SECRET_NOT_FOUND,
+            MetricsErrorReason.SECRET_NOT_FOUND,
             "metrics.prometheus.auth.username: Secret serving/prom-creds not found",
         ),
         (
             {**SECRETS, "prom-creds": {"username": b"u", "pasword": PASSWORD.encode()}},
-            REASON_SECRET_KEY_NOT_FOUND,
+            MetricsErrorReason.SECRET_KEY_NOT_FOUND,
             "metrics.prometheus.auth.password: Secret serving/prom-creds has no key 'password'",
         ),
         (
             {**SECRETS, "prom-creds": {"username": b"u", "password": b" \n"}},
-            REASON_INVALID_SECRET,
+            MetricsErrorReason.INVALID_SECRET,
             "metrics.prometheus.auth.password (prom-creds/password): empty",
         ),
         (
             {**SECRETS, "prom-tenant": {"org": b"a\r\nX-Injected: 1"}},
-            REASON_INVALID_SECRET,
+            MetricsErrorReason.INVALID_SECRET,
             "header X-Scope-OrgID: holds a line break or control character",
         ),
         (
             {**SECRETS, "prom-creds": {"username": b"u", "password": b"\xff\xfe"}},
-            REASON_INVALID_SECRET,
+            MetricsErrorReason.INVALID_SECRET,
             "metrics.prometheus.auth.password (prom-creds/password): not UTF-8 text",
         ),
     ],
@@ -155,13 +149,13 @@ def test_pem_values_must_be_pem() -> None:
     spec = prom("https://p:9090", ca={"name": "prom-tls", "key": "ca.crt"})
     with pytest.raises(MetricsUnavailableError) as info:
         credentials_from(spec, {"prom-tls": {"ca.crt": b"not a certificate"}}, "serving")
-    assert info.value.reason == REASON_INVALID_SECRET
+    assert info.value.reason == MetricsErrorReason.INVALID_SECRET
     assert info.value.message == "metrics.prometheus.auth.ca (prom-tls/ca.crt): not PEM"
     bogus = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
     creds = credentials_from(spec, {"prom-tls": {"ca.crt": bogus}}, "serving")
     with pytest.raises(MetricsUnavailableError) as info:
         PrometheusClient("https://p:9090", credentials=creds)
-    assert info.value.reason == REASON_INVALID_SECRET
+    assert info.value.reason == MetricsErrorReason.INVALID_SECRET
     assert info.value.condition_reason is ConditionReason.INVALID_SECRET
 
 
@@ -260,7 +254,7 @@ def test_401_is_prometheus_unauthorized_without_the_body(recorder: str, wrong: s
     with pytest.raises(MetricsUnavailableError) as info:
         PrometheusClient(recorder, credentials=creds).query("up")
     err = info.value
-    assert err.reason == REASON_UNAUTHORIZED
+    assert err.reason == MetricsErrorReason.UNAUTHORIZED
     assert err.condition_reason is ConditionReason.PROMETHEUS_UNAUTHORIZED
     expected = (
         "the server wants credentials (metrics.prometheus.auth)"
@@ -324,7 +318,7 @@ def test_without_the_ca_the_server_is_not_trusted(mtls: str, pki: Path) -> None:
     creds = credentials_from(prom(mtls, **only_cert), tls_secrets(pki), "serving")
     with pytest.raises(MetricsUnavailableError) as info:
         PrometheusClient(mtls, credentials=creds).query("up")
-    assert info.value.reason == REASON_UNREACHABLE
+    assert info.value.reason == MetricsErrorReason.UNREACHABLE
     assert "TLS failed" in info.value.message
 
 
@@ -341,7 +335,7 @@ def test_without_a_client_certificate_the_server_refuses(mtls: str, pki: Path) -
     creds = credentials_from(prom(mtls, ca=TLS["ca"]), tls_secrets(pki), "serving")
     with pytest.raises(MetricsUnavailableError) as info:
         PrometheusClient(mtls, credentials=creds).query("up")
-    assert info.value.reason == REASON_UNREACHABLE
+    assert info.value.reason == MetricsErrorReason.UNREACHABLE
 
 
 def test_a_key_that_does_not_match_the_certificate_is_invalid(pki: Path) -> None:
@@ -349,7 +343,7 @@ def test_a_key_that_does_not_match_the_certificate_is_invalid(pki: Path) -> None
     creds = credentials_from(prom("https://p:1", **TLS), secrets, "serving")
     with pytest.raises(MetricsUnavailableError) as info:
         PrometheusClient("https://p:1", credentials=creds)
-    assert info.value.reason == REASON_INVALID_SECRET
+    assert info.value.reason == MetricsErrorReason.INVALID_SECRET
     assert "BEGIN" not in info.value.message
 
 
@@ -402,7 +396,7 @@ def test_a_forbidden_read_is_secret_forbidden() -> None:
 
     with pytest.raises(MetricsUnavailableError) as info:
         SecretCache(read).read("serving", ["prom-creds"], user=("serving", "chat"))
-    assert info.value.reason == REASON_SECRET_FORBIDDEN
+    assert info.value.reason == MetricsErrorReason.SECRET_FORBIDDEN
     assert info.value.condition_reason is ConditionReason.SECRET_FORBIDDEN
     assert "Secret serving/prom-creds" in info.value.message
 
@@ -519,7 +513,7 @@ def test_a_url_outside_the_allow_list_reads_no_secret(recorder: str) -> None:
 
 def test_the_reader_maps_api_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     kube = FakeKube()
-    read = reconcile._secret_reader(kube)
+    read = pdscaler.runtime._secret_reader(kube)
     assert read(NS, "absent") is None
     put_secret(kube, "s", {"k": b"v"})
     assert read(NS, "s") == {"k": b"v"}

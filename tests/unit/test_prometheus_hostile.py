@@ -19,14 +19,12 @@ from pathlib import Path
 import pytest
 
 from pdscaler.prometheus import (
-    REASON_BAD_ANSWER,
-    REASON_HTTP_ERROR,
-    REASON_UNREACHABLE,
     MetricsUnavailableError,
     PrometheusClient,
     read_snapshot,
 )
 from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import MetricsErrorReason
 from support.httpkit import QuietHandler, read_request, serving
 
 SECRET = "s3cr3t-token-4d1f"
@@ -127,7 +125,7 @@ def test_a_byte_drip_ends_at_the_total_deadline(prefix: bytes) -> None:
     with raw_server(drip(prefix, 0.1)) as url:
         elapsed, err = query_in_thread(PrometheusClient(url, timeout=0.5), limit=5.0)
     assert isinstance(err, MetricsUnavailableError), repr(err)
-    assert err.reason == REASON_UNREACHABLE
+    assert err.reason == MetricsErrorReason.UNREACHABLE
     assert err.message == f"cannot connect to {url}: no answer within 0.5s"
     assert elapsed < 2.0
 
@@ -163,7 +161,7 @@ def test_a_huge_body_is_cut_at_the_cap(content_length: bool) -> None:
         deadline = time.monotonic() + 5
         while not sent and time.monotonic() < deadline:
             time.sleep(0.05)
-    assert err.reason == REASON_BAD_ANSWER
+    assert err.reason == MetricsErrorReason.BAD_ANSWER
     assert err.message == f"{url}: answer larger than 1048576 bytes"
     assert sent
     assert sent[0] < 16 * 2**20, f"the client read {sent} bytes"
@@ -195,7 +193,7 @@ def test_a_redirect_is_not_followed_and_the_target_never_contacted() -> None:
             url = f"http://127.0.0.1:{redirect.server_address[1]}"
             err = unavailable(PrometheusClient(url, timeout=2.0))
     assert hits == []
-    assert err.reason == REASON_HTTP_ERROR
+    assert err.reason == MetricsErrorReason.HTTP_ERROR
     assert err.message == f"{url}: HTTP 302: redirects are not followed"
     assert SECRET not in str(err)
 
@@ -203,10 +201,15 @@ def test_a_redirect_is_not_followed_and_the_target_never_contacted() -> None:
 @pytest.mark.parametrize(
     ("status", "body", "reason", "message"),
     [
-        (500, f"internal: {SECRET}", REASON_HTTP_ERROR, "HTTP 500: Internal Server Error"),
-        (404, f"<html>{SECRET}</html>", REASON_HTTP_ERROR, "HTTP 404: Not Found"),
-        (200, f"<html>{SECRET}</html>", REASON_BAD_ANSWER, "answered 200 with no JSON"),
-        (200, f'{{"{SECRET}": 1}}', REASON_BAD_ANSWER, "not a Prometheus API answer"),
+        (
+            500,
+            f"internal: {SECRET}",
+            MetricsErrorReason.HTTP_ERROR,
+            "HTTP 500: Internal Server Error",
+        ),
+        (404, f"<html>{SECRET}</html>", MetricsErrorReason.HTTP_ERROR, "HTTP 404: Not Found"),
+        (200, f"<html>{SECRET}</html>", MetricsErrorReason.BAD_ANSWER, "answered 200 with no JSON"),
+        (200, f'{{"{SECRET}": 1}}', MetricsErrorReason.BAD_ANSWER, "not a Prometheus API answer"),
     ],
 )
 def test_a_body_is_never_copied_into_the_error(
@@ -234,7 +237,7 @@ def test_a_deeply_nested_answer_is_a_bad_answer() -> None:
 
     with raw_server(serve) as url:
         err = unavailable(PrometheusClient(url, timeout=2.0))
-    assert err.reason == REASON_BAD_ANSWER
+    assert err.reason == MetricsErrorReason.BAD_ANSWER
     assert err.message == f"{url}: answered 200 with no JSON"
 
 
@@ -244,7 +247,7 @@ def test_credentials_in_the_url_are_not_shown() -> None:
         pass  # closed: the port refuses connections
     secret_url = url.replace("http://", f"http://admin:{SECRET}@")
     err = unavailable(PrometheusClient(secret_url, timeout=1.0))
-    assert err.reason == REASON_UNREACHABLE
+    assert err.reason == MetricsErrorReason.UNREACHABLE
     assert err.message == f"cannot connect to {url}: connection refused"
 
 
@@ -260,7 +263,7 @@ def test_a_hostile_server_gets_one_connection_per_snapshot() -> None:
         while not sent and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.2)
-    assert info.value.reason == REASON_BAD_ANSWER
+    assert info.value.reason == MetricsErrorReason.BAD_ANSWER
     assert len(sent) == 1
 
 
@@ -299,6 +302,6 @@ def test_https_with_an_untrusted_certificate_is_unreachable(tmp_path: Path) -> N
     finally:
         listener.close()
         thread.join(5)
-    assert err.reason == REASON_UNREACHABLE
+    assert err.reason == MetricsErrorReason.UNREACHABLE
     assert err.message.startswith(f"cannot connect to https://127.0.0.1:{port}: TLS failed")
     assert SECRET[:6] not in err.message

@@ -13,12 +13,12 @@ import time
 import pytest
 
 from pdscaler.prometheus import (
-    REASON_BAD_ANSWER,
     MetricsUnavailableError,
     PrometheusClient,
     read_snapshot,
 )
 from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import MetricsErrorReason
 from support.httpkit import QuietHandler, serving
 
 SPEC = PDDeploymentSpec.model_validate(
@@ -117,7 +117,7 @@ def test_an_answer_not_read_to_its_end_closes_its_connection(status: int, body: 
     assert client._idle == []
     assert srv.connections == 3
     if status == 200:
-        assert info.value.reason == REASON_BAD_ANSWER
+        assert info.value.reason == MetricsErrorReason.BAD_ANSWER
 
 
 def test_close_drops_the_kept_connections() -> None:

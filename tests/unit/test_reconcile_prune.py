@@ -9,11 +9,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from test_reconcile_unit_tick import NAME, NS, PDD_PATH, World, manifest
-
 from pdscaler.prometheus import MetricsUnavailableError
 from pdscaler.spec import PDDeploymentSpec
 from support.fakekube import FakeKube
+from support.reconcile_world import NAME, NS, PDD_PATH, World, manifest
 
 
 def series_of(w: World, name: str = NAME) -> list[str]:

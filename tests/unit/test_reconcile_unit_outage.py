@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_reconcile_unit_tick import NAME, NS, PDD_PATH, World
 
 from pdscaler import rollout
 from pdscaler.rollout.phases import RolloutState
 from pdscaler.types import RolloutPhase, RolloutReason
+from support.reconcile_world import NAME, NS, PDD_PATH, World
 
 
 def _rolling_v2() -> World:

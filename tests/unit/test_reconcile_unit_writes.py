@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from test_reconcile_unit_tick import NAME, NS, World, snapshot
-
 from pdscaler.kube import KubeError
 from pdscaler.types import ConditionReason, ConditionType, Role
 from support.fakekube import FakeKube
+from support.reconcile_world import NAME, NS, World, snapshot
 
 SERVICE = f"/api/v1/namespaces/{NS}/services/{NAME}"
 QUOTA = "exceeded quota: svc, requested: services=1, used: services=1, limited: services=1"

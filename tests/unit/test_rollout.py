@@ -9,29 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from test_rollout_support import IMAGE, Cluster, Pool, View, rev, spec_for
 
 from pdscaler import manifests, rollout
 from pdscaler.manifests import CellTarget
 from pdscaler.spec import RolloutStatus
 from pdscaler.types import PerRole, PoolObservation, RolloutPhase, RolloutReason
-
-CHAT = (20, 18)
-
-
-def rolling(to: str = "v2", **overrides: object) -> Cluster:
-    """v1 serving the chat sizes 20 / 18, the spec now at ``to``."""
-    return Cluster.serving(spec_for(to, **overrides), "v1", *CHAT)
-
-
-def until_done(c: Cluster, required: tuple[int, int] = CHAT, limit: int = 60) -> int:
-    """Ticks (all pods Ready after each) until a rollout phase ends; returns the count."""
-    for n in range(1, limit + 1):
-        step = c.tick(required)
-        c.ripen()
-        if not step.phase.moving:
-            return n
-    raise AssertionError(f"not done after {limit} ticks: {c.steps[-1].message}")
+from support.rollout_world import (
+    CHAT,
+    IMAGE,
+    Cluster,
+    Pool,
+    View,
+    rev,
+    rolling,
+    spec_for,
+    until_done,
+)
 
 
 def test_first_steps_bring_decode_up_before_prefill() -> None:

@@ -20,11 +20,11 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_rollout_support import Cluster, spec_for
 
 from pdscaler import rollout
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import RolloutPhase, RolloutReason
+from support.rollout_world import Cluster, spec_for
 
 VERSIONS = ("v2", "v3", "v4")
 

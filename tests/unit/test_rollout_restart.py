@@ -9,12 +9,10 @@ the current size): it must see 20 / 18, not one cell's 10 / 9, and v1 must keep 
 
 from __future__ import annotations
 
-from test_rollout import CHAT, rolling, until_done
-from test_rollout_support import Cluster, Pool, rev
-
 from pdscaler import rollout
 from pdscaler.rollout.phases import RolloutState
 from pdscaler.types import RolloutPhase, RolloutReason
+from support.rollout_world import CHAT, Cluster, Pool, rev, rolling, until_done
 
 
 def split_10_10() -> Cluster:

@@ -12,60 +12,13 @@ import pytest
 from pdscaler import status as st
 from pdscaler.spec import Condition, PDDeploymentSpec, PDDeploymentStatus
 from pdscaler.types import (
-    Action,
     ConditionReason,
     ConditionType,
-    Decision,
-    MetricsSnapshot,
-    ModelOutputs,
     PolicyMemory,
-    PoolMetrics,
     PoolObservation,
-    Role,
     RolloutPhase,
 )
-
-SPEC = PDDeploymentSpec.model_validate(
-    {
-        "engine": {"image": "img", "version": "v1"},
-        "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 2, "max": 8}},
-        "decode": {"tokensPerSecond": 800, "replicas": {"min": 1, "max": 8}},
-    }
-)
-METRICS = MetricsSnapshot(
-    time=1000.0,
-    request_rate=4.0,
-    prompt_tokens=2000.0,
-    output_tokens=500.0,
-    prefill=PoolMetrics(queue_depth=3.0, latency_seconds=0.85),
-    decode=PoolMetrics(queue_depth=0.0, latency_seconds=0.042),
-)
-SCALE = Decision(
-    prefill=4,
-    decode=6,
-    action=Action.SCALED_DECODE,
-    message="Scaled decode 4->6: TPOT p95 62ms > 50ms SLO; drain 38s <= 60s",
-    pool=Role.DECODE,
-    model=ModelOutputs(n_prefill=3.8, n_decode=5.4, ratio=0.7, drain_seconds=38.0),
-)
-HOLD = Decision(prefill=4, decode=6, action=Action.HOLD, message="within tolerance")
-
-
-def inp(**over: Any) -> st.StatusInput:
-    base: dict[str, Any] = {
-        "now": 1000.4,
-        "generation": 3,
-        "spec": SPEC,
-        "decision": SCALE,
-        "metrics": METRICS,
-        "prefill": PoolObservation(replicas=4, ready=4),
-        "decode": PoolObservation(replicas=6, ready=5),
-        "active_version": "v1",
-        "target_version": "v1",
-        "progress": st.ProgressFacts(),
-    }
-    base.update(over)
-    return st.StatusInput(**base)
+from support.status_inputs import HOLD, METRICS, SCALE, SPEC, inp
 
 
 def cond(status: PDDeploymentStatus, type_: str) -> Condition:

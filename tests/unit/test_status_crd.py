@@ -1,7 +1,8 @@
 """The CRD documents the vocabulary status carries, exactly: the description of
 ``status.conditions[].reason`` lists every ``ConditionReason`` under the condition type
 that writes it (``Ready: Serving, NotServing.``), and ``status.lastDecision.action``'s
-lists every ``Action`` (``One of: ScaledPrefill, ...``). A member added to an enum only,
+lists every ``Action`` (``One of: ScaledPrefill, ...``), and ``status.rollout.phase``'s
+every ``RolloutPhase``. A member added to an enum only,
 or a name documented that no enum has, fails here."""
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from test_status import HOLD, METRICS, SCALE, SPEC, inp
 
 from pdscaler import status as st
 from pdscaler.spec import RouterSpec
 from pdscaler.types import Action, ConditionReason, ConditionType, PoolObservation, RolloutPhase
+from support.status_inputs import HOLD, METRICS, SCALE, SPEC, inp
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "pdscaler.io_pddeployments.yaml"
 #: ``Ready: Serving, NotServing.`` -> ("Ready", "Serving, NotServing")
@@ -45,6 +46,14 @@ def documented_actions() -> set[str]:
     return set(NAME.findall(tail))
 
 
+def documented_phases() -> set[str]:
+    """The rollout phases the CRD lists after ``One of:``."""
+    text = status_schema()["rollout"]["properties"]["phase"]["description"]
+    _, found, tail = text.partition("One of:")
+    assert found, "rollout.phase's description has no 'One of:' list"
+    return set(NAME.findall(tail))
+
+
 def differences(enum: type[StrEnum], documented: set[str]) -> tuple[set[str], set[str]]:
     """(values of ``enum`` not documented, documented names not in ``enum``)."""
     values = {member.value for member in enum}
@@ -68,6 +77,10 @@ def test_condition_reasons_are_documented_exactly() -> None:
 
 def test_actions_are_documented_exactly() -> None:
     assert differences(Action, documented_actions()) == (set(), set())
+
+
+def test_rollout_phases_are_documented_exactly() -> None:
+    assert differences(RolloutPhase, documented_phases()) == (set(), set())
 
 
 def test_a_member_added_to_an_enum_only_is_caught() -> None:

@@ -6,10 +6,10 @@ the PDDeployment."""
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
-from test_reconcile_unit_tick import NAME, NS, PDD_PATH, World
 
 from pdscaler.telemetry import Telemetry
 from pdscaler.types import ConditionType, RolloutPhase
+from support.reconcile_world import NAME, NS, PDD_PATH, World
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -98,7 +98,10 @@ def cmd_ratio(
         float | None,
         typer.Option(
             "--kv-cache-tokens",
-            help="KV tokens ONE decode replica holds, M: also size decode by memory (§2b).",
+            help=(
+                "KV tokens ONE decode replica holds, M: also size decode by memory "
+                "(docs/models.md §2b)."
+            ),
         ),
     ] = None,
     tpot: Annotated[

@@ -1,7 +1,7 @@
 """PromQL for one PDDeployment: templates filled and checked, the queries of a preset
 (``presets``) scoped to its pools, and the reading of Prometheus' answers into a
 ``MetricsSnapshot``. Pure: builds strings and parses JSON already fetched; it never
-opens a connection (``prometheus.py`` does).
+opens a connection (``pdscaler.prometheus`` does).
 
 Scoping. Every engine series carries the labels ``namespace``, ``pod``,
 ``pdscaler_io_name`` and ``pdscaler_io_role`` (the pod labels ``pdscaler.io/name`` and

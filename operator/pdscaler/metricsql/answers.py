@@ -78,8 +78,8 @@ def parse_scalar(answer: Mapping[str, Any], *, now: float, max_age: float) -> Re
     Unknown (None + problem) when: the query failed; the answer is empty (no such
     series: a wrong preset, pods not scraped, nothing ever observed); the value is NaN
     or +/-Inf (e.g. 0/0 for a mean when no request finished in the window); the answer's
-    time is more than ``max_age`` seconds before ``now`` (``prometheus.py`` evaluates at
-    ``now``, so this only catches an answer evaluated elsewhere, e.g. by a caching proxy;
+    time is more than ``max_age`` seconds before ``now`` (``pdscaler.prometheus`` queries
+    at ``now``, so this only catches an answer evaluated elsewhere, e.g. by a caching proxy;
     stale scrapes are caught by ``stale_pools``); or several series came back (the
     query lacks an aggregation such as ``sum(...)``). Worked example: ``{"status":
     "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value":

@@ -1,10 +1,10 @@
 """The capacity models of docs/models.md as pure, typed functions with small frozen results.
 
-Owns: ratio (§2), the decode memory bound (§2b), drain (§3), bottleneck (§4), budget
-split (docs/design.md §3.5) and migration/reconfiguration (§5). Must not: do I/O, read
-clocks, import kopf, kubernetes, prometheus_client or HTTP clients (import-linter
-enforces it). Floats are SI units
-(req/s, tokens/s, seconds, bytes); ``None`` means "never" or "infeasible".
+Owns: ratio (docs/models.md §2), the decode memory bound (docs/models.md §2b), drain
+(docs/models.md §3), bottleneck (docs/models.md §4), budget split (docs/design.md §3.5)
+and migration/reconfiguration (docs/models.md §5). Must not: do I/O, read clocks, import
+kopf, kubernetes, prometheus_client or HTTP clients (import-linter enforces it). Floats
+are SI units (req/s, tokens/s, seconds, bytes); ``None`` means "never" or "infeasible".
 """
 
 from pdscaler.models._checks import ceil_replicas

@@ -9,8 +9,8 @@ The steps, each in its own module:
 
 1. ``sanitize``: None/NaN/negative measurements, and finite ones beyond the spec's
    bounds (``sanitize.Bounds``), are unknown. Without R (or with R > 0 but L_p/L_d
-   unknown, or R = 0 beside queued or running requests) the policy holds what runs:
-   ``HoldMetricsUnavailable``, ``metrics_available=False``, no scale-down (a pool below
+   unknown, or R = 0 beside queued or running requests) the policy holds what runs
+   (``hold``): ``HoldMetricsUnavailable``, ``metrics_available=False``, no scale-down (a pool below
    its min is still raised, and a pool above the spec's max or a total above maxGPUs is
    still lowered: those are the user's explicit bounds, not a guess from missing data).
    With a usable load, each pool whose own data has a gap (``sanitize.down_gaps``:
@@ -48,10 +48,11 @@ import dataclasses
 
 from pdscaler.models import DecodeBound, RatioResult, ratio_model
 from pdscaler.models.bottleneck import PRESSURE_LIMIT
-from pdscaler.policy import history, reasons
+from pdscaler.policy import history
 from pdscaler.policy.explain import explain, infeasible
 from pdscaler.policy.forecast import forecast_rate
 from pdscaler.policy.headroom import headroom_target, learn_factor
+from pdscaler.policy.hold import hold_unavailable
 from pdscaler.policy.kvbound import (
     decode_tpot,
     kv_demand,
@@ -59,7 +60,11 @@ from pdscaler.policy.kvbound import (
     memory_sizes,
     with_memory,
 )
-from pdscaler.policy.limits import Capacity, Split, capacity, clamp, fit
+from pdscaler.policy.limits import (
+    apply_limits,
+    bounded,
+    keep_gapped,
+)
 from pdscaler.policy.memory import forecast_lookback, record_rate, remember, remember_pools
 from pdscaler.policy.refine import refine_startup, refine_tps
 from pdscaler.policy.sanitize import CleanMetrics, down_gaps, sanitize
@@ -76,14 +81,12 @@ from pdscaler.policy.sizing import (
     ratio_targets,
 )
 from pdscaler.policy.stabilize import Record, Stabilized, prune, stabilize, window_record
-from pdscaler.policy.tick import ROLES, Tick, observation, pool_metrics, pool_spec
+from pdscaler.policy.tick import ROLES, Tick
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import (
-    Action,
     Decision,
     MetricsSnapshot,
     ModelOutputs,
-    PolicyMemory,
     Role,
     TickInput,
 )
@@ -106,14 +109,14 @@ def decide(inp: TickInput) -> Decision:
     startup = startup_seconds(inp)
     clean = sanitize(inp.metrics, inp.spec)
     if not clean.usable or clean.snapshot is None:
-        return _hold_unavailable(inp, clean, startup)
+        return hold_unavailable(inp, clean, startup)
     gaps = down_gaps(clean.snapshot, inp.prefill, inp.decode)
     try:
         tick = size(inp, clean.snapshot, startup, gaps)
         action, pool, message = explain(tick)
     except (ArithmeticError, ValueError) as err:
         why = f"the models cannot size this load ({type(err).__name__}: {err})"
-        return _hold_unavailable(inp, CleanMetrics(clean.snapshot, (why,)), startup)
+        return hold_unavailable(inp, CleanMetrics(clean.snapshot, (why,)), startup)
     named = tuple(dict.fromkeys(g for r in ROLES for g in gaps[r]))
     return Decision(
         prefill=tick.final[Role.PREFILL],
@@ -191,42 +194,6 @@ def size(
     )
 
 
-def keep_gapped(inp: TickInput, split: Split, gaps: dict[Role, tuple[str, ...]]) -> Split:
-    """A pool with a data gap ends at least at what it runs (within its [min, max]),
-    even when the budget split would give its GPUs to the other pool; the other pool
-    then grows only into what is left, never below what it runs (nor its min). Budget
-    32, decode gapped at 16, prefill wanting 20 from 14 (split 17 / 15) -> 16 / 16.
-    When even that exceeds the budget (a pool runs above maxGPUs or below its min), the
-    split stands: the spec's bounds are explicit."""
-    spec = inp.spec
-    out = {Role.PREFILL: split.prefill, Role.DECODE: split.decode}
-    for role in ROLES:
-        if not gaps.get(role):
-            continue
-        floor = _bounded(spec, role, observation(inp, role).replicas)
-        if out[role] >= floor:
-            continue
-        out[role] = floor
-        other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
-        room = split.budget_gpus - floor * pool_spec(spec, role).gpus_per_replica
-        fits = room // pool_spec(spec, other).gpus_per_replica
-        held = max(
-            min(observation(inp, other).replicas, out[other]),
-            pool_spec(spec, other).replicas.min,
-        )
-        out[other] = max(min(out[other], fits), held)
-    used = sum(out[r] * pool_spec(spec, r).gpus_per_replica for r in ROLES)
-    if used > split.budget_gpus:
-        return split
-    return Split(
-        prefill=out[Role.PREFILL],
-        decode=out[Role.DECODE],
-        budget_gpus=split.budget_gpus,
-        budget_limited=split.budget_limited,
-        capacity_limited=split.capacity_limited,
-    )
-
-
 def arrival_rate(completions: float, points: tuple[history.Point, ...]) -> float:
     """Requests/s ARRIVING: the rate is read as prefill completions, which run above
     arrivals while a backlog drains and below them while one builds, by the prefill
@@ -248,10 +215,10 @@ def refine_capacities(
     previous = {Role.PREFILL: inp.memory.prefill_tps, Role.DECODE: inp.memory.decode_tps}
     return {
         r: refine_tps(
-            pool_spec(spec, r).tokens_per_second,
+            spec.pool(r).tokens_per_second,
             previous[r],
-            pool_metrics(snap, r).tokens_per_second,
-            history.mean_ready(recent, r, observation(inp, r).ready),
+            snap.pool(r).tokens_per_second,
+            history.mean_ready(recent, r, inp.pool(r).ready),
             min(history.saturated_seconds(recent, r, interval) / window_s, 1.0),
         )
         for r in ROLES
@@ -292,8 +259,8 @@ def pool_facts(
     """Step 4b, ``sizing``: one pool as sizing sees it (replicas asked for, ready, still
     starting, refined tokens/s, tokens per request, SLO and signals), e.g. decode
     4 asked, 3 ready, 0 unschedulable -> 1 in flight."""
-    obs = observation(inp, role)
-    metrics = pool_metrics(snap, role)
+    obs = inp.pool(role)
+    metrics = snap.pool(role)
     slo = inp.spec.slo
     return PoolFacts(
         role=role,
@@ -302,8 +269,8 @@ def pool_facts(
         in_flight=max(obs.replicas - obs.ready - obs.unschedulable, 0),
         tps=tps,
         tokens=tokens,
-        target_utilization=pool_spec(inp.spec, role).target_utilization,
-        slo_seconds=slo.ttft_seconds if role is Role.PREFILL else slo.tpot_seconds,
+        target_utilization=inp.spec.pool(role).target_utilization,
+        slo_seconds=slo.latency_seconds(role),
         latency=metrics.latency_seconds,
         queue=metrics.queue_depth,
         kv_usage=metrics.kv_usage,
@@ -413,7 +380,7 @@ def stabilize_pools(
     22 -> 8 with [8, 9] covered: 15, recorded as 15; 6 -> 4 with a gap in the pool's
     data: 6, recorded as 6 (the window holds no low it did not see)."""
     spec, now = inp.spec, inp.now
-    recommended = {r: _bounded(spec, r, wants[r].replicas) for r in ROLES}
+    recommended = {r: bounded(spec, r, wants[r].replicas) for r in ROLES}
     record = (now, recommended[Role.PREFILL], recommended[Role.DECODE])
     window = prune(
         (*inp.memory.recommendations, record), now, spec.scaling.scale_down_stabilization_seconds
@@ -441,7 +408,7 @@ def _stabilize(
     out: dict[Role, Stabilized] = {}
     for index, role in enumerate(ROLES, start=1):
         out[role] = stabilize(
-            current=observation(inp, role).replicas,
+            current=inp.pool(role).replicas,
             recommended=recommended[role],
             window_values=[int(rec[index]) for rec in records],
             covered=covered,
@@ -450,65 +417,6 @@ def _stabilize(
             blocked="; ".join(gaps.get(role, ())) or None,
         )
     return out
-
-
-def apply_limits(
-    inp: TickInput,
-    ratio: RatioResult,
-    attribution: Attribution,
-    wants: dict[Role, Want],
-    stabilized: dict[Role, Stabilized],
-    headroom: int = 0,
-) -> tuple[Capacity, Split]:
-    """Step 6, ``limits``: the stabilized sizes within [min, max], then within maxGPUs and
-    the schedulable capacity, split by load (the ratio model's, raised to a growing
-    pool's want) in favour of the bottleneck; prefill's burst ``headroom`` only from what
-    that leaves (``add_headroom``). Chat wants 20 / 18 at loads 19.05 / 17.86:
-    maxGPUs 64 -> 20 / 18; maxGPUs 32 -> 17 / 15, or 16 / 16 with decode the
-    bottleneck."""
-    spec, mem = inp.spec, inp.memory
-    bounded = {r: _bounded(spec, r, stabilized[r].replicas) for r in ROLES}
-    loads = {Role.PREFILL: ratio.n_prefill, Role.DECODE: ratio.n_decode}
-    for r in attribution.growing:
-        loads[r] = max(loads[r], float(wants[r].replicas))
-    cap = capacity(
-        spec,
-        inp.prefill,
-        inp.decode,
-        mem.capacity_gpus,
-        mem.capacity_time,
-        inp.now,
-        spec.scaling.scale_down_stabilization_seconds,
-    )
-    room = min(headroom, max(bounded[Role.PREFILL] - ratio.prefill_replicas, 0))
-    split = fit(
-        spec,
-        bounded[Role.PREFILL] - room,
-        bounded[Role.DECODE],
-        loads[Role.PREFILL],
-        loads[Role.DECODE],
-        cap,
-        attribution.primary,
-    )
-    return cap, add_headroom(spec, split, room)
-
-
-def add_headroom(spec: PDDeploymentSpec, split: Split, room: int) -> Split:
-    """Prefill's burst head-room from the GPUs the split left over, never from what
-    either pool's load needs (docs/models.md §2c): budget 40, split 20 / 18, 10
-    head-room replicas asked -> 22 / 18."""
-    if room <= 0:
-        return split
-    per = spec.prefill.gpus_per_replica
-    used = split.prefill * per + split.decode * spec.decode.gpus_per_replica
-    fits = max(split.budget_gpus - used, 0) // per
-    extra = min(room, fits, max(spec.prefill.replicas.max - split.prefill, 0))
-    return dataclasses.replace(split, prefill=split.prefill + extra)
-
-
-def _bounded(spec: PDDeploymentSpec, role: Role, replicas: int) -> int:
-    bounds = pool_spec(spec, role).replicas
-    return clamp(replicas, bounds.min, bounds.max)
 
 
 # ------------------------------------------------------------------ the outputs
@@ -536,59 +444,4 @@ def _model_outputs(tick: Tick, startup: float) -> ModelOutputs:
         burst_headroom_replicas=(
             tick.headroom_held if tick.inp.spec.scaling.burst_headroom else None
         ),
-    )
-
-
-# --------------------------------------------------------------- metrics missing
-
-
-def _hold_unavailable(inp: TickInput, clean: CleanMetrics, startup: float) -> Decision:
-    """Keep what runs: raise to min, lower only to the spec's max and maxGPUs."""
-    spec = inp.spec
-    held = {r: _bounded(spec, r, observation(inp, r).replicas) for r in ROLES}
-    split = fit(
-        spec,
-        held[Role.PREFILL],
-        held[Role.DECODE],
-        float(held[Role.PREFILL]),
-        float(held[Role.DECODE]),
-        Capacity(gpus=None, pending=0, since=None),
-        None,
-    )
-    final = {Role.PREFILL: split.prefill, Role.DECODE: split.decode}
-    record = (inp.now, final[Role.PREFILL], final[Role.DECODE])
-    window = spec.scaling.scale_down_stabilization_seconds
-    memory = PolicyMemory(
-        recommendations=prune((*inp.memory.recommendations, record), inp.now, window),
-        rate_history=inp.memory.rate_history,
-        prefill_tps=inp.memory.prefill_tps,
-        decode_tps=inp.memory.decode_tps,
-        startup_seconds=startup,
-        last_scale_time=inp.memory.last_scale_time,
-        capacity_gpus=inp.memory.capacity_gpus,
-        capacity_time=inp.memory.capacity_time,
-        pool_history=inp.memory.pool_history,
-        burst_factor=inp.memory.burst_factor,
-    )
-    problems = "; ".join(clean.problems) or "request rate or token lengths unknown"
-    message = reasons.sentence(
-        "Hold",
-        reasons.sizes(final[Role.PREFILL], final[Role.DECODE]),
-        [f"metrics unavailable ({problems})", "no scale-down until they return"],
-    )
-    return Decision(
-        prefill=final[Role.PREFILL],
-        decode=final[Role.DECODE],
-        action=Action.HOLD_METRICS_UNAVAILABLE,
-        message=message,
-        pool=None,
-        model=ModelOutputs(
-            prefill_tps=inp.memory.prefill_tps or spec.prefill.tokens_per_second,
-            decode_tps=inp.memory.decode_tps or spec.decode.tokens_per_second,
-            startup_seconds=startup,
-        ),
-        metrics_available=False,
-        capacity_limited=inp.prefill.unschedulable + inp.decode.unschedulable > 0,
-        memory=memory,
-        data_gaps=clean.problems or ("request rate or token lengths unknown",),
     )

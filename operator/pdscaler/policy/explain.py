@@ -15,7 +15,7 @@ from __future__ import annotations
 from pdscaler.models import DecodeBound
 from pdscaler.policy import reasons
 from pdscaler.policy.stabilize import HELD_DATA, HELD_ROLLOUT, HELD_WINDOW
-from pdscaler.policy.tick import ROLES, Tick, pool_spec
+from pdscaler.policy.tick import ROLES, Tick
 from pdscaler.types import Action, Role
 
 
@@ -98,7 +98,7 @@ def _why(tick: Tick, role: Role, named: bool) -> str:
     elif drain is not None and drain.replicas is not None and drain.replicas > want.ratio_target:
         parts.append(reasons.drain_sized(drain.replicas, drain.backlog))
     else:
-        n = tick.ratio.n_prefill if role is Role.PREFILL else tick.ratio.n_decode
+        n = {Role.PREFILL: tick.ratio.n_prefill, Role.DECODE: tick.ratio.n_decode}[role]
         memory = role is Role.DECODE and _by_memory(tick)
         parts.append(reasons.ratio_sized(role, n, tick.forecast, memory))
     if drain is not None and drain.backlog > 0:
@@ -174,7 +174,7 @@ def _limit_notes(tick: Tick) -> list[str]:
         notes.append(reasons.budget_note(split.budget_gpus, tick.attribution.primary))
     for role in ROLES:
         want = tick.stabilized[role].replicas
-        bound = pool_spec(tick.inp.spec, role).replicas.max
+        bound = tick.inp.spec.pool(role).replicas.max
         if role in tick.attribution.growing and want >= bound and tick.wants[role].replicas > bound:
             notes.append(reasons.at_max(role, bound, tick.wants[role].replicas))
     return notes

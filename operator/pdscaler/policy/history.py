@@ -27,12 +27,16 @@ Must not: read clocks or metrics itself; it is handed the points.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from pdscaler.types import Role
 
 #: (time, prefill queue, decode queue, prefill ready, decode ready); a queue is None
 #: when it was unknown at that tick.
 Point = tuple[float, float | None, float | None, int, int]
+#: where each role's queue and ready count sit in a ``Point``
+_QUEUE_AT = {Role.PREFILL: 1, Role.DECODE: 2}
+_READY_AT = {Role.PREFILL: 3, Role.DECODE: 4}
 
 
 def record(history: Sequence[Point], point: Point, lookback: float) -> tuple[Point, ...]:
@@ -49,11 +53,11 @@ def in_window(history: Sequence[Point], now: float, window: float) -> tuple[Poin
 
 
 def _queue(point: Point, role: Role) -> float | None:
-    return point[1] if role is Role.PREFILL else point[2]
+    return cast(float | None, point[_QUEUE_AT[role]])
 
 
 def _ready(point: Point, role: Role) -> int:
-    return point[3] if role is Role.PREFILL else point[4]
+    return cast(int, point[_READY_AT[role]])
 
 
 def backlogged(queue: float | None, ready: int) -> bool:

@@ -3,8 +3,9 @@ pools, and the GPUs the cluster can actually schedule (docs/design.md §3 step 5
 
 Owns: clamping, learning the schedulable capacity from Pending pods (and remembering
 it for one stabilization window, so the operator does not re-request pods the cluster
-just refused and flap), and the budget split between the pools (``models.split_budget``:
-minimise the worse pool's utilisation, ties to the bottleneck). Purely computational;
+just refused and flap), the budget split between the pools (``models.split_budget``:
+minimise the worse pool's utilisation, ties to the bottleneck), and the policy's step 6
+that applies them all (``apply_limits``, then ``keep_gapped``). Purely computational;
 must not compute what the pools want (``sizing``) or read clocks.
 
 Capacity rule. Pods Pending for lack of GPUs (``unschedulable``) mean the cluster gives
@@ -19,11 +20,14 @@ after the window the full wants are tried again (the cluster may have grown).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from pdscaler.models import BudgetSplit, split_budget
+from pdscaler.models import BudgetSplit, RatioResult, split_budget
+from pdscaler.policy.sizing import Attribution, Want
+from pdscaler.policy.stabilize import Stabilized
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import PoolObservation, Role
+from pdscaler.types import PoolObservation, Role, TickInput
 
 
 def clamp(value: int, low: int, high: int) -> int:
@@ -129,3 +133,102 @@ def fit(
         budget_limited=split.limited and not capacity_binds,
         capacity_limited=cap.pending > 0 or (split.limited and capacity_binds),
     )
+
+
+# ------------------------------------------------------------ step 6, limits
+
+
+def keep_gapped(inp: TickInput, split: Split, gaps: dict[Role, tuple[str, ...]]) -> Split:
+    """A pool with a data gap ends at least at what it runs (within its [min, max]),
+    even when the budget split would give its GPUs to the other pool; the other pool
+    then grows only into what is left, never below what it runs (nor its min). Budget
+    32, decode gapped at 16, prefill wanting 20 from 14 (split 17 / 15) -> 16 / 16.
+    When even that exceeds the budget (a pool runs above maxGPUs or below its min), the
+    split stands: the spec's bounds are explicit."""
+    spec = inp.spec
+    out = {Role.PREFILL: split.prefill, Role.DECODE: split.decode}
+    for role in Role:
+        if not gaps.get(role):
+            continue
+        floor = bounded(spec, role, inp.pool(role).replicas)
+        if out[role] >= floor:
+            continue
+        out[role] = floor
+        other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
+        room = split.budget_gpus - floor * spec.pool(role).gpus_per_replica
+        fits = room // spec.pool(other).gpus_per_replica
+        held = max(
+            min(inp.pool(other).replicas, out[other]),
+            spec.pool(other).replicas.min,
+        )
+        out[other] = max(min(out[other], fits), held)
+    used = sum(out[r] * spec.pool(r).gpus_per_replica for r in Role)
+    if used > split.budget_gpus:
+        return split
+    return Split(
+        prefill=out[Role.PREFILL],
+        decode=out[Role.DECODE],
+        budget_gpus=split.budget_gpus,
+        budget_limited=split.budget_limited,
+        capacity_limited=split.capacity_limited,
+    )
+
+
+def apply_limits(
+    inp: TickInput,
+    ratio: RatioResult,
+    attribution: Attribution,
+    wants: dict[Role, Want],
+    stabilized: dict[Role, Stabilized],
+    headroom: int = 0,
+) -> tuple[Capacity, Split]:
+    """Step 6, ``limits``: the stabilized sizes within [min, max], then within maxGPUs and
+    the schedulable capacity, split by load (the ratio model's, raised to a growing
+    pool's want) in favour of the bottleneck; prefill's burst ``headroom`` only from what
+    that leaves (``add_headroom``). Chat wants 20 / 18 at loads 19.05 / 17.86:
+    maxGPUs 64 -> 20 / 18; maxGPUs 32 -> 17 / 15, or 16 / 16 with decode the
+    bottleneck."""
+    spec, mem = inp.spec, inp.memory
+    within = {r: bounded(spec, r, stabilized[r].replicas) for r in Role}
+    loads = {Role.PREFILL: ratio.n_prefill, Role.DECODE: ratio.n_decode}
+    for r in attribution.growing:
+        loads[r] = max(loads[r], float(wants[r].replicas))
+    cap = capacity(
+        spec,
+        inp.prefill,
+        inp.decode,
+        mem.capacity_gpus,
+        mem.capacity_time,
+        inp.now,
+        spec.scaling.scale_down_stabilization_seconds,
+    )
+    room = min(headroom, max(within[Role.PREFILL] - ratio.prefill_replicas, 0))
+    split = fit(
+        spec,
+        within[Role.PREFILL] - room,
+        within[Role.DECODE],
+        loads[Role.PREFILL],
+        loads[Role.DECODE],
+        cap,
+        attribution.primary,
+    )
+    return cap, add_headroom(spec, split, room)
+
+
+def add_headroom(spec: PDDeploymentSpec, split: Split, room: int) -> Split:
+    """Prefill's burst head-room from the GPUs the split left over, never from what
+    either pool's load needs (docs/models.md §2c): budget 40, split 20 / 18, 10
+    head-room replicas asked -> 22 / 18."""
+    if room <= 0:
+        return split
+    per = spec.prefill.gpus_per_replica
+    used = split.prefill * per + split.decode * spec.decode.gpus_per_replica
+    fits = max(split.budget_gpus - used, 0) // per
+    extra = min(room, fits, max(spec.prefill.replicas.max - split.prefill, 0))
+    return dataclasses.replace(split, prefill=split.prefill + extra)
+
+
+def bounded(spec: PDDeploymentSpec, role: Role, replicas: int) -> int:
+    """``replicas`` within ``role``'s [min, max]."""
+    bounds = spec.pool(role).replicas
+    return clamp(replicas, bounds.min, bounds.max)

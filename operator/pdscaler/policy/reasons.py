@@ -16,10 +16,15 @@ from pdscaler.types import Action, Role
 #: Every action a Decision can carry, in the order ``types.Action`` declares them.
 ACTIONS = tuple(Action)
 
+#: per role: the action of its scale-up, the latency it answers for, its model symbol
+_SCALED = {Role.PREFILL: Action.SCALED_PREFILL, Role.DECODE: Action.SCALED_DECODE}
+_LATENCY = {Role.PREFILL: "TTFT", Role.DECODE: "TPOT"}
+_SYMBOL = {Role.PREFILL: "N_P", Role.DECODE: "N_D"}
+
 
 def scaled_action(role: Role) -> Action:
     """``ScaledPrefill`` / ``ScaledDecode``: the action of a scale-up of ``role``."""
-    return Action.SCALED_PREFILL if role is Role.PREFILL else Action.SCALED_DECODE
+    return _SCALED[role]
 
 
 def percentile_label(percentile: float) -> str:
@@ -48,7 +53,7 @@ def percent(value: float, other: float) -> str:
 
 def latency_name(role: Role) -> str:
     """The latency a pool answers for: TTFT (prefill), TPOT (decode)."""
-    return "TTFT" if role is Role.PREFILL else "TPOT"
+    return _LATENCY[role]
 
 
 def pool_signals(
@@ -115,7 +120,7 @@ def drain_clause(drain_seconds: float | None, deadline: float) -> str:
 def ratio_sized(role: Role, fractional: float, rate: float, memory: bool = False) -> str:
     """``ratio model N_D 22.86 at 32 req/s``; sized by the KV memory bound
     (docs/models.md §2b): ``KV memory bound N_D 4.97 at 3.5 req/s``."""
-    symbol = "N_P" if role is Role.PREFILL else "N_D"
+    symbol = _SYMBOL[role]
     model = "KV memory bound" if memory else "ratio model"
     return f"{model} {symbol} {fractional:.2f} at {rate:.3g} req/s"
 

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, replace
 
 from pdscaler.policy.refine import TPS_BOUNDS
-from pdscaler.spec import PDDeploymentSpec, PoolSpec
+from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot, PoolMetrics, PoolObservation, Role
 
 #: How far beyond the largest deployment's capacity a value must be to be garbage.
@@ -53,14 +53,6 @@ def clean(value: float | None) -> float | None:
     return number
 
 
-def _pool_spec(spec: PDDeploymentSpec, role: Role) -> PoolSpec:
-    return spec.prefill if role is Role.PREFILL else spec.decode
-
-
-def _pool_metrics(snap: MetricsSnapshot, role: Role) -> PoolMetrics:
-    return snap.prefill if role is Role.PREFILL else snap.decode
-
-
 @dataclass(frozen=True)
 class Bounds:
     """The largest value of each signal the spec's largest deployment could produce,
@@ -77,7 +69,7 @@ class Bounds:
         """Chat: rate 384,000 req/s, queue 46,080,000, pool_tps 144,000 / 38,400."""
         pool_tps: dict[Role, float] = {}
         for role in _ROLES:
-            pool = _pool_spec(spec, role)
+            pool = spec.pool(role)
             most = min(pool.replicas.max, spec.scaling.max_gpus // pool.gpus_per_replica)
             pool_tps[role] = max(most, 1) * pool.tokens_per_second * TPS_BOUNDS[1]
         rate = SAFETY * min(pool_tps.values())

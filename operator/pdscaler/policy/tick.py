@@ -2,9 +2,9 @@
 
 Owns: the ``Tick`` record (the rate, forecast, ratio model, pool facts, wants,
 stabilized and limited sizes of one tick), which ``decide`` fills step by step and
-``explain`` turns into an action and a sentence; and the selectors that pick one pool
-out of the spec, the observations and the metrics (``pool_spec(spec, Role.DECODE)`` is
-``spec.decode``). Must not: compute anything (the steps live in ``decide`` and the
+``explain`` turns into an action and a sentence (one pool of the spec, the
+observations or the metrics is ``spec.pool(role)``, ``inp.pool(role)``,
+``snap.pool(role)``). Must not: compute anything (the steps live in ``decide`` and the
 modules it names), read clocks or do I/O.
 """
 
@@ -17,22 +17,9 @@ from pdscaler.policy import history
 from pdscaler.policy.limits import Capacity, Split
 from pdscaler.policy.sizing import Attribution, DrainPlan, PoolFacts, Want
 from pdscaler.policy.stabilize import Record, Stabilized
-from pdscaler.spec import PDDeploymentSpec, PoolSpec
-from pdscaler.types import MetricsSnapshot, PoolMetrics, PoolObservation, Role, TickInput
+from pdscaler.types import Role, TickInput
 
 ROLES = (Role.PREFILL, Role.DECODE)
-
-
-def pool_spec(spec: PDDeploymentSpec, role: Role) -> PoolSpec:
-    return spec.prefill if role is Role.PREFILL else spec.decode
-
-
-def observation(inp: TickInput, role: Role) -> PoolObservation:
-    return inp.prefill if role is Role.PREFILL else inp.decode
-
-
-def pool_metrics(snap: MetricsSnapshot, role: Role) -> PoolMetrics:
-    return snap.prefill if role is Role.PREFILL else snap.decode
 
 
 @dataclass(frozen=True)

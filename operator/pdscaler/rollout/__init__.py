@@ -9,8 +9,9 @@ policy does) or render manifests (``manifests`` does, from ``RolloutStep.targets
 The package, along its seams (each module's docstring has its rules):
 
 * ``phases``: the state machine (``RolloutState``, start, retarget, progress, the
-  deadline and rollback, ``in_progress``, ``policy_pools``, ``state_from_status``,
-  the active version and the message);
+  deadline and rollback, ``in_progress``, ``policy_pools``, the active version and
+  the message);
+* ``restore``: the state of a restarted operator (``state_from_status``, the marks);
 * ``levels``: the GPU arithmetic (``runnable``, the cap, levels and their cost, the
   sizing of the new and the old cells);
 * ``step``: the step assembly (``step``, ``RolloutStep``, ``CellPlan``);
@@ -74,10 +75,8 @@ from pdscaler.rollout.phases import (
     discount_unobserved,
     in_progress,
     policy_pools,
-    state_from_marks,
-    state_from_status,
-    to_marks,
 )
+from pdscaler.rollout.restore import state_from_marks, state_from_status, to_marks
 from pdscaler.rollout.step import CellPlan, RolloutStep, step
 
 __all__ = [

@@ -3,8 +3,8 @@
 Owns: ``RolloutState`` (what the rollout carries from one tick to the next), which cell
 is the target, the phase transitions before sizing (start, retarget, progress, the
 progress deadline, rollback), whether a rollout is in progress, what the policy sees of
-the cells during one (``policy_pools``), the state of a restarted operator
-(``state_from_status``), the active version and the phase's message. Must not: read
+the cells during one (``policy_pools``), the active version and the phase's message
+(the state of a restarted operator is ``restore``'s). Must not: read
 clocks (``now`` is passed in), size cells (``levels``) or talk to Kubernetes.
 
 Phases (``RolloutPhase``): Stable (no rollout), Progressing, RollingBack, Complete (the
@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from pdscaler import manifests, naming
+from pdscaler import manifests
 from pdscaler.rollout.cells import (
     NEEDS_READY_DECODE,
     Cell,
@@ -112,10 +112,6 @@ class RolloutState:
 
 def _time(t: float | None) -> datetime | None:
     return rfc3339(t) if t is not None else None
-
-
-def _seconds(t: datetime | None) -> float | None:
-    return t.timestamp() if t is not None else None
 
 
 #: The most a gap between two ticks counts against the progress deadline, in
@@ -204,124 +200,6 @@ def policy_pools(
     return out.prefill, out.decode
 
 
-def _phase(value: str) -> RolloutPhase:
-    """A phase read from status; one this operator does not know reads as Stable (the
-    next step moves on from it as from Stable)."""
-    known = {p.value: p for p in RolloutPhase}
-    return known.get(value, RolloutPhase.STABLE)
-
-
-def to_marks(state: RolloutState) -> dict[str, str]:
-    """What a rollout must not forget even when the status is lost (a restore without
-    status, a status wiped by hand), kept as annotations on the front Service: the
-    revision rolled back from while a rollback holds it (it must not be retried), and
-    the required totals while a rollout moves (the surge must not be taken for the
-    size). Empty when neither applies, so a settled PDDeployment carries no marks.
-
-    >>> to_marks(RolloutState(RolloutPhase.ROLLED_BACK, failed_rev="v2-abcde"))
-    {'pdscaler.io/failed-revision': 'v2-abcde'}
-    """
-    out: dict[str, str] = {}
-    if state.phase in BACK and state.failed_rev is not None:
-        out[naming.ANNOTATION_FAILED_REVISION] = state.failed_rev
-    if state.phase.moving and state.required is not None:
-        out[naming.ANNOTATION_REQUIRED] = f"{state.required.prefill}/{state.required.decode}"
-    return out
-
-
-def _required_mark(marks: Mapping[str, str]) -> PerRole[int] | None:
-    p, sep, d = marks.get(naming.ANNOTATION_REQUIRED, "").partition("/")
-    if not sep or not p.isdigit() or not d.isdigit():
-        return None
-    return PerRole(prefill=int(p), decode=int(d))
-
-
-def state_from_marks(
-    marks: Mapping[str, str], spec: PDDeploymentSpec, cells: Cells
-) -> RolloutState:
-    """The state of an operator that has neither memory nor ``status.rollout``, from
-    the cells and the marks (``to_marks``): the spec's revision marked failed while
-    another cell runs -> back on that cell (RollingBack while the failed cell still
-    has pods, else RolledBack), so the failed version is not retried; the required
-    totals of a rollout under way. Anything else: a fresh state (``RolloutState()``)."""
-    required = _required_mark(marks)
-    failed = marks.get(naming.ANNOTATION_FAILED_REVISION)
-    view = views(spec, cells, ())
-    others = [c for c in view.values() if c.rev != failed and not c.empty]
-    if failed is None or failed != spec_revision(spec) or not others:
-        return RolloutState(required=required)
-    dest = by_serving(others)[0]
-    gone = failed not in view or view[failed].empty
-    return RolloutState(
-        phase=RolloutPhase.ROLLED_BACK if gone else RolloutPhase.ROLLING_BACK,
-        target_rev=dest.rev,
-        target_version=dest.version,
-        failed_rev=failed,
-        failed_version=spec.engine.version,
-        required=required,
-        images=_remember((), dest.rev, dest.image),
-    )
-
-
-def state_from_status(
-    status: RolloutStatus | None,
-    spec: PDDeploymentSpec,
-    cells: Cells,
-    now: float,
-    marks: Mapping[str, str] | None = None,
-) -> RolloutState:
-    """The state of a restarted operator from ``status.rollout`` and the cells: phase,
-    revisions, versions, start time, step count, the required totals and the progress
-    clock (``progressAt``, ``progressMark``, ``checkedAt``), so a restart neither
-    shrinks a cell nor restarts the deadline. A status written before these were kept
-    reads as: revisions matched to the cells by version (the spec's image when a cell
-    is gone), no totals (``policy_pools`` then sums the cells), the clock at ``now``.
-    No ``status.rollout`` at all (lost or wiped): ``state_from_marks``."""
-    if status is None or status.phase is None:
-        return state_from_marks(marks or {}, spec, cells)
-    view = views(spec, cells, ())
-
-    def rev_of(version: str | None, persisted: str | None = None) -> str | None:
-        if persisted is not None:
-            return persisted
-        if version is None:
-            return None
-        matches = sorted(c.rev for c in view.values() if c.version == version)
-        own = (
-            spec_revision(spec)
-            if version == spec.engine.version
-            else naming.revision(spec.engine.image, version)
-        )
-        if own in matches or not matches:
-            return own
-        return matches[0]
-
-    phase = _phase(status.phase)
-    back = phase in BACK
-    progress_at = _seconds(status.progress_at)
-    required = status.required
-    from_rev = rev_of(status.from_version, status.from_revision)
-    return RolloutState(
-        phase=phase,
-        target_rev=rev_of(status.to_version, status.to_revision),
-        target_version=status.to_version,
-        from_rev=None if back else from_rev,
-        from_version=None if back else status.from_version,
-        failed_rev=from_rev if back else None,
-        failed_version=status.from_version if back else None,
-        started_at=_seconds(status.started_at),
-        progress_at=now if progress_at is None else progress_at,
-        progress_mark=status.progress_mark if progress_at is not None else None,
-        steps=status.step or 0,
-        required=(
-            PerRole(prefill=required.prefill, decode=required.decode)
-            if required is not None
-            else None
-        ),
-        checked_at=_seconds(status.checked_at),
-    )
-
-
 # ------------------------------------------------------------ transitions
 
 
@@ -392,7 +270,7 @@ def resolve(
         target_version=dest_cell.version,
         progress_at=now,
         progress_mark=None,
-        images=_remember(state.images, dest, dest_cell.image),
+        images=remember_image(state.images, dest, dest_cell.image),
     )
     events.append(
         (
@@ -433,9 +311,10 @@ def discount_unobserved(state: RolloutState, seconds: float, now: float) -> Roll
     return replace(state, progress_at=state.progress_at + shift, checked_at=checked)
 
 
-def _remember(
+def remember_image(
     images: tuple[tuple[str, str], ...], rev: str, image: str | None
 ) -> tuple[tuple[str, str], ...]:
+    """``images`` with ``rev``'s image added (the last 8 kept)."""
     if image is None or rev in dict(images):
         return images
     return (*images, (rev, image))[-8:]
@@ -456,7 +335,7 @@ def _start(
         started = now
     images = state.images
     for cell in view.values():
-        images = _remember(images, cell.rev, cell.image)
+        images = remember_image(images, cell.rev, cell.image)
     return replace(
         state,
         phase=RolloutPhase.PROGRESSING,
@@ -469,7 +348,7 @@ def _start(
         started_at=started,
         progress_at=now,
         progress_mark=None,
-        images=_remember(images, rev, spec.engine.image),
+        images=remember_image(images, rev, spec.engine.image),
     )
 
 

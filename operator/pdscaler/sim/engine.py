@@ -138,7 +138,7 @@ class EngineParams:
         return prompt_tokens + output_tokens <= self.decode_kv_tokens
 
     def gpus(self, role: Role) -> int:
-        return self.prefill_gpus if role is Role.PREFILL else self.decode_gpus
+        return {Role.PREFILL: self.prefill_gpus, Role.DECODE: self.decode_gpus}[role]
 
     def decode_step(self, batch: int, kv_tokens: float) -> float:
         """Seconds per decode step: 64 sequences, 80,640 KV tokens -> 0.0386 s."""
@@ -589,7 +589,7 @@ class Engine:
 
     def queued(self, role: Role) -> int:
         """Requests waiting in the pool's queue (prefill: arrived; decode: handed off)."""
-        return len(self._pf_queue if role is Role.PREFILL else self._dc_queue)
+        return len({Role.PREFILL: self._pf_queue, Role.DECODE: self._dc_queue}[role])
 
     def scale_to(self, role: Role, n: int, now: float) -> None:
         """Ask for ``n`` replicas of ``role``. Up: new replicas start now and serve after

@@ -1,6 +1,7 @@
 """A tiny cluster for the rollout tests (no tests here): cells whose pods become Ready
 when the test says so, pods removed by a scale-down linger one tick as terminating
-(holding their GPUs), and the invariants of docs/design.md §4 checked on it."""
+(holding their GPUs), the invariants of docs/design.md §4 checked on it, and the chat
+service mid-rollout (``rolling``, ``until_done``)."""
 
 from __future__ import annotations
 
@@ -199,3 +200,21 @@ def check_cluster(cluster: Cluster) -> None:
         assert d >= s.decode.replicas.min, f"serving decode {d} < min"
     elif p >= s.prefill.replicas.min and d >= s.decode.replicas.min and p + d > 0:
         cluster.served = True
+
+
+CHAT = (20, 18)
+
+
+def rolling(to: str = "v2", **overrides: object) -> Cluster:
+    """v1 serving the chat sizes 20 / 18, the spec now at ``to``."""
+    return Cluster.serving(spec_for(to, **overrides), "v1", *CHAT)
+
+
+def until_done(c: Cluster, required: tuple[int, int] = CHAT, limit: int = 60) -> int:
+    """Ticks (all pods Ready after each) until a rollout phase ends; returns the count."""
+    for n in range(1, limit + 1):
+        step = c.tick(required)
+        c.ripen()
+        if not step.phase.moving:
+            return n
+    raise AssertionError(f"not done after {limit} ticks: {c.steps[-1].message}")
