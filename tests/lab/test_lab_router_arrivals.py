@@ -98,7 +98,9 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
             def says_arrivals() -> dict[str, Any] | None:
                 c = condition(get_pdd(kube, namespace, NAME), "MetricsAvailable")
                 ok = c is not None and c["status"] == "True" and c.get("message") == ARRIVALS
-                return c if ok else None
+                if not ok:  # raised, so a timeout reports the condition last seen
+                    raise AssertionError(f"MetricsAvailable is {c!r}")
+                return c
 
             wait_for(says_arrivals, 120, f"MetricsAvailable True saying {ARRIVALS!r}")
         finally:
