@@ -4,7 +4,10 @@ Owns: per pod, a serving model with the timing of ``pdscaler.sim.engine.EnginePa
 (prefill: one FIFO queue, batches up to the token budget, each batch taking
 ``overhead + tokens / prefill_tps``; decode: continuous batching, one token per running
 sequence per step of ``decode_step(batch, kv_tokens)``, admission FIFO limited by
-``decode_max_seqs`` and ``decode_kv_tokens``, the KV hand-off time charged on arrival);
+``decode_max_seqs`` and ``decode_kv_tokens``, the KV hand-off time charged on arrival;
+its series as vLLM's: an inter-token latency per token after the first, and a
+per-request TPOT, decode time / (output tokens - 1), when a request of more than one
+token finishes, streamed or not);
 the OpenAI-compatible HTTP API on ``<podIP>:<port>`` (vLLM's routes and shapes); the
 NixlConnector hand-off protocol; and the record of every request (which prefill and
 decode pod served it, of which cell). Must not: talk to the API server (the caller gives
@@ -178,6 +181,8 @@ class _Seq:
     arrival: float
     tokens: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
     produced: int = 0
+    #: when its first token came out (monotonic), for its per-request TPOT
+    first: float = 0.0
 
     @property
     def need(self) -> int:
@@ -241,6 +246,7 @@ class DecodeModel:
                 self.kv_tokens += 1
                 st.generation_tokens += 1
                 if seq.produced == 1:
+                    seq.first = now
                     ttft = now - seq.arrival
                     st.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
                     st.ttft_sum += ttft
@@ -253,6 +259,10 @@ class DecodeModel:
                     st.prompt_tokens += seq.prompt
                     st.request_prompt_tokens_sum += seq.prompt
                     st.request_generation_tokens_sum += seq.output
+                    if seq.output > 1:  # vLLM: decode time / (output tokens - 1), per request
+                        tpot = (now - seq.first) / (seq.output - 1)
+                        st.request_tpot_counts[bisect.bisect_left(TPOT_BUCKETS, tpot)] += 1
+                        st.request_tpot_sum += tpot
                     self.kv_tokens = max(0.0, self.kv_tokens - seq.need)
                     self.kv_reserved -= seq.need
                 else:

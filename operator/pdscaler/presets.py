@@ -42,6 +42,9 @@ class Preset:
     kv_usage: str | None = None
     running_by_pod: str | None = None
     load_scope: Literal["pool", "deployment"] = "pool"
+    #: R as ARRIVALS, read on the cells' router pods (``{selector}`` is the routers'):
+    #: used when it answers, else ``request_rate`` (completions) is (``metricsql``).
+    arrival_rate: str | None = None
 
 
 def _rate(metric: str) -> str:
@@ -82,10 +85,19 @@ def _quantile(hist: str) -> str:
 # vllm:gpu_cache_usage_perc is the deprecated name of vllm:kv_cache_usage_perc, read
 # only when the new one is absent (old releases). `a or b` answers a's series when a
 # has any: the fall-backs never mix with the current names.
-# R: vllm:request_success_total counts COMPLETIONS. Arrivals would be better (a growing
-# backlog hides demand from a completion rate), but the P/D router's request counters
-# (vllm_router_requests_total on its metrics port) are not scraped with the engines'
-# labels yet (docs/operator.md, "What the presets read"); completions are the reading.
+# R: ARRIVALS when the cells' routers answer, else completions. vllm:request_success_total
+# counts COMPLETIONS, which a growing backlog holds below demand. The arrivals come from
+# vllm-router (0.1.17, PD mode), scraped on its `metrics` port with the pod labels
+# (docs/operator.md, "What the presets read"); observed against the real binary:
+#   vllm_router_processed_requests_total{worker="http://<ip>:<port>"} +1 for the prefill
+#             worker AND +1 for the decode worker when the router picks them, i.e. when
+#             the request arrives: an in-flight request is counted, and so is one whose
+#             decode then fails (500); a body the router rejects (400/422) is not;
+#   vllm_router_pd_requests_total{route="/v1/completions"} +1 when the router's answer
+#             comes back (a whole non-streamed answer, or a stream's start): NOT
+#             arrivals, a long non-streamed request is counted at its end.
+# So R = the processed counter over all workers / 2 (one prefill + one decode pick per
+# request). The routers' series carry pdscaler_io_role="router".
 VLLM = Preset(
     request_rate=_rate("vllm:request_success_total"),
     prompt_tokens=_mean("vllm:request_prompt_tokens"),
@@ -102,6 +114,7 @@ VLLM = Preset(
     decode_tokens_per_second=_rate("vllm:generation_tokens_total"),
     kv_usage="avg(vllm:kv_cache_usage_perc{selector}) or avg(vllm:gpu_cache_usage_perc{selector})",
     running_by_pod="sum by (pod) (vllm:num_requests_running{selector})",
+    arrival_rate="sum(rate(vllm_router_processed_requests_total{selector}[{window}])) / 2",
 )
 
 # SGLang, names as registered in python/sglang/srt/metrics/collector.py (and listed in
@@ -186,8 +199,8 @@ DYNAMO = Preset(
 
 PRESETS: Mapping[str, Preset] = {"vllm": VLLM, "sglang": SGLANG, "dynamo": DYNAMO}
 
-#: What R, the request rate, counts under each preset (status and ``explain`` say it):
-#: completions everywhere, as the P/D routers' arrival counters are not scraped yet.
+#: What R, the request rate, counts under each preset when it is read as completions
+#: (status and ``explain`` say it): the fall-back where no router answers.
 RATE_SOURCES: Mapping[str, str] = {
     "vllm": "completed requests/s (vllm:request_success_total, prefill pool)",
     "sglang": "finished requests/s (sglang:num_requests_total, prefill pool)",
@@ -196,7 +209,17 @@ RATE_SOURCES: Mapping[str, str] = {
 }
 
 
-def rate_source(preset: str) -> str:
-    """What R counts under ``preset``: ``rate_source("vllm")`` ->
-    ``"completed requests/s (vllm:request_success_total, prefill pool)"``."""
+#: What R counts when the preset's ``arrival_rate`` answered (presets that have one).
+ARRIVAL_SOURCES: Mapping[str, str] = {
+    "vllm": "arriving requests/s (vllm_router_processed_requests_total / 2, cell routers)",
+}
+
+
+def rate_source(preset: str, arrivals: bool = False) -> str:
+    """What R counts under ``preset``, read as arrivals or as completions:
+    ``rate_source("vllm")`` -> ``"completed requests/s (vllm:request_success_total,
+    prefill pool)"``; ``rate_source("vllm", arrivals=True)`` -> ``"arriving requests/s
+    (vllm_router_processed_requests_total / 2, cell routers)"``."""
+    if arrivals and preset in ARRIVAL_SOURCES:
+        return ARRIVAL_SOURCES[preset]
     return RATE_SOURCES.get(preset, "metrics.queries.requestRate")

@@ -47,6 +47,7 @@ from pdscaler.types import (
     MetricsSnapshot,
     PolicyMemory,
     PoolObservation,
+    RateSource,
     RolloutPhase,
 )
 
@@ -239,7 +240,8 @@ def metrics_available(inp: StatusInput) -> Condition:
         ConditionType.METRICS_AVAILABLE,
         True,
         ConditionReason.METRICS_OK,
-        f"load shape known; R = {rate_source(inp.spec.metrics.preset)}",
+        "load shape known; R = "
+        + rate_source(inp.spec.metrics.preset, metrics.rate_source is RateSource.ARRIVALS),
     )
 
 

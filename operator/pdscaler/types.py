@@ -21,6 +21,15 @@ class Role(StrEnum):
     DECODE = "decode"
 
 
+class RateSource(StrEnum):
+    """What ``MetricsSnapshot.request_rate`` counts: requests ARRIVING (the routers'
+    counters) or requests COMPLETED by the prefill pool (the fall-back, which a growing
+    backlog holds below demand; the policy corrects it by the queue's slope)."""
+
+    ARRIVALS = "arrivals"
+    COMPLETIONS = "completions"
+
+
 # ------------------------------------------------------------------ the vocabulary
 # Every string pdscaler writes to the cluster as a reason, phase or condition type is
 # one member of one of these enums (values unchanged from the first release). A
@@ -214,6 +223,7 @@ class MetricsSnapshot:
     ``request_rate`` in req/s, ``prompt_tokens``/``output_tokens`` are means per
     request over the window. ``problems`` lists why a value is unknown (empty answer,
     NaN, stale, several series, unreachable), for the MetricsAvailable condition.
+    ``rate_source`` says what ``request_rate`` counts (``RateSource``).
     """
 
     time: float
@@ -223,6 +233,7 @@ class MetricsSnapshot:
     prefill: PoolMetrics = field(default_factory=PoolMetrics)
     decode: PoolMetrics = field(default_factory=PoolMetrics)
     problems: tuple[str, ...] = ()
+    rate_source: RateSource = RateSource.COMPLETIONS
 
     def pool(self, role: Role) -> PoolMetrics:
         """``role``'s pool signals: ``pool(Role.DECODE)`` is ``decode``."""

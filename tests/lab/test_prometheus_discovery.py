@@ -62,7 +62,8 @@ def test_prometheus_discovers_a_pool_pod_and_answers_promql(
         "pdscaler.io/version": "v1",
     }
     kube.core.create_namespaced_pod(namespace, engine_pod("chat-r1-prefill-0", labels))  # type: ignore[arg-type]
-    # neither the router (role) nor a pod without a port named http is an engine target
+    # neither a router's port named http (routers are kept on their port named metrics)
+    # nor a pool pod without a port named http is a target
     router = {**labels, "pdscaler.io/role": "router"}
     kube.core.create_namespaced_pod(namespace, engine_pod("chat-r1-router-0", router))  # type: ignore[arg-type]
     kube.core.create_namespaced_pod(

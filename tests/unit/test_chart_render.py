@@ -9,6 +9,7 @@ Kubernetes reads them. The test pod's own script is run against a real /healthz.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import Any
@@ -83,20 +84,33 @@ def relabelled_targets(relabelings: list[dict[str, Any]]) -> dict[str, str]:
 
 def test_pod_monitor_gives_the_labels_the_presets_select_on() -> None:
     pm = one(template(*ALL_ON, monitoring=True), "PodMonitor")
-    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
-    targets = relabelled_targets(endpoint["relabelings"])
-    assert targets["namespace"] == "__meta_kubernetes_namespace"
-    assert targets["pod"] == "__meta_kubernetes_pod_name"
-    assert targets[PROM_NAME] == "__meta_kubernetes_pod_label_pdscaler_io_name"
-    assert targets[PROM_ROLE] == "__meta_kubernetes_pod_label_pdscaler_io_role"
+    engines, routers = pm["spec"]["podMetricsEndpoints"]
     # the same relabelling as the plain scrape job users paste (deploy/prometheus/)
     (job,) = yaml.safe_load((CHART.parents[1] / "deploy/prometheus/kubernetes-sd.yaml").read_text())
     plain = {r["target_label"]: r["source_labels"][0] for r in job["relabel_configs"]
              if not r.get("target_label", "__").startswith("__")}  # fmt: skip
-    assert targets == plain
-    assert endpoint["port"] == "http"  # manifests.PORT_NAME, the engines' port
+    for endpoint in (engines, routers):
+        targets = relabelled_targets(endpoint["relabelings"])
+        assert targets["namespace"] == "__meta_kubernetes_namespace"
+        assert targets["pod"] == "__meta_kubernetes_pod_name"
+        assert targets[PROM_NAME] == "__meta_kubernetes_pod_label_pdscaler_io_name"
+        assert targets[PROM_ROLE] == "__meta_kubernetes_pod_label_pdscaler_io_role"
+        assert targets == plain
+    # engines on their port (manifests.PORT_NAME), the routers on theirs (router.py)
+    assert engines["port"] == "http"
+    assert routers["port"] == "metrics"
+
+    def keeps(endpoint: dict[str, Any], role: str) -> bool:
+        (rule,) = [r for r in endpoint["relabelings"]
+                   if r.get("sourceLabels") == ["__meta_kubernetes_pod_label_pdscaler_io_role"]
+                   and r.get("action") == "keep"]  # fmt: skip
+        return re.fullmatch(rule["regex"], role) is not None
+
+    roles = ("prefill", "decode", "router")
+    assert [keeps(engines, r) for r in roles] == [True, True, False]  # a router's http: no
+    assert [keeps(routers, r) for r in roles] == [False, False, True]
     exprs = {e["key"]: e for e in pm["spec"]["selector"]["matchExpressions"]}
-    assert exprs["pdscaler.io/role"]["values"] == ["prefill", "decode"]  # no routers
+    assert exprs["pdscaler.io/role"]["values"] == ["prefill", "decode", "router"]
     assert pm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}  # the default scope
     wide = template(*ALL_ON, "--set", "clusterWide=true", monitoring=True)
     assert one(wide, "PodMonitor")["spec"]["namespaceSelector"] == {"any": True}

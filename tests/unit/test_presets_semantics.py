@@ -1,6 +1,6 @@
 """What the presets' readings mean, where it is shown: the MetricsAvailable condition
-says what R counts (completions: the P/D routers' arrival counters are not scraped), and
-every preset (and ``custom``) has that sentence. The PromQL itself is in
+says what R counts (completions when no router answered; arrivals in
+test_rate_source.py), and every preset (and ``custom``) has that sentence. The PromQL itself is in
 test_metricsql.py; that it parses on a real Prometheus in tests/lab/test_presets_parse.py.
 """
 

@@ -127,6 +127,8 @@ def test_explain_renders_the_published_decision() -> None:
     assert "N_P 19.05, N_D 17.86, ratio 1.07, drain 38.0s" in text
     assert "decode 4/6 ready/desired" in text
     assert "MetricsAvailable=True (MetricsOK)" in text
+    # what R counted this tick (the condition's message; SNAP is completions)
+    assert "MetricsAvailable: load shape known; R = completed requests/s" in text
 
 
 def test_explain_before_the_first_tick() -> None:

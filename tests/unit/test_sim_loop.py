@@ -4,6 +4,7 @@ determinism, and pdscaler's own policy recovering from a step load."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from pdscaler.sim.results import attainment_over_time, summarize
 from pdscaler.sim.scenarios import Segment, step_load, synthetic
 from pdscaler.sim.setup import sim_spec, warm_start
 from pdscaler.sim.traces import Trace
-from pdscaler.types import Role
+from pdscaler.types import RateSource, Role
 
 NO_JITTER = EngineParams(startup_jitter=0.0)
 
@@ -167,3 +168,21 @@ def test_pdscaler_policy_absorbs_a_step_load() -> None:
     assert np.nanmean(settled) > 0.95  # recovered once the new replicas were up
     assert ctrl.decisions
     assert ctrl.decisions[-1].memory is ctrl.memory
+
+
+def test_snapshot_can_present_the_routers_arrivals_as_an_option() -> None:
+    """Default: R is completions (the benchmark figures' reading, unchanged). With
+    ``arrivals=True`` R is what a router in front counted, labelled as such."""
+    spec = sim_spec(window="2m", percentile=0.5)
+    prom = PromView(lag=1.0)
+    first, second = sample(0.0, 100, 115_500, 90, 18_000), sample(120.0, 700, 808_500, 690, 1)
+    prom.scrape(dataclasses.replace(first, requests_arrived=100.0))
+    prom.scrape(dataclasses.replace(second, requests_arrived=1300.0))
+    default = snapshot(prom, 125.0, spec)
+    assert default is not None
+    assert default.request_rate == pytest.approx(5.0)
+    assert default.rate_source is RateSource.COMPLETIONS
+    arrived = snapshot(prom, 125.0, spec, arrivals=True)
+    assert arrived is not None
+    assert arrived.request_rate == pytest.approx(10.0)
+    assert arrived.rate_source is RateSource.ARRIVALS

@@ -17,6 +17,8 @@ anything (it prints what the operator published), or write to the cluster.
     model           N_P 19.05, N_D 17.86, ratio 1.07, drain 38s, T_s 60s, ...
     pools           prefill 20/20 ready/desired, decode 4/6
     conditions      Ready=True (Serving), MetricsAvailable=True (MetricsOK), ...
+                    MetricsAvailable: load shape known; R = arriving requests/s
+                    (vllm_router_processed_requests_total / 2, cell routers)
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ def render(pdd: dict[str, Any]) -> str:
             ConditionType.DEADLINE_INFEASIBLE,
         ):
             lines.append(_line("", f"{c.type}: {c.message}"))
-        if c.type == ConditionType.METRICS_AVAILABLE and c.status == "False":
+        if c.type == ConditionType.METRICS_AVAILABLE:  # False: why; True: what R counts
             lines.append(_line("", f"{c.type}: {c.message}"))
     return "\n".join(lines)
 

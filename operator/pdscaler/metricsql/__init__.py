@@ -20,7 +20,10 @@ Label values are escaped as PromQL string literals, so a name cannot inject Prom
 
 Where each quantity is read (the same for every preset, documented once):
 
-* R, the request rate, and L_p, the mean prompt tokens: on the PREFILL pool (every
+* R, the request rate: ARRIVALS on the cells' ROUTER pods (``pdscaler_io_role="router"``)
+  when the preset has an arrival query and it answers (``choose_rate``;
+  ``MetricsSnapshot.rate_source`` says which), else completions on the PREFILL pool.
+* L_p, the mean prompt tokens, and R's completions: on the PREFILL pool (every
   request passes there once; in vLLM's P/D setups the decode side also re-counts the
   prompt, so the decode pool would count it too but later).
 * L_d, the mean output tokens: on the DECODE pool (the prefill side of a P/D pair runs
@@ -60,8 +63,10 @@ from __future__ import annotations
 from pdscaler.metricsql.answers import (
     Reading,
     assemble,
+    choose_rate,
     parse_by_label,
     parse_scalar,
+    router_stale,
     stale_pools,
     targets_up,
 )
@@ -87,6 +92,7 @@ from pdscaler.metricsql.templates import (
     PROM_NAMESPACE,
     PROM_POD,
     PROM_ROLE,
+    ROUTER_ROLE,
     escape_label_value,
     matchers,
     prom_label,
@@ -102,6 +108,7 @@ __all__ = [
     "PROM_NAMESPACE",
     "PROM_POD",
     "PROM_ROLE",
+    "ROUTER_ROLE",
     "SCOPE_LABELS",
     "SCOPE_LABEL_PREFIX",
     "InvalidQueryError",
@@ -112,6 +119,7 @@ __all__ = [
     "build_queries",
     "check_queries",
     "check_template",
+    "choose_rate",
     "custom_preset",
     "escape_label_value",
     "matchers",
@@ -121,6 +129,7 @@ __all__ = [
     "prom_label",
     "promql_duration",
     "render",
+    "router_stale",
     "scope_problems",
     "selector",
     "stale_pools",

@@ -1,9 +1,10 @@
 """Prometheus' answers read into a ``MetricsSnapshot``: unknown is never 0.
 
 Owns: reading one answer (``parse_scalar``, ``parse_by_label``), the per-pool staleness
-and targets-up checks, and ``assemble`` (every answer of one snapshot, the stale pools'
-values voided, each pool's unknown signals named in ``PoolMetrics.missing``). Must not:
-build queries or open a connection.
+and targets-up checks, ``choose_rate`` (R: the routers' arrivals when they answer, else
+the prefill pool's completions), and ``assemble`` (every answer of one snapshot, the
+stale pools' values voided, each pool's unknown signals named in
+``PoolMetrics.missing``). Must not: build queries or open a connection.
 
 >>> empty = {"status": "success", "data": {"resultType": "vector", "result": []}}
 >>> parse_scalar(empty, now=1700000000.0, max_age=60.0).problem
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdscaler.metricsql.queries import Key, Query
-from pdscaler.metricsql.templates import DEFAULT_MAX_AGE_SECONDS, PROM_ROLE
-from pdscaler.types import MetricsSnapshot, PoolMetrics, Role
+from pdscaler.metricsql.templates import DEFAULT_MAX_AGE_SECONDS, PROM_ROLE, ROUTER_ROLE
+from pdscaler.types import MetricsSnapshot, PoolMetrics, RateSource, Role
 
 # ---------------------------------------------------------------------------- answers
 
@@ -151,6 +152,29 @@ def stale_pools(freshness: Mapping[str, Any], *, now: float, max_age: float) -> 
     return out
 
 
+def router_stale(freshness: Mapping[str, Any], *, now: float, max_age: float) -> str | None:
+    """Why the routers' series are stale (their newest scrape older than ``max_age``), or
+    None (fresh, or no router scraped: their arrival query then comes back empty)."""
+    newest, _ = parse_by_label(freshness, PROM_ROLE)
+    stamp = newest.get(ROUTER_ROLE)
+    if stamp is not None and now - stamp > max_age:
+        return f"stale: newest router scrape {now - stamp:.0f}s old (max {max_age:.0f}s)"
+    return None
+
+
+def choose_rate(arrivals: Reading | None, completions: Reading) -> tuple[Reading, RateSource]:
+    """R and what it counts, from the two readings (pure). The routers' ``arrivals``
+    when they are a known value (a fresh, finite answer; 0 is known: the routers saw no
+    request), else the prefill pool's ``completions`` (no router series, NaN, stale, a
+    failed query, or a preset without an arrival query: ``arrivals`` None).
+    ``choose_rate(Reading(4.0), Reading(3.0))`` -> ``(Reading(4.0), ARRIVALS)``;
+    ``choose_rate(Reading(None, "no data"), Reading(3.0))`` -> ``(Reading(3.0),
+    COMPLETIONS)``."""
+    if arrivals is not None and arrivals.value is not None:
+        return arrivals, RateSource.ARRIVALS
+    return completions, RateSource.COMPLETIONS
+
+
 def targets_up(answer: Mapping[str, Any] | None) -> tuple[dict[Role, int | None], list[str]]:
     """Each pool's targets up from ``sum by (pdscaler_io_role) (up{...})``: a pool absent
     from a successful answer has 0 up; no answer or a failed one -> None (unknown) with
@@ -200,8 +224,17 @@ def assemble(
             if up[role] is None:  # asked and not answered: the targets cannot be checked
                 missing[role].append("targets_up")
 
+    arrivals: Reading | None = None
     for q in queries:
         if q.key in (Key.FRESHNESS, Key.TARGETS_UP):
+            continue
+        if q.key == Key.ARRIVAL_RATE:  # no problem when absent: completions stand in
+            stale_routers = router_stale(answers.get(Key.FRESHNESS, {}), now=now, max_age=max_age)
+            answer = answers.get(q.key)
+            if stale_routers is not None or answer is None:
+                arrivals = Reading(None, stale_routers or "not queried")
+            else:
+                arrivals = parse_scalar(answer, now=now, max_age=max_age)
             continue
         own = _pool_field(q.key)
         if q.pool in stale:
@@ -228,9 +261,14 @@ def assemble(
             if own is not None:
                 missing[own[0]].append(own[1])
 
+    completions = Reading(values.get(Key.REQUEST_RATE))
+    rate, source = choose_rate(arrivals, completions)
+    if source is RateSource.ARRIVALS:  # R is known: the completions' problem is not one
+        problems = [p for p in problems if not p.startswith(f"{Key.REQUEST_RATE}: ")]
     return MetricsSnapshot(
         time=now,
-        request_rate=values.get(Key.REQUEST_RATE),
+        request_rate=rate.value,
+        rate_source=source,
         prompt_tokens=values.get(Key.PROMPT_TOKENS),
         output_tokens=values.get(Key.OUTPUT_TOKENS),
         prefill=PoolMetrics(

@@ -3,7 +3,8 @@ rendered for the pool it is read on (module ``pdscaler.metricsql``: where each q
 is read).
 
 Owns: ``preset_for``, ``Key`` (what each query measures), ``Query`` and
-``build_queries`` (at most 14, the staleness and targets-up queries first). Must not:
+``build_queries`` (at most 15, the staleness and targets-up queries first; R twice: as
+the routers' arrivals and as the prefill pool's completions, ``answers`` picks). Must not:
 parse answers (``answers``) or open a connection.
 """
 
@@ -17,6 +18,7 @@ from pdscaler.metricsql.check import InvalidQueryError, check_queries
 from pdscaler.metricsql.templates import (
     PROM_POD,
     PROM_ROLE,
+    ROUTER_ROLE,
     matchers,
     promql_duration,
     render,
@@ -68,6 +70,7 @@ class Key(StrEnum):
     FRESHNESS = "freshness"
     TARGETS_UP = "targets_up"
     REQUEST_RATE = "request_rate"
+    ARRIVAL_RATE = "arrival_rate"  # R on the cells' routers (pool None, role "router")
     PROMPT_TOKENS = "prompt_tokens"
     OUTPUT_TOKENS = "output_tokens"
     PREFILL_LATENCY = "prefill.latency_seconds"  # TTFT
@@ -105,7 +108,7 @@ _POOL_OF: Mapping[Key, Role] = {
 
 
 def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Query]:
-    """Every query of one snapshot, in the order they are run (at most 14).
+    """Every query of one snapshot, in the order they are run (at most 15).
 
     The first, ``max by (pdscaler_io_role) (timestamp(up{...}))``, gives the time of
     each pool's newest scrape, for the staleness check; the second,
@@ -115,7 +118,7 @@ def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Que
     window = promql_duration(spec.metrics.window_seconds)
     quantile = spec.slo.percentile
 
-    def fill(template: str, role: Role | None) -> str:
+    def fill(template: str, role: Role | str | None) -> str:
         return render(
             template,
             sel=selector(namespace, name, role),
@@ -138,6 +141,8 @@ def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Que
     ):
         role = None if preset.load_scope == "deployment" else _POOL_OF[key]
         queries.append(Query(key, fill(template, role), pool=role))
+    if preset.arrival_rate is not None:
+        queries.append(Query(Key.ARRIVAL_RATE, fill(preset.arrival_rate, ROUTER_ROLE)))
     per_pool: list[tuple[Key, str | None, Role, str | None]] = [
         (Key.PREFILL_QUEUE, preset.queue_depth, Role.PREFILL, None),
         (Key.DECODE_QUEUE, preset.queue_depth, Role.DECODE, None),

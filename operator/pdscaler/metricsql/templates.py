@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from pdscaler.naming import LABEL_NAME, LABEL_ROLE
+from pdscaler.naming import LABEL_NAME, LABEL_ROLE, ROLE_ROUTER
 from pdscaler.types import Role
 
 # Prometheus label names of the pod labels, as a pod scrape's relabelling produces them.
@@ -29,6 +29,8 @@ def prom_label(k8s_label: str) -> str:
 
 PROM_NAME = prom_label(LABEL_NAME)  # pdscaler_io_name
 PROM_ROLE = prom_label(LABEL_ROLE)  # pdscaler_io_role
+#: The role label value of a cell's router pods (their series: the arrivals).
+ROUTER_ROLE = ROLE_ROUTER
 
 # Default age beyond which a pool's newest scrape is "stale". Scrape intervals are
 # typically 15-30 s; Prometheus itself would keep serving a gauge's last value for its
@@ -48,19 +50,20 @@ def escape_label_value(value: str) -> str:
     return "".join(_ESCAPES.get(c, c) for c in value)
 
 
-def matchers(namespace: str, name: str, role: Role | None) -> str:
-    """The label matchers of a pool (or of the whole deployment when ``role`` is None),
-    without braces: ``namespace="ns",pdscaler_io_name="chat",pdscaler_io_role="decode"``."""
+def matchers(namespace: str, name: str, role: Role | str | None) -> str:
+    """The label matchers of a pool (or of the whole deployment when ``role`` is None; of
+    the cells' routers for ``ROUTER_ROLE``), without braces:
+    ``namespace="ns",pdscaler_io_name="chat",pdscaler_io_role="decode"``."""
     parts = [
         f'{PROM_NAMESPACE}="{escape_label_value(namespace)}"',
         f'{PROM_NAME}="{escape_label_value(name)}"',
     ]
     if role is not None:
-        parts.append(f'{PROM_ROLE}="{escape_label_value(role.value)}"')
+        parts.append(f'{PROM_ROLE}="{escape_label_value(str(role))}"')
     return ",".join(parts)
 
 
-def selector(namespace: str, name: str, role: Role | None) -> str:
+def selector(namespace: str, name: str, role: Role | str | None) -> str:
     """``matchers`` in braces: a complete PromQL selector to append to a metric name."""
     return "{" + matchers(namespace, name, role) + "}"
 

@@ -23,7 +23,8 @@ The steps, each in its own module:
    spec); T_s from observed pod start times (p90, within [0.5x, 3x]).
 3. ``forecast``: R over T_s + interval (rising trend extrapolated over at most the
    metrics window, at most 2x; never below the current rate). R itself is the arrival
-   rate: prefill completions corrected by the prefill queue's change (``arrival_rate``).
+   rate: the routers' arrivals as read, or prefill completions corrected by the prefill
+   queue's change (``arrival_rate``, by ``MetricsSnapshot.rate_source``).
 4. ``sizing``: steady-state targets (ratio model, ceil, at the forecast rate; decode
    the larger of that and its KV memory bound with ``kvCacheTokens``, ``kvbound``), the
    bottleneck rule (only the bottleneck pool, and a pool short by its own load, grow),
@@ -87,6 +88,7 @@ from pdscaler.types import (
     Decision,
     MetricsSnapshot,
     ModelOutputs,
+    RateSource,
     Role,
     TickInput,
 )
@@ -150,7 +152,7 @@ def size(
     gaps = gaps or {}
     pools = remember_pools(inp, snap)
     recent = history.in_window(pools, inp.now, inp.spec.metrics.window_seconds)
-    rate = arrival_rate(snap.request_rate or 0.0, recent)
+    rate = arrival_rate(snap.request_rate or 0.0, recent, snap.rate_source)
     tokens = {Role.PREFILL: snap.prompt_tokens or 0.0, Role.DECODE: snap.output_tokens or 0.0}
     tps = refine_capacities(inp, snap, recent)
     forecast = forecast_arrivals(inp, rate, startup)
@@ -194,12 +196,19 @@ def size(
     )
 
 
-def arrival_rate(completions: float, points: tuple[history.Point, ...]) -> float:
-    """Requests/s ARRIVING: the rate is read as prefill completions, which run above
-    arrivals while a backlog drains and below them while one builds, by the prefill
-    queue's change over the window (``history.queue_slope``): 50 req/s completed while
-    the queue fell 600 -> 0 over 120 s -> 45 req/s; never below 0."""
-    return max(completions + history.queue_slope(points, Role.PREFILL), 0.0)
+def arrival_rate(
+    rate: float,
+    points: tuple[history.Point, ...],
+    source: RateSource = RateSource.COMPLETIONS,
+) -> float:
+    """Requests/s ARRIVING. Read as the routers' arrivals (``RateSource.ARRIVALS``), the
+    rate is that already: 50 -> 50. Read as prefill completions, which run above
+    arrivals while a backlog drains and below them while one builds, it is corrected by
+    the prefill queue's change over the window (``history.queue_slope``): 50 req/s
+    completed while the queue fell 600 -> 0 over 120 s -> 45 req/s; never below 0."""
+    if source is RateSource.ARRIVALS:
+        return max(rate, 0.0)
+    return max(rate + history.queue_slope(points, Role.PREFILL), 0.0)
 
 
 def refine_capacities(

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pdscaler.sim.engine import TPOT_BUCKETS, TTFT_BUCKETS, Engine, Sample
 from pdscaler.sim.prom import PromView
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import MetricsSnapshot, PoolMetrics, PoolObservation, Role
+from pdscaler.types import MetricsSnapshot, PoolMetrics, PoolObservation, RateSource, Role
 
 #: Start-up samples the API would show per pool (the pods that exist; bounded).
 STARTUP_SAMPLES = 10
@@ -34,10 +34,16 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den
 
 
-def snapshot(prom: PromView, now: float, spec: PDDeploymentSpec) -> MetricsSnapshot | None:
+def snapshot(
+    prom: PromView, now: float, spec: PDDeploymentSpec, *, arrivals: bool = False
+) -> MetricsSnapshot | None:
     """The vLLM-preset snapshot at ``now`` over ``spec.metrics.window``, at
     ``spec.slo.percentile``; None before the first scrape is visible (like an
-    unreachable Prometheus: nothing to decide on).
+    unreachable Prometheus: nothing to decide on). R is the prefill pool's completions
+    (the live preset's fall-back, and what the benchmark figures were made with); with
+    ``arrivals`` it is the rate of ``Sample.requests_arrived``, what the cells' routers
+    count (the live preset's reading where routers are scraped), ``rate_source``
+    ARRIVALS.
 
     Worked example: two scrapes 120 s apart whose prefill ``request_success`` went
     100 -> 700 and prompt-token sum 115,500 -> 808,500 give R = 5 req/s and
@@ -72,7 +78,10 @@ def snapshot(prom: PromView, now: float, spec: PDDeploymentSpec) -> MetricsSnaps
             problems.append(f"{name}: value is NaN (nothing observed in the window?)")
         return value
 
-    request_rate = rate("request_rate", lambda s: s.prefill.request_success)
+    if arrivals:
+        request_rate = rate("request_rate", lambda s: s.requests_arrived)
+    else:
+        request_rate = rate("request_rate", lambda s: s.prefill.request_success)
     prompt = mean(
         "prompt_tokens",
         lambda s: s.prefill.request_prompt_tokens_sum,
@@ -107,6 +116,7 @@ def snapshot(prom: PromView, now: float, spec: PDDeploymentSpec) -> MetricsSnaps
             running_by_pod=dict(latest.decode_running_by_pod),
         ),
         problems=tuple(problems),
+        rate_source=RateSource.ARRIVALS if arrivals else RateSource.COMPLETIONS,
     )
 
 

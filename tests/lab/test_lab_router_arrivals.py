@@ -1,0 +1,108 @@
+"""R as ARRIVALS from the real router, in the lab: the operator deploys the cell of a
+scaled-down ``deploy/examples/chat.yaml`` (the request path of
+test_request_path_operator.py: the real ``vllm-router`` run by the pod runner at its
+pod IP, with ``--prometheus-host/--prometheus-port 29000`` and a container port named
+``metrics``), requests go client -> front Service -> router -> prefill -> decode, and:
+
+1. the lab's Prometheus (the relabelling of deploy/prometheus/kubernetes-sd.yaml)
+   scrapes every router pod of the PDDeployment on ``<podIP>:29000/metrics`` with
+   ``pdscaler_io_role="router"``, and its arrival counter
+   ``vllm_router_processed_requests_total`` carries namespace, pod, pdscaler_io_name and
+   pdscaler_io_revision (of a serving cell), one series per worker;
+2. the preset's own arrival query (``metricsql.build_queries``, ``Key.ARRIVAL_RATE``)
+   answers a positive rate while requests flow;
+3. the operator says R is arrivals from the routers: ``MetricsAvailable`` True with
+   the message ``load shape known; R = arriving requests/s
+   (vllm_router_processed_requests_total / 2, cell routers)``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from lab.test_request_path_operator import NAME, completion, scaled_chat, serving
+from pdlab import prometheus
+from pdlab.lab import Lab
+from pdscaler import metricsql, router
+from pdscaler.presets import rate_source
+from pdscaler.spec import PDDeploymentSpec
+from support.labkit import Kube, wait_for
+from support.opkit import condition, get_pdd
+
+ARRIVALS = "load shape known; R = " + rate_source("vllm", arrivals=True)
+
+
+def router_targets(lab: Lab, namespace: str) -> list[dict[str, Any]] | None:
+    """The namespace's router targets up, or None while there are none."""
+    ours = [
+        t
+        for t in prometheus.active_targets(lab.prometheus_url)
+        if t["labels"].get("namespace") == namespace
+        and t["labels"].get("pdscaler_io_role") == "router"
+        and t["health"] == "up"
+    ]
+    return ours or None
+
+
+def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
+    lab: Lab, kube: Kube, crd: str, namespace: str
+) -> None:
+    assert ARRIVALS.endswith("(vllm_router_processed_requests_total / 2, cell routers)")
+    with serving(lab, kube, namespace) as (front, _control, _proxy):
+        wait_for(lambda: completion(front), 120, "a streamed completion via the front")
+        stop = threading.Event()
+
+        def load() -> None:  # a request every 0.2 s, so the window's rate stays > 0
+            while not stop.is_set():
+                completion(front, max_tokens=4)
+                stop.wait(0.2)
+
+        sender = threading.Thread(target=load, daemon=True)
+        sender.start()
+        try:
+            # 1. the routers are targets on their metrics port, with the pod labels
+            targets = wait_for(lambda: router_targets(lab, namespace), 90, "a router target up")
+            for t in targets:
+                assert t["scrapeUrl"].endswith(f":{router.METRICS_PORT}/metrics"), t
+                assert t["labels"]["pdscaler_io_name"] == NAME
+                assert t["labels"]["pod"].startswith(f"{NAME}-")
+                assert "-router-" in t["labels"]["pod"]
+            sel = f'{{namespace="{namespace}",pdscaler_io_name="{NAME}",pdscaler_io_role="router"}}'
+            series = wait_for(
+                lambda: lab.query(f"vllm_router_processed_requests_total{sel} > 0"),
+                60,
+                "the routers' arrival counter in Prometheus",
+            )
+            for s in series:
+                labels = s["metric"]
+                assert labels["pod"].startswith(f"{NAME}-{labels['pdscaler_io_revision']}-router")
+                assert labels["worker"].startswith("http://")
+            # 2. the preset's arrival query answers a positive rate
+            doc = scaled_chat(namespace, lab.prometheus_url)
+            spec = PDDeploymentSpec.model_validate(doc["spec"])
+            (q,) = [
+                q
+                for q in metricsql.build_queries(spec, namespace, NAME)
+                if q.key == metricsql.Key.ARRIVAL_RATE
+            ]
+
+            def positive() -> list[dict[str, Any]] | None:
+                got = lab.query(q.promql)
+                return got if got and float(got[0]["value"][1]) > 0 else None
+
+            rate = wait_for(positive, 60, f"a positive arrival rate from {q.promql}")
+            assert len(rate) == 1
+
+            # 3. the operator reads R as arrivals and says so
+            def says_arrivals() -> dict[str, Any] | None:
+                c = condition(get_pdd(kube, namespace, NAME), "MetricsAvailable")
+                ok = c is not None and c["status"] == "True" and c.get("message") == ARRIVALS
+                if not ok:  # raised, so a timeout reports the condition last seen
+                    raise AssertionError(f"MetricsAvailable is {c!r}")
+                return c
+
+            wait_for(says_arrivals, 120, f"MetricsAvailable True saying {ARRIVALS!r}")
+        finally:
+            stop.set()
+            sender.join(30)
