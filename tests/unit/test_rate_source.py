@@ -114,6 +114,32 @@ def test_stale_routers_give_completions() -> None:
     )
 
 
+def test_routers_down_query_counts_the_routers_not_scraped() -> None:
+    (q,) = [q for q in mq.build_queries(spec(), NS, NAME) if q.key == mq.Key.ROUTERS_DOWN]
+    assert q.promql == f"count(up{ROUTER_SEL} == 0)"
+    keys = {q.key for q in mq.build_queries(spec("sglang"), NS, NAME)}
+    assert mq.Key.ROUTERS_DOWN not in keys
+
+
+@pytest.mark.parametrize(
+    "down",
+    [one("1"), {"status": "error", "error": "x"}, None],
+    ids=["one-router-down", "failed", "not-answered"],
+)
+def test_a_router_target_down_or_unchecked_gives_completions(down: dict[str, Any] | None) -> None:
+    """A router not scraped (up 0) drops its arrivals from the sum: R would read low and
+    could shrink the pools on missing data, so the completions (whose prefill targets
+    are checked) stand in; so they do when the routers cannot be checked."""
+    answers = with_routers()
+    if down is None:
+        del answers[mq.Key.ROUTERS_DOWN]
+    else:
+        answers[mq.Key.ROUTERS_DOWN] = down
+    snap = assemble(answers)
+    assert (snap.request_rate, snap.rate_source) == (4.0, RateSource.COMPLETIONS)
+    assert snap.problems == ()
+
+
 def test_arrivals_stand_in_for_unknown_completions() -> None:
     answers = with_routers()
     answers[mq.Key.REQUEST_RATE] = vector()

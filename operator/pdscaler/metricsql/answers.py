@@ -162,6 +162,23 @@ def router_stale(freshness: Mapping[str, Any], *, now: float, max_age: float) ->
     return None
 
 
+def routers_down(answer: Mapping[str, Any] | None) -> str | None:
+    """Why the routers' arrivals cannot be trusted from ``count(up{routers} == 0)``: a
+    router target not scraped drops its arrivals from the sum (R would read low, and a
+    low R may shrink the pools), and an unanswered check cannot rule that out; None when
+    the answer is empty (no router down). ``{"1"}`` -> ``"1 router target(s) down"``."""
+    if answer is None:
+        return "router targets not checked"
+    samples, failed = _samples(answer)
+    if failed is not None:
+        return f"router targets not checked: {failed}"
+    counts = [_number(value) for _, _, value in samples]
+    if any(c is None for c in counts):
+        return "router targets not checked: a count that is no number"
+    down = sum(c for c in counts if c is not None)
+    return f"{down:g} router target(s) down" if down > 0 else None
+
+
 def choose_rate(arrivals: Reading | None, completions: Reading) -> tuple[Reading, RateSource]:
     """R and what it counts, from the two readings (pure). The routers' ``arrivals``
     when they are a known value (a fresh, finite answer; 0 is known: the routers saw no
@@ -226,10 +243,12 @@ def assemble(
 
     arrivals: Reading | None = None
     for q in queries:
-        if q.key in (Key.FRESHNESS, Key.TARGETS_UP):
+        if q.key in (Key.FRESHNESS, Key.TARGETS_UP, Key.ROUTERS_DOWN):
             continue
         if q.key == Key.ARRIVAL_RATE:  # no problem when absent: completions stand in
-            stale_routers = router_stale(answers.get(Key.FRESHNESS, {}), now=now, max_age=max_age)
+            stale_routers = router_stale(
+                answers.get(Key.FRESHNESS, {}), now=now, max_age=max_age
+            ) or routers_down(answers.get(Key.ROUTERS_DOWN))
             answer = answers.get(q.key)
             if stale_routers is not None or answer is None:
                 arrivals = Reading(None, stale_routers or "not queried")

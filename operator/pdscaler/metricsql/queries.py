@@ -71,6 +71,7 @@ class Key(StrEnum):
     TARGETS_UP = "targets_up"
     REQUEST_RATE = "request_rate"
     ARRIVAL_RATE = "arrival_rate"  # R on the cells' routers (pool None, role "router")
+    ROUTERS_DOWN = "routers_down"  # router targets not scraped (up 0): arrivals read low
     PROMPT_TOKENS = "prompt_tokens"
     OUTPUT_TOKENS = "output_tokens"
     PREFILL_LATENCY = "prefill.latency_seconds"  # TTFT
@@ -143,6 +144,8 @@ def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Que
         queries.append(Query(key, fill(template, role), pool=role))
     if preset.arrival_rate is not None:
         queries.append(Query(Key.ARRIVAL_RATE, fill(preset.arrival_rate, ROUTER_ROLE)))
+        routers = selector(namespace, name, ROUTER_ROLE)
+        queries.append(Query(Key.ROUTERS_DOWN, f"count(up{routers} == 0)"))
     per_pool: list[tuple[Key, str | None, Role, str | None]] = [
         (Key.PREFILL_QUEUE, preset.queue_depth, Role.PREFILL, None),
         (Key.DECODE_QUEUE, preset.queue_depth, Role.DECODE, None),
