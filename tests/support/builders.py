@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdscaler.policy import decide
+from pdscaler.policy import decide, history
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import (
     Decision,
@@ -162,3 +162,9 @@ def replay(
         prefill, decode = d.prefill, d.decode
         mem = persist(d.memory, t) if persist is not None else d.memory
     return out
+
+
+def points(queues: list[float | None], ready: int = 10) -> tuple[history.Point, ...]:
+    """Policy history points: prefill queues every 15 s from t = 0, decode empty,
+    ``ready`` in both pools."""
+    return tuple((15.0 * k, q, 0.0, ready, ready) for k, q in enumerate(queues))

@@ -11,12 +11,7 @@ from pdscaler.policy import history
 from pdscaler.policy.decide import arrival_rate
 from pdscaler.policy.forecast import forecast_rate
 from pdscaler.types import PolicyMemory, Role
-from support.builders import chat_spec, run, snapshot
-
-
-def points(queues: list[float | None], ready: int = 10) -> tuple[history.Point, ...]:
-    """Prefill queues every 15 s from t = 0, decode empty, ``ready`` in both pools."""
-    return tuple((15.0 * k, q, 0.0, ready, ready) for k, q in enumerate(queues))
+from support.builders import chat_spec, points, run, snapshot
 
 
 def test_saturated_seconds_counts_the_trailing_run() -> None:

@@ -12,13 +12,12 @@ from typing import Any
 
 import pytest
 from test_metricsql import NAME, NOW, NS, full_answers, one, spec, vector
-from test_policy_history import points
 
 from pdscaler import metricsql as mq
 from pdscaler import status as st
 from pdscaler.policy.decide import arrival_rate
 from pdscaler.types import PolicyMemory, RateSource
-from support.builders import chat_spec, run, snapshot
+from support.builders import chat_spec, points, run, snapshot
 from support.status_inputs import METRICS, inp
 
 ROUTER_SEL = '{namespace="serving",pdscaler_io_name="chat",pdscaler_io_role="router"}'
