@@ -4,15 +4,15 @@ steady fleet are recorded (``pdscaler_kube_requests_total``,
 ``pdscaler_prometheus_requests_total`` and ``..._connections_total`` on the operator's
 /metrics), with and without the watch caches. Then a create/delete churn: the
 operator's RSS and the number of series on its /metrics are flat afterwards (series:
-exactly; RSS: the last round within ``RSS_TOLERANCE`` of the one before), so per-object
-state is pruned.
+exactly; RSS: the last round within ``RSS_TOLERANCE`` of the highest measured round
+before it), so per-object state is pruned.
 
 Shortened (each case < 120 s of work on 2 shared cores): ``FLEET`` = 100 PDDeployments
 (the issue says 200) in Recommend mode, so they own no Deployments or pods (the
 operator's reads, Prometheus queries, status writes and per-object state are those of
 Auto; the pods are what a 2-core lab cannot run 200 times); a 15 s interval (the
-default); the churn is 2 rounds of 100 PDDeployments created, reconciled once and
-deleted (200 objects, the issue says 500), after a warm-up round of 100; "reconciled" is read
+default); the churn is 3 rounds of 100 PDDeployments created, reconciled once and
+deleted (300 objects, the issue says 500), after 2 warm-up rounds of 100; "reconciled" is read
 off the restarted process' /metrics (a ``pdscaler_reconcile_duration_seconds`` series
 per PDDeployment appears at its first tick). The requests-per-tick comparison of a
 converged Auto fleet (pods, routers and their identities exist) uses ``AUTO_FLEET`` =
@@ -41,14 +41,19 @@ from support.labkit import Kube, free_port, wait_for
 from support.opkit import pdd_manifest
 
 FLEET = 100
-CHURN_ROUNDS = 2
+CHURN_ROUNDS = 3
+WARMUP_ROUNDS = 2
 CHURN = 100
 INTERVAL = "15s"
 RECONCILED_WITHIN = 60.0
 STEADY_WINDOW = 30.0
-#: RSS may grow this much over the LAST churn round (a leak grows every round; the
-#: allocator's arenas and the client libraries' caches settle over the first ones: in a
-#: full run 93 -> 107 -> 108 MiB over three rounds), series not at all beyond the
+#: RSS after the LAST churn round may exceed the highest measured round before it by
+#: this much (a leak grows every round, so the last round is its highest; the allocator's
+#: arenas and the bounded caches settle over the first rounds and then wander: 93.6 ->
+#: 109.1 (warm-up), 113.2, 113.4, 112.8, 116.3 MiB here, while tracemalloc showed the
+#: Python heap grow 0.7 MB over rounds 1-4, the bounded absent-object cache and write
+#: audit filling; one CI run failed the former rule, last within 5% of the one before,
+#: at 103.5 -> 109.1 MiB in its second round), series not at all beyond the
 #: non-per-object ones.
 RSS_TOLERANCE = 0.05
 
@@ -236,7 +241,8 @@ def test_fleet_churn_leaves_memory_and_series_flat(
         "D14",
         fault=f"create/delete churn of {CHURN_ROUNDS * CHURN} PDDeployments",
         invariant="RSS and /metrics series flat after the churn",
-        shortened=f"{CHURN_ROUNDS} rounds of {CHURN} (Recommend mode, no pods)",
+        shortened=f"{CHURN_ROUNDS} rounds of {CHURN} after {WARMUP_ROUNDS} warm-up rounds"
+        " (Recommend mode, no pods)",
     )
     op = MeteredOperator(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     op.allowed = lab.prometheus_url
@@ -246,10 +252,10 @@ def test_fleet_churn_leaves_memory_and_series_flat(
     try:
         url = _metrics_url(op)
         _wait_reconciled(url, namespace, set(base), 30)
-        # one warm-up round: imports, thread and connection pools reach their size
+        # warm-up rounds: imports, thread and connection pools, caches reach their size
         rounds: list[tuple[int, int]] = []
         texts: list[set[str]] = []
-        for r in range(CHURN_ROUNDS + 1):
+        for r in range(WARMUP_ROUNDS + CHURN_ROUNDS):
             names = [f"c{r}-{i:03d}" for i in range(CHURN)]
             _create(kube, namespace, names, lab.prometheus_url)
             _wait_reconciled(url, namespace, set(names), 90)
@@ -265,7 +271,8 @@ def test_fleet_churn_leaves_memory_and_series_flat(
     finally:
         op.stop()
         _delete(kube, namespace, base)
-    (_, series0), (rss_before, _), (rss1, series1) = rounds[0], rounds[-2], rounds[-1]
+    (_, series0), (rss1, series1) = rounds[0], rounds[-1]
+    rss_before = max(rss for rss, _ in rounds[WARMUP_ROUNDS:-1])
     grew = [series1 > series0 + 5, rss1 > rss_before * (1 + RSS_TOLERANCE)]
     drill.sampled(len(rounds), sum(grew))
     assert series1 <= series0 + 5, (rounds, sorted(texts[-1] - texts[0])[:60])
