@@ -21,7 +21,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from lab.test_request_path_operator import NAME, completion, scaled_chat, serving
 from pdlab import prometheus
 from pdlab.lab import Lab
 from pdscaler import metricsql, router
@@ -29,6 +28,7 @@ from pdscaler.presets import rate_source
 from pdscaler.spec import PDDeploymentSpec
 from support.labkit import Kube, wait_for
 from support.opkit import condition, get_pdd
+from support.served_chat import NAME, completion, scaled_chat, serving
 
 ARRIVALS = "load shape known; R = " + rate_source("vllm", arrivals=True)
 

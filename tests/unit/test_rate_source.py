@@ -11,13 +11,13 @@ import dataclasses
 from typing import Any
 
 import pytest
-from test_metricsql import NAME, NOW, NS, full_answers, one, spec, vector
 
 from pdscaler import metricsql as mq
 from pdscaler import status as st
 from pdscaler.policy.decide import arrival_rate
 from pdscaler.types import PolicyMemory, RateSource
 from support.builders import chat_spec, points, run, snapshot
+from support.prom_answers import NAME, NOW, NS, full_answers, one, spec, vector
 from support.status_inputs import METRICS, inp
 
 ROUTER_SEL = '{namespace="serving",pdscaler_io_name="chat",pdscaler_io_role="router"}'

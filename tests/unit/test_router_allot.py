@@ -23,11 +23,11 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_tick import INTERVAL, run, spec
 
 from pdscaler import manifests, naming, router
 from pdscaler.sim.cluster import SimCluster
 from pdscaler.spec import PDDeploymentSpec
+from support.tick_world import INTERVAL, run, spec
 
 REPO = Path(__file__).resolve().parents[2]
 #: chat.yaml's bound: every split of N >= this many Ready prefill is within 15 points

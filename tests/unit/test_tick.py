@@ -11,60 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from pdscaler import invariants, manifests, naming, tick
-from pdscaler.manifests import Meta
 from pdscaler.plan import Observed, Verb
-from pdscaler.rollout import RolloutState
 from pdscaler.sim.cluster import SimCluster
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import MetricsSnapshot, PolicyMemory, PoolMetrics, Role, RolloutPhase
-
-OWNER = Meta(name="chat", namespace="serving", uid="u-1")
-INTERVAL = 5.0
-
-
-def spec(version: str = "v1", mode: str = "Auto") -> PDDeploymentSpec:
-    return PDDeploymentSpec.model_validate(
-        {
-            "engine": {"image": "img", "version": version},
-            "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 1, "max": 8}},
-            "decode": {"tokensPerSecond": 800, "replicas": {"min": 1, "max": 8}},
-            "scaling": {"mode": mode, "interval": "5s", "maxGPUs": 16},
-            "rollout": {"maxSurgeGPUs": 2, "progressDeadline": "10m"},
-        }
-    )
-
-
-def snapshot(now: float, rate: float = 1.0) -> MetricsSnapshot:
-    return MetricsSnapshot(
-        time=now,
-        request_rate=rate,
-        prompt_tokens=2000.0,
-        output_tokens=500.0,
-        prefill=PoolMetrics(queue_depth=0.0, latency_seconds=0.3, running=0.0),
-        decode=PoolMetrics(queue_depth=0.0, latency_seconds=0.02, running=0.0),
-    )
-
-
-def facts(
-    now: float,
-    observed: Observed,
-    the_spec: PDDeploymentSpec | None = None,
-    raw_status: dict[str, Any] | None = None,
-    memory: PolicyMemory | None = None,
-    rollout: RolloutState | None = None,
-    rate: float = 1.0,
-) -> tick.TickFacts:
-    return tick.TickFacts(
-        now=now,
-        owner=OWNER,
-        generation=1,
-        spec=the_spec or spec(),
-        observed=observed,
-        metrics=snapshot(now, rate),
-        raw_status=raw_status,
-        memory=memory,
-        rollout=rollout,
-    )
+from pdscaler.types import Role, RolloutPhase
+from support.tick_world import INTERVAL, OWNER, facts, run, snapshot, spec
 
 
 def test_a_new_pddeployment_gets_its_first_cell_created_and_a_status() -> None:
@@ -104,45 +55,6 @@ def test_recommend_mode_writes_nothing_and_keeps_no_scale_time() -> None:
     assert not any(e.reason.startswith("Created") for e in fx.events)
     assert fx.memory.last_scale_time is None
     assert fx.rollout is None
-
-
-def run(
-    cluster: SimCluster,
-    the_spec: PDDeploymentSpec,
-    start: float,
-    ticks: int,
-    state: dict[str, Any],
-    rate: float = 1.0,
-    restart_every: int = 0,
-) -> list[tick.TickEffects]:
-    """Replay ``ticks`` ticks: compute, apply the writes to the simulated cluster, let
-    pods start; ``restart_every`` > 0 drops the process memory every that many ticks
-    (a restarted operator: only the status and the cluster survive)."""
-    out = []
-    for i in range(ticks):
-        now = start + i * INTERVAL
-        cluster.advance(now)
-        if restart_every and i % restart_every == 0:
-            state["memory"], state["rollout"] = None, None
-        fx = tick.compute(
-            facts(
-                now,
-                cluster.observed(),
-                the_spec,
-                raw_status=state.get("status"),
-                memory=state.get("memory"),
-                rollout=state.get("rollout"),
-                rate=rate,
-            )
-        )
-        cluster.apply(fx.writes, now)
-        state["memory"] = fx.memory
-        if fx.rollout is not None:
-            state["rollout"] = fx.rollout
-        if fx.status_changed:
-            state["status"] = fx.status.to_k8s()
-        out.append(fx)
-    return out
 
 
 def test_a_converged_pddeployment_costs_no_writes() -> None:
