@@ -50,6 +50,12 @@ def test_all_policies_table_json_and_plot(tmp_path: Path) -> None:
     assert doc["oracle"]["gpu_hours"] >= doc["lower_bound"]["gpu_hours"]
     assert doc["static_best"][0]["target"] == 0.99
     assert doc["hpa_tuned"]["tried"]
+    # the Dynamo-style planner is tuned on the SLO targets handed to it, and runs the
+    # chosen one
+    tried = doc["dynamo_tuned"]["tried"]
+    assert [t["config"]["slo_scale"] for t in tried] == [1.0, 0.7, 0.5, 0.35]
+    assert all(t["config"]["load_based"] for t in tried)
+    assert doc["meta"]["dynamo_slo_scale"] == doc["dynamo_tuned"]["config"]["slo_scale"]
     assert doc["meta"]["replay_seconds"] > 0
     assert (tmp_path / "r.png").read_bytes().startswith(PNG_MAGIC)
 

@@ -5,18 +5,21 @@ long-context variant, and the oracle's replay meeting its target on a small trac
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import numpy as np
+import pytest
 
-from pdscaler.sim.baselines import (
-    DynamoPlannerController,
-    HpaConfig,
-    HpaQueueController,
-    hpa_grid,
-)
+from pdscaler.sim.baselines import HpaConfig, HpaQueueController, hpa_grid
 from pdscaler.sim.compare import Tuned, compare, feasible_oracle
 from pdscaler.sim.controllers import View
+from pdscaler.sim.dynamo import (
+    DynamoConfig,
+    DynamoPlannerController,
+    decode_target_tokens,
+    prefill_profile_tps,
+    prefill_target_tokens,
+)
 from pdscaler.sim.engine import EngineParams, RequestTimes
 from pdscaler.sim.loop import LoopConfig
 from pdscaler.sim.oracle import Schedule, _worst, feasibility_ceiling, fine_bin, repair
@@ -25,7 +28,7 @@ from pdscaler.sim.scenarios import Segment, jitter, long_context, synthetic
 from pdscaler.sim.setup import sim_spec
 from pdscaler.sim.traces import Trace
 from pdscaler.sim.tuning import pick
-from pdscaler.types import PoolObservation
+from pdscaler.types import PoolMetrics, PoolObservation
 from support.builders import snapshot
 
 SPEC = sim_spec(startup_s=60.0)
@@ -41,18 +44,66 @@ def view(now: float, rate: float, prompt: float, output: float) -> View:
     )
 
 
-def test_dynamo_planner_worked_example_and_interval() -> None:
-    # 10 req/s of 1,155 + 211 tokens: prefill 11,550 / 8,370 -> 2; decode 2,110 / ~1,730 -> 2
-    ctrl = DynamoPlannerController(SPEC, PARAMS)
+def test_dynamo_throughput_mode_worked_example_and_interval() -> None:
+    # 10 req/s of 1,155 + 211 tokens: prefill 11,550 / 7,654 -> 2; decode 2,110 / ~1,730 -> 2
+    ctrl = DynamoPlannerController(SPEC, PARAMS, DynamoConfig(load_based=False))
+    assert ctrl.name == "dynamo-throughput"
     t = ctrl.tick(view(15.0, 10.0, 1155.0, 211.0))
     assert t is not None
     assert (t.prefill, t.decode) == (2, 2)
-    # inside its 60 s interval it keeps the last answer, whatever the load says
+    # inside its 60 s interval it keeps the last floor, whatever the load says
     again = ctrl.tick(view(30.0, 40.0, 1155.0, 211.0))
-    assert again is t
+    assert again is not None
+    assert (again.prefill, again.decode) == (2, 2)
     later = ctrl.tick(view(75.0, 40.0, 1155.0, 211.0))
     assert later is not None
-    assert later.prefill == math.ceil(40 * 1155 / PARAMS.prefill_batch_tps())
+    # profiled one request at a time: 40 * 1,155 / 7,654 = 6.04 -> 7 (batched: 5.52 -> 6)
+    assert prefill_profile_tps(PARAMS, 1155.0) == pytest.approx(7654.9, abs=0.1)
+    assert later.prefill == 7
+
+
+def test_dynamo_load_based_targets_reverse_solve_the_engine_line() -> None:
+    assert prefill_target_tokens(PARAMS, 2.0, 1155.0) == pytest.approx(
+        (2.0 - 0.015) * PARAMS.prefill_batch_tps() - 1155.0
+    )
+    assert prefill_target_tokens(PARAMS, 2.0, 1155.0) == pytest.approx(15459, abs=1)
+    assert prefill_target_tokens(PARAMS, 0.5, 5000.0) is None  # an idle worker cannot
+    assert decode_target_tokens(PARAMS, 0.05, 1155.0, 211.0) == pytest.approx(115385, abs=1)
+
+
+def loaded(
+    now: float, queue: float, running: float, prefill: int, by_pod: dict[str, float]
+) -> View:
+    snap = snapshot(10.0, 1155.0, 211.0, prefill_queue=queue, running=running, time=now)
+    decode = PoolMetrics(queue_depth=0.0, running=running, running_by_pod=by_pod)
+    return View(
+        now,
+        dataclasses.replace(snap, decode=decode),
+        PoolObservation(prefill, prefill),
+        PoolObservation(2, 2),
+    )
+
+
+def test_dynamo_load_based_steps_above_the_throughput_floor() -> None:
+    """The floor is 2 + 2 (10 req/s). Prefill: 15 waiting + 15 running on 2 Ready
+    replicas hold 17,325 tokens each > 15,459: one more (3). Decode: both pods above
+    115,385 KV tokens (100 sequences * 1,260.5): one more; one pod below: no step."""
+    ctrl = DynamoPlannerController(SPEC, PARAMS)
+    assert ctrl.name == "dynamo-planner"
+    hot = ctrl.tick(loaded(15.0, 15.0, 15.0, 2, {"d-0": 100.0, "d-1": 100.0}))
+    assert hot is not None
+    assert (hot.prefill, hot.decode) == (3, 3)
+    mixed = ctrl.tick(loaded(30.0, 15.0, 15.0, 3, {"d-0": 100.0, "d-1": 10.0}))
+    assert mixed is not None
+    assert (mixed.prefill, mixed.decode) == (3, 2)  # 11,550 per worker: no step; floor 2
+    # quiet: 4 replicas holding 1 request each (1,155 < 15,459 * 3/4 * 0.8): one fewer,
+    # never below the floor
+    quiet = ctrl.tick(loaded(45.0, 0.0, 4.0, 4, {"d-0": 1.0, "d-1": 1.0}))
+    assert quiet is not None
+    assert quiet.prefill == 3
+    floor = ctrl.tick(loaded(60.0, 0.0, 2.0, 2, {"d-0": 1.0, "d-1": 1.0}))
+    assert floor is not None
+    assert (floor.prefill, floor.decode) == (2, 2)
 
 
 def test_hpa_grid_has_three_targets_two_maxima_and_a_quiet_min() -> None:

@@ -36,7 +36,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pdscaler.cli.common import OneLineCommand, fail, percent
-from pdscaler.sim.compare import POLICIES, Comparison, compare, parse_policies
+from pdscaler.sim.compare import KNOWN, Comparison, compare, parse_policies
 from pdscaler.sim.engine import QUEUE_DISCIPLINES, EngineParams
 from pdscaler.sim.loop import LoopConfig
 from pdscaler.sim.plot import render_png
@@ -146,7 +146,7 @@ def cmd_simulate(
     ] = 1.0,
     startup: Annotated[float, typer.Option(help="Replica start-up time, seconds.")] = 60.0,
     policy: Annotated[
-        str, typer.Option(help=f"all, or a comma list of: {', '.join(POLICIES)}, oracle-replay.")
+        str, typer.Option(help=f"all, or a comma list of: {', '.join(KNOWN)}.")
     ] = "all",
     ttft: Annotated[float, typer.Option(help="TTFT SLO, seconds.")] = 2.0,
     ttft_slo_per_token: Annotated[

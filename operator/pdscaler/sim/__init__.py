@@ -15,9 +15,9 @@ Modules:
   loads: step, mix shift);
 * ``setup``: the simulated PDDeployment spec (priors off the truth) and the warm start;
 * ``controllers`` (the interface, pdscaler's policy, schedule replay) and
-  ``baselines`` (static sizes, HPA on queue length naive and tuned, a Dynamo-style SLA
-  planner, fixed ratio, forecast-only); ``tuning``: the static-best and tuned-HPA
-  searches;
+  ``baselines`` (static sizes, HPA on queue length naive and tuned, fixed ratio,
+  forecast-only); ``dynamo``: a Dynamo-style SLA planner (throughput-based floor,
+  load-based on top); ``tuning``: the static-best and tuned-HPA searches;
 * ``loop``: the closed loop; ``oracle``: the oracle's repair, the lower bound, the
   work floor and the feasibility ceiling;
 * ``results``: SLO attainment, percentiles, actions, reversals, Pareto front, JSON;

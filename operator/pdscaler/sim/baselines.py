@@ -2,8 +2,8 @@
 Prometheus view: static provisioning (peak, mean, or any (prefill, decode) size: the
 ``static-best`` search of ``pdscaler.sim.tuning`` picks the cheapest that meets a
 target), the Kubernetes HPA on each pool's queue length (naive, or one of the tuned
-grid ``hpa_grid``), a planner in the style of NVIDIA Dynamo's SLA planner, a fixed P:D
-ratio scaled on decode load, and a forecast-only planner.
+grid ``hpa_grid``), a fixed P:D ratio scaled on decode load, and a forecast-only
+planner. The planner in the style of NVIDIA Dynamo's SLA planner is ``pdscaler.sim.dynamo``.
 
 Owns: each baseline's sizing rule and the HPA's default behaviour (``HpaBehavior``),
 modelled on kube-controller-manager's horizontal.go / replica_calculator.go:
@@ -35,7 +35,6 @@ import numpy as np
 from pdscaler.models import shape_ratio
 from pdscaler.policy.forecast import forecast_rate
 from pdscaler.sim.controllers import Target, View
-from pdscaler.sim.engine import EngineParams
 from pdscaler.sim.setup import clamp, size_for
 from pdscaler.sim.traces import Trace, load_profile
 from pdscaler.spec import PDDeploymentSpec, PoolSpec
@@ -304,64 +303,3 @@ class ForecastOnlyController:
         p = self._beh[0].apply(view.now, view.prefill.replicas, want_p)
         d = self._beh[1].apply(view.now, view.decode.replicas, want_d)
         return Target(p, d, note=f"forecast {predicted:.2f} req/s")
-
-
-class DynamoPlannerController:
-    """A planner in the style of NVIDIA Dynamo's SLA planner (throughput-based mode),
-    following its documented algorithm (ai-dynamo/dynamo, docs "Planner Design",
-    components/planner/src/dynamo/planner/utils/planner_core.py,
-    ``_compute_replica_requirements``; utils/load_predictor.py):
-
-    * every ``adjustment_interval`` seconds it observes the request count, the average
-      input and output lengths (ISL, OSL) and feeds them to a load predictor;
-    * prefill replicas = ceil(predicted requests * ISL / interval / profiled prefill
-      throughput per replica at the ISL); decode replicas = ceil(predicted requests *
-      OSL / interval / the best decode throughput per replica whose ITL meets the SLO
-      at context ISL + OSL / 2); at least ``min_endpoint`` (1) each, the GPU budget
-      applied by scaling both down;
-    * no backlog or queue term; replicas are set directly (no HPA damping).
-
-    What we chose where Dynamo offers options: the ``constant`` predictor (next =
-    last interval's value; Dynamo's ARIMA and Prophet need packages the simulator does
-    not carry), the correction factors off (as in Dynamo's dry-run mode), an interval
-    of ``INTERVAL_S`` = 60 s (Dynamo's default is 180 s; our traces are an hour long),
-    and the "profile" is the simulator's TRUE engine (``EngineParams``): prefill
-    ``prefill_batch_tps``, decode ``decode_tps`` at the TPOT SLO, as Dynamo's
-    pre-deployment profiling would measure. Request count and lengths come from the
-    same Prometheus view every policy sees (its 2-minute window).
-
-    Worked example: 10 req/s of 1,155 + 211 tokens over a 60 s interval -> prefill
-    11,550 tokens/s / 8,370 -> 2 replicas; decode 2,110 tokens/s / ~1,730 -> 2.
-    """
-
-    name = "dynamo-planner"
-    INTERVAL_S = 60.0
-
-    def __init__(self, spec: PDDeploymentSpec, profile: EngineParams) -> None:
-        self.spec, self.profile = spec, profile
-        self._next = -math.inf
-        self._last: Target | None = None
-
-    def tick(self, view: View) -> Target | None:
-        if view.now < self._next:
-            return self._last
-        load = _load(view)
-        if load is None:
-            return self._last
-        self._next = view.now + self.INTERVAL_S
-        rate, isl, osl = load  # constant predictor: the last interval's values
-        if rate <= 0:
-            p, d = self.spec.prefill.replicas.min, self.spec.decode.replicas.min
-        else:
-            tpot = self.spec.slo.tpot_seconds
-            p = math.ceil(rate * isl / self.profile.prefill_batch_tps() - 1e-9)
-            d = math.ceil(rate * osl / self.profile.decode_tps(isl, osl, tpot) - 1e-9)
-        p = clamp(max(1, p), self.spec.prefill.replicas.min, self.spec.prefill.replicas.max)
-        d = clamp(max(1, d), self.spec.decode.replicas.min, self.spec.decode.replicas.max)
-        budget = self.spec.scaling.max_gpus
-        if p + d > budget:
-            scale = budget / (p + d)
-            p = max(1, round(p * scale))
-            d = max(1, budget - p)
-        self._last = Target(p, d, note=f"dynamo-style: {rate:.2f} req/s predicted")
-        return self._last

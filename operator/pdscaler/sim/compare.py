@@ -19,11 +19,12 @@ candidates (``pdscaler.sim.tuning``) unless ``Tuned`` hands over an earlier choi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pdscaler.sim import baselines, tuning
 from pdscaler.sim.controllers import Controller, Decide, PdscalerController, ScheduleController
+from pdscaler.sim.dynamo import DynamoConfig, DynamoPlannerController
 from pdscaler.sim.loop import LoopConfig, Run, run
 from pdscaler.sim.oracle import (
     OracleResult,
@@ -53,7 +54,10 @@ POLICIES: tuple[str, ...] = (
 )
 #: The lower bound's schedule replayed in the engine (what SLO the bound would get).
 ORACLE_REPLAY = "oracle-replay"
-KNOWN = (*POLICIES, ORACLE_REPLAY)
+#: Dynamo's throughput-based mode alone (without load-based scaling on top): a
+#: labelled extra, not in ``all``.
+DYNAMO_THROUGHPUT = "dynamo-throughput"
+KNOWN = (*POLICIES, ORACLE_REPLAY, DYNAMO_THROUGHPUT)
 #: The attainment target of the oracle and of the tuned baselines.
 TARGET = 0.99
 #: Repairs of the SLO-feasible oracle's schedule after its first replay.
@@ -101,6 +105,7 @@ class Tuned:
 
     static: tuple[int, int] | None = None
     hpa: baselines.HpaConfig | None = None
+    dynamo: DynamoConfig | None = None
 
 
 def controller(
@@ -126,11 +131,19 @@ def controller(
             raise ValueError("hpa-tuned needs a configuration (compare() searches it)")
         return baselines.HpaQueueController(spec, config=tuned.hpa, name="hpa-tuned")
 
+    def dynamo_tuned() -> Controller:
+        if tuned.dynamo is None:
+            raise ValueError("dynamo-planner needs a configuration (compare() searches it)")
+        return DynamoPlannerController(spec, cfg.params, tuned.dynamo)
+
     makers: dict[str, Callable[[], Controller]] = {
         "pdscaler": lambda: PdscalerController(spec, decide),
         "static-best": static_best,
         "hpa-tuned": hpa_tuned,
-        "dynamo-planner": lambda: baselines.DynamoPlannerController(spec, cfg.params),
+        "dynamo-planner": dynamo_tuned,
+        DYNAMO_THROUGHPUT: lambda: DynamoPlannerController(
+            spec, cfg.params, DynamoConfig(load_based=False)
+        ),
         "static-peak": lambda: baselines.static_peak(trace, spec),
         "static-mean": lambda: baselines.static_mean(trace, spec),
         "hpa-queue": lambda: baselines.HpaQueueController(spec),
@@ -248,6 +261,7 @@ class Comparison:
     feasibility_ceiling: float
     static_best: tuple[tuning.StaticChoice, ...] = ()
     hpa_tuned: tuning.HpaChoice | None = None
+    dynamo_tuned: tuning.DynamoChoice | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -260,23 +274,14 @@ class Comparison:
          "work_floor": {"gpu_hours": 6.1}, "feasibility_ceiling": 1.0,
          "static_best": [{"target": 0.99, "prefill": 3, "decode": 4, ...}, ...],
          "hpa_tuned": {"config": {...}, "slo_attainment": ..., "tried": [...]},
+         "dynamo_tuned": {"config": {"slo_scale": 0.5, ...}, ...},
          "pareto_front": ["pdscaler", "static-best"], "meta": {...}}
         """
         oracle_h = self.oracle.gpu_hours
         hpa = None
         if self.hpa_tuned is not None:
-            h = self.hpa_tuned
-            hpa = {
-                "config": asdict(h.config),
-                "label": h.config.label,
-                "slo_attainment": h.slo_attainment,
-                "gpu_hours": h.gpu_hours,
-                "met": h.met,
-                "tried": [
-                    {"config": asdict(c), "slo_attainment": a, "gpu_hours": g}
-                    for c, a, g in h.tried
-                ],
-            }
+            hpa = {**choice_json(self.hpa_tuned), "label": self.hpa_tuned.config.label}
+        dynamo = None if self.dynamo_tuned is None else choice_json(self.dynamo_tuned)
         return {
             "policies": {s.policy: s.to_json(oracle_h) for s in self.summaries},
             "oracle": self.oracle.to_json(),
@@ -288,9 +293,23 @@ class Comparison:
             "feasibility_ceiling": self.feasibility_ceiling,
             "static_best": [asdict(c) for c in self.static_best],
             "hpa_tuned": hpa,
+            "dynamo_tuned": dynamo,
             "pareto_front": sorted(pareto_front(self.summaries)),
             "meta": self.meta,
         }
+
+
+def choice_json(choice: tuning.Choice[Any]) -> dict[str, Any]:
+    """A tuned baseline's choice as JSON: its config, figures and every candidate."""
+    return {
+        "config": asdict(choice.config),
+        "slo_attainment": choice.slo_attainment,
+        "gpu_hours": choice.gpu_hours,
+        "met": choice.met,
+        "tried": [
+            {"config": asdict(c), "slo_attainment": a, "gpu_hours": g} for c, a, g in choice.tried
+        ],
+    }
 
 
 def bounds(trace: Trace, cfg: LoopConfig, derate: float = 1.0) -> tuple[OracleResult, float]:
@@ -328,6 +347,7 @@ def compare(
     tuned = tuned or Tuned()
     static_choices: list[tuning.StaticChoice] = []
     hpa_choice: tuning.HpaChoice | None = None
+    dynamo_choice: tuning.DynamoChoice | None = None
     runs: list[Run] = []
     for name in names:
         if name == "static-best" and tuned.static is None:
@@ -338,10 +358,13 @@ def compare(
                 if att < target:
                     targets.append(att)
             static_choices, _ = tuning.static_best(trace, cfg, targets)
-            tuned = Tuned((static_choices[0].prefill, static_choices[0].decode), tuned.hpa)
+            tuned = replace(tuned, static=(static_choices[0].prefill, static_choices[0].decode))
         if name == "hpa-tuned" and tuned.hpa is None:
             hpa_choice = tuning.hpa_tuned(trace, cfg, target)
-            tuned = Tuned(tuned.static, hpa_choice.config)
+            tuned = replace(tuned, hpa=hpa_choice.config)
+        if name == "dynamo-planner" and tuned.dynamo is None:
+            dynamo_choice = tuning.dynamo_tuned(trace, cfg, target)
+            tuned = replace(tuned, dynamo=dynamo_choice.config)
         ctrl = controller(name, trace, cfg, bound, decide, tuned)
         report = None if progress is None else _named(progress, name)
         runs.append(run(trace, ctrl, cfg, report))
@@ -362,6 +385,7 @@ def compare(
         "lower_bound_bin_s": bound.schedule.bin_s,
         **({"static_best_size": list(tuned.static)} if tuned.static else {}),
         **({"hpa_tuned_config": tuned.hpa.label} if tuned.hpa else {}),
+        **({"dynamo_slo_scale": tuned.dynamo.slo_scale} if tuned.dynamo else {}),
         **(meta or {}),
     }
     return Comparison(
@@ -375,6 +399,7 @@ def compare(
         feasible.ceiling,
         tuple(static_choices),
         hpa_choice,
+        dynamo_choice,
         info,
     )
 

@@ -54,6 +54,11 @@ class LoopConfig:
     #: Length-aware TTFT SLO, for scoring only: a request's TTFT limit is
     #: ``slo.ttftSeconds + ttft_per_token_s * prompt tokens`` (0: the flat limit).
     ttft_per_token_s: float = 0.0
+    #: R every controller sees: the routers' arrivals (True: what the live operator reads
+    #: where the cells' routers are scraped, its default with a router per cell) or the
+    #: prefill pool's completions (False: the fall-back, which a backlog caps at the
+    #: pool's throughput).
+    arrivals: bool = True
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,7 @@ def run(
             next_scrape += cfg.scrape_interval_s
         if now == next_tick:
             if now >= warmup:
-                view = View(now, snapshot(prom, now, spec), *_pools(engine))
+                view = View(now, snapshot(prom, now, spec, arrivals=cfg.arrivals), *_pools(engine))
                 target = controller.tick(view)
                 if target is not None:
                     _apply(engine, target, now, rec)

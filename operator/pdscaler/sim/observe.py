@@ -40,10 +40,10 @@ def snapshot(
     """The vLLM-preset snapshot at ``now`` over ``spec.metrics.window``, at
     ``spec.slo.percentile``; None before the first scrape is visible (like an
     unreachable Prometheus: nothing to decide on). R is the prefill pool's completions
-    (the live preset's fall-back, and what the benchmark figures were made with); with
-    ``arrivals`` it is the rate of ``Sample.requests_arrived``, what the cells' routers
-    count (the live preset's reading where routers are scraped), ``rate_source``
-    ARRIVALS.
+    (the live preset's fall-back); with ``arrivals`` (the closed loop's default,
+    ``LoopConfig.arrivals``) it is the rate of ``Sample.requests_arrived``, what the
+    cells' routers count (the live preset's reading where routers are scraped),
+    ``rate_source`` ARRIVALS.
 
     Worked example: two scrapes 120 s apart whose prefill ``request_success`` went
     100 -> 700 and prompt-token sum 115,500 -> 808,500 give R = 5 req/s and

@@ -1,13 +1,15 @@
 """Tuning the baselines the way a platform team would, by replaying candidates: the
-cheapest static deployment that meets a target (``static-best``) and the best HPA of a
-small grid (``hpa-tuned``).
+cheapest static deployment that meets a target (``static-best``), the best HPA of a
+small grid (``hpa-tuned``) and the best targets to hand the Dynamo-style planner
+(``dynamo-planner``).
 
 Owns: the searches and how "best" is chosen. Static: for each attainment target, the
 fewest (prefill, decode) replicas whose replay meets it (binary search of each pool
 with the other ample, then +1 on whichever pool helps more until the pair meets it, at
 most ``REPAIR_STEPS`` steps); when even the ample pair misses, the highest attainment
-tried. HPA: every configuration of ``baselines.hpa_grid``; best = the cheapest meeting
-the target, else the highest attainment. Every replay is cached per (trace, sizes),
+tried. HPA: every configuration of ``baselines.hpa_grid``; Dynamo: every scale of
+``DYNAMO_SLO_SCALES``; best = the cheapest meeting the target, else the highest
+attainment. Every replay is cached per (trace, sizes),
 so a second target reuses the first one's runs. Must not: print, read clocks or write
 files.
 
@@ -20,14 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from pdscaler.sim import baselines
+from pdscaler.sim.dynamo import DynamoConfig, DynamoPlannerController
 from pdscaler.sim.loop import LoopConfig, run
 from pdscaler.sim.results import Summary, summarize
 from pdscaler.sim.traces import Trace
 
 #: +1 steps on one pool after the two binary searches.
 REPAIR_STEPS = 6
+#: The Dynamo-style planner's grid: the TTFT and ITL targets handed to it, as a share
+#: of the scored SLO (1: the SLO itself; a team that sees misses tightens them).
+DYNAMO_SLO_SCALES = (1.0, 0.7, 0.5, 0.35)
+
+C = TypeVar("C")
 
 
 @dataclass(frozen=True)
@@ -115,24 +124,29 @@ def static_best(
 
 
 @dataclass(frozen=True)
-class HpaChoice:
-    """The chosen HPA configuration and every candidate's (config, attainment, GPU-h)."""
+class Choice(Generic[C]):
+    """The chosen configuration of a tuned baseline and every candidate's (config,
+    attainment, GPU-h)."""
 
-    config: baselines.HpaConfig
+    config: C
     slo_attainment: float
     gpu_hours: float
     met: bool
-    tried: tuple[tuple[baselines.HpaConfig, float, float], ...]
+    tried: tuple[tuple[C, float, float], ...]
 
 
-def pick(tried: Sequence[tuple[baselines.HpaConfig, float, float]], target: float) -> HpaChoice:
+HpaChoice = Choice[baselines.HpaConfig]
+DynamoChoice = Choice[DynamoConfig]
+
+
+def pick(tried: Sequence[tuple[C, float, float]], target: float) -> Choice[C]:
     """Cheapest meeting ``target``, else the highest attainment (ties: cheaper)."""
     meeting = [t for t in tried if t[1] >= target]
     if meeting:
         cfg, a, h = min(meeting, key=lambda t: t[2])
-        return HpaChoice(cfg, a, h, True, tuple(tried))
+        return Choice(cfg, a, h, True, tuple(tried))
     cfg, a, h = max(tried, key=lambda t: (t[1], -t[2]))
-    return HpaChoice(cfg, a, h, False, tuple(tried))
+    return Choice(cfg, a, h, False, tuple(tried))
 
 
 def hpa_tuned(trace: Trace, cfg: LoopConfig, target: float) -> HpaChoice:
@@ -141,5 +155,16 @@ def hpa_tuned(trace: Trace, cfg: LoopConfig, target: float) -> HpaChoice:
     for config in baselines.hpa_grid(trace, cfg.spec):
         ctrl = baselines.HpaQueueController(cfg.spec, config=config, name="hpa-tuned")
         s = summarize(run(trace, ctrl, cfg))
+        tried.append((config, s.slo_attainment, s.gpu_hours))
+    return pick(tried, target)
+
+
+def dynamo_tuned(trace: Trace, cfg: LoopConfig, target: float) -> DynamoChoice:
+    """Replay the Dynamo-style planner at each of ``DYNAMO_SLO_SCALES`` (the TTFT and ITL
+    targets it is handed, as a share of the scored SLO) and pick the best."""
+    tried = []
+    for scale in DYNAMO_SLO_SCALES:
+        config = DynamoConfig(slo_scale=scale)
+        s = summarize(run(trace, DynamoPlannerController(cfg.spec, cfg.params, config), cfg))
         tried.append((config, s.slo_attainment, s.gpu_hours))
     return pick(tried, target)
