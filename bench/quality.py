@@ -67,15 +67,15 @@ LABELS = {"hpa-queue": "hpa-naive (1-64, target 2)"}
 #: Held-out TTFT SLO: base + seconds per prompt token.
 HELD_OUT_TTFT_PER_TOKEN = 1e-4
 
-#: Ablations: ("pdscaler with X", patch) rows, run in every case like a policy, against
-#: the plain "pdscaler" row (both off: no KV capacity in its spec, head-room off, FCFS).
-#: A patch is {"spec": {<camelCase PDDeployment fields, merged>}, "engine":
-#: {<EngineParams fields>}}. The KV term knows the engine's true KV capacity (100,000
-#: tokens per decode replica, ``EngineParams.decode_kv_tokens``), as a user who set
-#: ``decode.kvCacheTokens`` from their engine's ``num_gpu_blocks x block_size`` would;
-#: the deadline queue changes the engine for this row only (the table says so).
+#: Ablations: ("pdscaler with/without X", patch) rows, run in every case like a policy,
+#: against the plain "pdscaler" row (the KV memory term on, as with any vLLM engine:
+#: its M is the 100,000 tokens per decode replica the engines report in
+#: ``vllm:cache_config_info``; head-room off; FCFS). A patch is {"spec": {<camelCase
+#: PDDeployment fields, merged>}, "engine": {<EngineParams fields>}}. "no KV memory
+#: term" runs engines that do not report their KV capacity (the term is then off); the
+#: deadline queue changes the engine for this row only (the table says so).
 ABLATIONS: list[tuple[str, dict[str, Any]]] = [
-    ("pdscaler + KV memory term", {"spec": {"decode": {"kvCacheTokens": 100_000}}}),
+    ("pdscaler, no KV memory term", {"engine": {"export_kv_capacity": False}}),
     ("pdscaler + burst head-room", {"spec": {"scaling": {"burstHeadroom": True}}}),
     ("pdscaler, deadline queue", {"engine": {"queue_discipline": "deadline"}}),
 ]

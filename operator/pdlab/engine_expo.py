@@ -35,6 +35,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "vllm:num_requests_waiting": ("gauge", "Number of requests waiting to be processed."),
     "vllm:num_requests_running": ("gauge", "Number of requests in model execution batches."),
     "vllm:kv_cache_usage_perc": ("gauge", "KV-cache usage. 1 means 100 percent usage."),
+    "vllm:cache_config_info": ("gauge", "Information of the LLMEngine CacheConfig"),
     "vllm:prompt_tokens": ("counter", "Number of prefill tokens processed."),
     "vllm:generation_tokens": ("counter", "Number of generation tokens processed."),
     "vllm:request_success": ("counter", "Count of successfully processed requests."),
@@ -99,6 +100,21 @@ def _sample(name: str, labels: Mapping[str, str], value: float) -> str:
     return f"{name}{_labels(labels)} {_num(value)}\n"
 
 
+#: The KV block size the simulated engine reports (vLLM's default on CUDA).
+BLOCK_SIZE = 16
+
+
+def _cache_config(stats: PodStats, labels: Mapping[str, str]) -> str:
+    """vLLM's info gauge of its CacheConfig (value 1, the config in the labels); only
+    where the pod has a KV capacity: 100,000 tokens -> ``num_gpu_blocks="6250"``,
+    ``block_size="16"``."""
+    if stats.kv_capacity_tokens <= 0:
+        return ""
+    blocks = int(stats.kv_capacity_tokens // BLOCK_SIZE)
+    info = {"block_size": str(BLOCK_SIZE), "num_gpu_blocks": str(blocks), **labels}
+    return _sample("vllm:cache_config_info", info, 1.0)
+
+
 def _series(stats: PodStats, labels: Mapping[str, str]) -> dict[str, str]:
     """The sample lines of each metric for one pod."""
     base = {"model_name": MODEL_NAME, "engine": "0", **labels}
@@ -108,6 +124,7 @@ def _series(stats: PodStats, labels: Mapping[str, str]) -> dict[str, str]:
         "vllm:num_requests_waiting": _sample("vllm:num_requests_waiting", base, stats.waiting),
         "vllm:num_requests_running": _sample("vllm:num_requests_running", base, stats.running),
         "vllm:kv_cache_usage_perc": _sample("vllm:kv_cache_usage_perc", base, stats.kv_usage),
+        "vllm:cache_config_info": _cache_config(stats, labels),
         "vllm:prompt_tokens": _sample("vllm:prompt_tokens_total", base, stats.prompt_tokens),
         "vllm:generation_tokens": _sample(
             "vllm:generation_tokens_total", base, stats.generation_tokens

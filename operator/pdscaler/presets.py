@@ -41,6 +41,10 @@ class Preset:
     decode_tokens_per_second: str | None = None
     kv_usage: str | None = None
     running_by_pod: str | None = None
+    #: The KV capacity of the pool's replicas: a vector whose series carry
+    #: ``num_gpu_blocks`` and ``block_size`` labels (``metricsql`` takes the smallest
+    #: product); None: the engine does not report it.
+    kv_capacity: str | None = None
     load_scope: Literal["pool", "deployment"] = "pool"
     #: R as ARRIVALS, read on the cells' router pods (``{selector}`` is the routers'):
     #: used when it answers, else ``request_rate`` (completions) is (``metricsql``).
@@ -75,7 +79,9 @@ def _quantile(hist: str) -> str:
 #             latency vllm:inter_token_latency_seconds (one observation per generated
 #             TOKEN);
 #   gauges    vllm:num_requests_waiting, vllm:num_requests_running,
-#             vllm:kv_cache_usage_perc.
+#             vllm:kv_cache_usage_perc, and the info gauge vllm:cache_config_info (value
+#             1; the engine's CacheConfig in its labels, among them num_gpu_blocks and
+#             block_size once the KV cache is allocated: M = their product).
 # TPOT: the SLO is per request ("p95 of requests see a TPOT under 50 ms"), so the
 # per-request histogram is read first. The inter-token latency is token-weighted: a long
 # answer counts once per token, and its p95 is not the requests' p95. It is the
@@ -114,6 +120,7 @@ VLLM = Preset(
     decode_tokens_per_second=_rate("vllm:generation_tokens_total"),
     kv_usage="avg(vllm:kv_cache_usage_perc{selector}) or avg(vllm:gpu_cache_usage_perc{selector})",
     running_by_pod="sum by (pod) (vllm:num_requests_running{selector})",
+    kv_capacity="max by (num_gpu_blocks, block_size) (vllm:cache_config_info{selector})",
     arrival_rate="sum(rate(vllm_router_processed_requests_total{selector}[{window}])) / 2",
 )
 

@@ -210,6 +210,10 @@ class PoolMetrics:
     latency_seconds: float | None = None
     tokens_per_second: float | None = None
     kv_usage: float | None = None
+    #: Tokens of KV one replica holds as the engine reports it (vLLM: the smallest
+    #: ``num_gpu_blocks * block_size`` of the pool's ``vllm:cache_config_info``); None:
+    #: not reported (the memory term then needs ``decode.kvCacheTokens``).
+    kv_capacity_tokens: float | None = None
     # per-pod running requests, pod name -> requests (for pod-deletion-cost)
     running_by_pod: dict[str, float] = field(default_factory=dict)
     targets_up: int | None = None

@@ -417,7 +417,8 @@ def test_engine_sim_series_reach_prometheus_with_pod_labels_and_plausible_values
     """2 prefill + 2 decode pods labelled as pools of PDDeployment `sim`; chat at 0.5x
     (10.5 req/s, prompts ~1000, outputs ~200 tokens). The operator's own snapshot code
     (metricsql + prometheus.read_snapshot, 30 s window) reads back R ~ 10.5, L_p ~ 1000,
-    L_d ~ 200, a TTFT and a TPOT, and per-pod running requests of both decode pods."""
+    L_d ~ 200, a TTFT and a TPOT, per-pod running requests of both decode pods, and the
+    decode replicas' KV capacity (M for the memory term) from vllm:cache_config_info."""
     proc, port = engine_sim
     for role in ("prefill", "decode"):
         kube.apps.create_namespaced_deployment(
@@ -459,6 +460,8 @@ def test_engine_sim_series_reach_prometheus_with_pod_labels_and_plausible_values
     assert snap.prefill.queue_depth is not None
     assert snap.decode.queue_depth is not None
     assert len(snap.decode.running_by_pod) == 2
+    # M from the decode pods' vllm:cache_config_info: 6,250 blocks of 16 tokens
+    assert snap.decode.kv_capacity_tokens == EngineParams().decode_kv_tokens == 100_000
     assert snap.decode.tokens_per_second is not None
     assert snap.decode.tokens_per_second > 500
 

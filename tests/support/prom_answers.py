@@ -58,6 +58,7 @@ def full_answers(s: PDDeploymentSpec) -> dict[mq.Key, dict[str, Any]]:
     out[mq.Key.DECODE_RUNNING_BY_POD] = vector(({"pod": "d-0"}, "25"), ({"pod": "d-1"}, "15"))
     out[mq.Key.ARRIVAL_RATE] = vector()  # no router scraped: R is the completions
     out[mq.Key.ROUTERS_DOWN] = vector()  # no router target down
+    out[mq.Key.KV_CAPACITY] = vector(({"num_gpu_blocks": "6250", "block_size": "16"}, "1"))
     out[mq.Key.TARGETS_UP] = vector(
         ({"pdscaler_io_role": "prefill"}, "1"), ({"pdscaler_io_role": "decode"}, "2")
     )

@@ -332,6 +332,7 @@ def test_assemble_a_complete_snapshot() -> None:
     assert (snap.prefill.running, snap.decode.running) == (2.0, 40.0)
     assert (snap.prefill.tokens_per_second, snap.decode.tokens_per_second) == (8000.0, 2000.0)
     assert snap.decode.kv_usage == 0.5
+    assert snap.decode.kv_capacity_tokens == 100_000.0  # 6,250 blocks of 16
     assert snap.decode.running_by_pod == {"d-0": 25.0, "d-1": 15.0}
     assert snap.problems == ()
     assert snap.time == NOW

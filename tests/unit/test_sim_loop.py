@@ -171,8 +171,9 @@ def test_pdscaler_policy_absorbs_a_step_load() -> None:
 
 
 def test_snapshot_can_present_the_routers_arrivals_as_an_option() -> None:
-    """Default: R is completions (the benchmark figures' reading, unchanged). With
-    ``arrivals=True`` R is what a router in front counted, labelled as such."""
+    """``snapshot``'s default: R is completions (the live preset's fall-back). With
+    ``arrivals=True`` (what the closed loop passes by default, below) R is what a
+    router in front counted, labelled as such."""
     spec = sim_spec(window="2m", percentile=0.5)
     prom = PromView(lag=1.0)
     first, second = sample(0.0, 100, 115_500, 90, 18_000), sample(120.0, 700, 808_500, 690, 1)
@@ -186,3 +187,30 @@ def test_snapshot_can_present_the_routers_arrivals_as_an_option() -> None:
     assert arrived is not None
     assert arrived.request_rate == pytest.approx(10.0)
     assert arrived.rate_source is RateSource.ARRIVALS
+
+
+@dataclass
+class Recorder:
+    """Holds, and keeps every view it was shown."""
+
+    views: list[View] = dataclasses.field(default_factory=list)
+    name: str = "recorder"
+
+    def tick(self, view: View) -> Target | None:
+        self.views.append(view)
+        return None
+
+
+@pytest.mark.parametrize("export", [True, False])
+def test_the_loop_shows_arrivals_and_the_engines_kv_capacity(export: bool) -> None:
+    """What the live operator reads with a router per cell and vLLM engines: R from the
+    routers' arrivals, and M = 100,000 tokens per decode replica from the engines'
+    ``vllm:cache_config_info`` (none when the engine does not export it)."""
+    params = dataclasses.replace(NO_JITTER, export_kv_capacity=export)
+    rec = Recorder()
+    run(steady(), rec, LoopConfig(spec=sim_spec(), params=params, startup_s=30.0))
+    seen = [v.metrics for v in rec.views if v.metrics is not None and v.now > 60]
+    assert seen
+    assert {m.rate_source for m in seen} == {RateSource.ARRIVALS}
+    capacity = {m.decode.kv_capacity_tokens for m in seen}
+    assert capacity == ({100_000.0} if export else {None})

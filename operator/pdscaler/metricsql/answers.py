@@ -14,6 +14,7 @@ stale pools' values voided, each pool's unknown signals named in
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -132,6 +133,37 @@ def parse_by_label(
     return out, tuple(problems)
 
 
+#: The largest KV capacity believed (the spec's own bound on ``decode.kvCacheTokens``).
+MAX_KV_CAPACITY_TOKENS = 1_000_000_000
+#: A positive count in ASCII digits (``str.isdigit`` also takes "٣", which int() reads).
+_COUNT = re.compile(r"[1-9][0-9]{0,17}")
+
+
+def parse_kv_capacity(answer: Mapping[str, Any]) -> tuple[float | None, tuple[str, ...]]:
+    """The smallest ``num_gpu_blocks * block_size`` over the answer's series (the
+    ``max by (num_gpu_blocks, block_size) (vllm:cache_config_info{...})`` vector):
+    6,250 blocks of 16 and 7,000 of 16 -> 100,000 tokens. An empty answer is None with
+    no problem (the engine does not report it); a series whose labels are not positive
+    integers, or whose product is above ``MAX_KV_CAPACITY_TOKENS``, is left out with a
+    problem (an engine's labels are tenant-controlled input)."""
+    samples, problem = _samples(answer)
+    if problem is not None:
+        return None, (problem,)
+    sizes: list[int] = []
+    problems: list[str] = []
+    for labels, _, _ in samples:
+        blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+        if not (_COUNT.fullmatch(blocks) and _COUNT.fullmatch(size)):
+            problems.append(f"num_gpu_blocks={blocks!r} block_size={size!r}: not positive integers")
+            continue
+        tokens = int(blocks) * int(size)
+        if tokens > MAX_KV_CAPACITY_TOKENS:
+            problems.append(f"{tokens} KV tokens is above {MAX_KV_CAPACITY_TOKENS}")
+            continue
+        sizes.append(tokens)
+    return (float(min(sizes)) if sizes else None), tuple(problems)
+
+
 def stale_pools(freshness: Mapping[str, Any], *, now: float, max_age: float) -> dict[Role, str]:
     """Pools whose newest scrape is older than ``max_age`` at ``now``, with the reason.
 
@@ -242,8 +274,15 @@ def assemble(
                 missing[role].append("targets_up")
 
     arrivals: Reading | None = None
+    kv_capacity: float | None = None
     for q in queries:
         if q.key in (Key.FRESHNESS, Key.TARGETS_UP, Key.ROUTERS_DOWN):
+            continue
+        if q.key == Key.KV_CAPACITY:  # optional: absent means "not reported"
+            answer = answers.get(q.key)
+            if answer is not None and q.pool not in stale:
+                kv_capacity, issues = parse_kv_capacity(answer)
+                problems.extend(f"{q.key}: {issue}" for issue in issues)
             continue
         if q.key == Key.ARRIVAL_RATE:  # no problem when absent: completions stand in
             stale_routers = router_stale(
@@ -304,6 +343,7 @@ def assemble(
             latency_seconds=values.get(Key.DECODE_LATENCY),
             tokens_per_second=values.get(Key.DECODE_TPS),
             kv_usage=values.get(Key.DECODE_KV),
+            kv_capacity_tokens=kv_capacity,
             running_by_pod=by_pod,
             targets_up=up[Role.DECODE],
             missing=tuple(missing[Role.DECODE]),

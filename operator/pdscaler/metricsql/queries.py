@@ -84,6 +84,9 @@ class Key(StrEnum):
     DECODE_TPS = "decode.tokens_per_second"
     DECODE_KV = "decode.kv_usage"
     DECODE_RUNNING_BY_POD = "decode.running_by_pod"
+    # the decode replicas' KV capacity as the engine reports it (read on decode; not
+    # one of the pool's required signals: absent, the memory term needs the spec's M)
+    KV_CAPACITY = "kv_capacity"
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ _POOL_OF: Mapping[Key, Role] = {
 
 
 def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Query]:
-    """Every query of one snapshot, in the order they are run (at most 15).
+    """Every query of one snapshot, in the order they are run (at most 16).
 
     The first, ``max by (pdscaler_io_role) (timestamp(up{...}))``, gives the time of
     each pool's newest scrape, for the staleness check; the second,
@@ -159,4 +162,7 @@ def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Que
     for key, maybe, role, by in per_pool:
         if maybe is not None:
             queries.append(Query(key, fill(maybe, role), by=by, pool=role))
+    if preset.kv_capacity is not None:
+        kv = Query(Key.KV_CAPACITY, fill(preset.kv_capacity, Role.DECODE), pool=Role.DECODE)
+        queries.append(kv)
     return queries

@@ -56,6 +56,7 @@ from pdscaler.policy.headroom import headroom_target, learn_factor
 from pdscaler.policy.hold import hold_unavailable
 from pdscaler.policy.kvbound import (
     decode_tpot,
+    kv_cache_tokens,
     kv_demand,
     memory_rate,
     memory_sizes,
@@ -157,10 +158,11 @@ def size(
     tps = refine_capacities(inp, snap, recent)
     forecast = forecast_arrivals(inp, rate, startup)
     tpot = decode_tpot(inp.spec, snap)
-    memory = memory_sizes(inp.spec, forecast, tokens[Role.PREFILL], tokens[Role.DECODE], tpot)
+    m = kv_cache_tokens(inp.spec, snap)
+    memory = memory_sizes(m, forecast, tokens[Role.PREFILL], tokens[Role.DECODE], tpot)
     ratio, bound = with_memory(ratio_sizes(inp.spec, forecast, tokens, tps), memory)
     facts = {r: pool_facts(inp, snap, r, tps[r], tokens[r]) for r in ROLES}
-    facts[Role.DECODE] = memory_facts(inp, facts[Role.DECODE], rate, tokens, tpot)
+    facts[Role.DECODE] = memory_facts(m, facts[Role.DECODE], rate, tokens, tpot)
     attribution = attribute(
         facts[Role.PREFILL],
         facts[Role.DECODE],
@@ -287,20 +289,21 @@ def pool_facts(
 
 
 def memory_facts(
-    inp: TickInput, decode: PoolFacts, rate: float, tokens: dict[Role, float], tpot: float
+    m: float | None, decode: PoolFacts, rate: float, tokens: dict[Role, float], tpot: float
 ) -> PoolFacts:
-    """Step 4b for decode with ``kvCacheTokens`` (docs/models.md §2b): the share of the
+    """Step 4b for decode with a known M (``kvbound.kv_cache_tokens``: the spec's
+    ``kvCacheTokens``, else the engine's report; docs/models.md §2b): the share of the
     ready replicas' KV the load at the arrival ``rate`` holds, and a replica's req/s when
     its KV binds. Long-context chat at 3.5 req/s on 2 ready: 2.24 of their KV, 0.704 req/s
     each. Unchanged when the term is off."""
     prompt, output = tokens[Role.PREFILL], tokens[Role.DECODE]
-    at_rate = memory_sizes(inp.spec, rate, prompt, output, tpot)
+    at_rate = memory_sizes(m, rate, prompt, output, tpot)
     if at_rate is None:
         return decode
     return dataclasses.replace(
         decode,
-        kv_demand=kv_demand(at_rate, inp.spec, decode.ready),
-        memory_rate=memory_rate(inp.spec, prompt, output, tpot),
+        kv_demand=kv_demand(at_rate, m, decode.ready),
+        memory_rate=memory_rate(m, prompt, output, tpot),
     )
 
 

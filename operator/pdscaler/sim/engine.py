@@ -122,6 +122,11 @@ class EngineParams:
     queue_discipline: str = "fcfs"
     #: The TTFT the ``deadline`` discipline serves for (the scenario's TTFT SLO).
     ttft_deadline_s: float = 2.0
+    #: Decode pods export their KV capacity (``decode_kv_tokens``) as vLLM does, in the
+    #: labels of ``vllm:cache_config_info`` (``num_gpu_blocks`` x ``block_size``); False:
+    #: an engine that does not (the policy's memory term is then off unless the spec
+    #: sets ``decode.kvCacheTokens``).
+    export_kv_capacity: bool = True
 
     def __post_init__(self) -> None:
         if self.queue_discipline not in QUEUE_DISCIPLINES:
@@ -202,7 +207,9 @@ class PodStats:
     ``request_tpot_*`` (``vllm:request_time_per_output_token_seconds``, one observation
     per finished request of more than one output token), and the gauges ``waiting``, ``running``
     and ``kv_usage`` (0-1). Histogram counts are per bucket (``TTFT_BUCKETS``/
-    ``TPOT_BUCKETS``), not yet cumulative over ``le``.
+    ``TPOT_BUCKETS``), not yet cumulative over ``le``. ``kv_capacity_tokens`` is the
+    tokens of KV the pod holds (vLLM's ``num_gpu_blocks * block_size``, exported in the
+    labels of ``vllm:cache_config_info``); 0: not exported.
     """
 
     request_success: float = 0.0
@@ -220,6 +227,7 @@ class PodStats:
     waiting: float = 0.0
     running: float = 0.0
     kv_usage: float = 0.0
+    kv_capacity_tokens: float = 0.0
 
     def add(self, other: PodStats) -> None:
         """Fold ``other``'s counters into this one (gauges are not summed)."""
@@ -334,6 +342,8 @@ class Sample:
     prefill_desired: int
     decode_desired: int
     decode_running_by_pod: dict[str, float]
+    #: The smallest KV capacity the Ready decode pods export (0: none exports one).
+    decode_kv_capacity_tokens: float = 0.0
 
 
 def _reserved(rep: Replica) -> int:
@@ -856,6 +866,8 @@ class Engine:
             for rep in pods:
                 if rep not in takers:
                     rep.stats.waiting = 0.0
+                if self.p.export_kv_capacity:  # vLLM reports it in both roles
+                    rep.stats.kv_capacity_tokens = float(self.p.decode_kv_tokens)
                 if role is Role.DECODE:
                     self._advance(rep, now)
                     rep.stats.kv_usage = rep.kv_reserved / self.p.decode_kv_tokens
@@ -890,6 +902,9 @@ class Engine:
             prefill_desired=self.desired(Role.PREFILL),
             decode_desired=self.desired(Role.DECODE),
             decode_running_by_pod={r.name: stats[r.name].running for r in decode_pods},
+            decode_kv_capacity_tokens=min(
+                (stats[r.name].kv_capacity_tokens for r in decode_pods), default=0.0
+            ),
         )
 
     def gpu_seconds(self, until: float) -> dict[Role, float]:

@@ -113,6 +113,7 @@ def snapshot(
                 "decode.tokens_per_second", lambda s: s.decode.generation_tokens
             ),
             kv_usage=latest.kv_usage,
+            kv_capacity_tokens=latest.decode_kv_capacity_tokens or None,
             running_by_pod=dict(latest.decode_running_by_pod),
         ),
         problems=tuple(problems),
