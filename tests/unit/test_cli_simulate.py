@@ -123,3 +123,23 @@ def test_missing_or_malformed_trace_is_exit_2(tmp_path: Path) -> None:
     result = simulate(tmp_path, "--trace", str(bad))
     assert result.exit_code == 2
     assert "not an Azure trace header" in result.stderr
+
+
+def test_requests_that_fit_no_replica_are_counted_and_named(tmp_path: Path) -> None:
+    """Two requests of 126,000 prompt tokens cannot fit one decode replica's 100,000
+    tokens of KV: every policy's row counts them, the table's caption says so; a trace
+    without any says nothing."""
+    trace = azure_csv(tmp_path / "t.csv", seconds=120.0)
+    lines = trace.read_text().splitlines()
+    for i in (5, 9):
+        stamp = lines[i].split(",")[0]
+        lines[i] = f"{stamp},126000,300"
+    trace.write_text("\n".join(lines) + "\n")
+    policies = "static-peak,hpa-queue"
+    doc = as_json(tmp_path, "--trace", str(trace), "--policy", policies, "--no-plot")
+    assert {row["unservable"] for row in doc["policies"].values()} == {2}
+    table = simulate(tmp_path, "--trace", str(trace), "--policy", policies, "--no-plot")
+    assert "2 requests never servable" in " ".join(table.stdout.split())
+    clean = azure_csv(tmp_path / "clean.csv", seconds=120.0)
+    plain = simulate(tmp_path, "--trace", str(clean), "--policy", policies, "--no-plot")
+    assert "never servable" not in plain.stdout

@@ -6,6 +6,7 @@ long-context variant, and the oracle's replay meeting its target on a small trac
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -165,6 +166,27 @@ def test_repair_adds_capacity_only_where_the_misses_are() -> None:
     assert new.decode.tolist() == [2, 2, 2, 2, 2]
     gentle, _ = repair(sched, t, ttft_limit=limits, tpot_s=0.05, fix=1.0)
     assert gentle.prefill.tolist() == [3, 3, 4, 4, 3]
+
+
+def test_repair_leaves_requests_no_replica_can_serve_alone() -> None:
+    """A request rejected as unservable (its context fits no decode replica) misses
+    whatever the schedule: repair charges it to no pool and adds nothing for it."""
+    sched = Schedule(
+        np.arange(3, dtype=np.float64) * 2.0,
+        np.full(3, 2, dtype=np.int64),
+        np.full(3, 2, dtype=np.int64),
+        2.0,
+    )
+    nan = math.nan
+    t = dataclasses.replace(
+        times([1.0, 3.0], [1.5, nan], [1.6, nan]), rejected=np.array([False, True])
+    )
+    t = dataclasses.replace(t, finish=np.array([1.6 + 0.18, 3.0]))
+    with np.errstate(all="raise"):
+        new, misses = repair(sched, t, ttft_limit=ttft_limits(t.prompt, 2.0), tpot_s=0.05)
+    assert misses == 0
+    assert new.prefill.tolist() == [2, 2, 2]
+    assert new.decode.tolist() == [2, 2, 2]
 
 
 def test_worst_bins_until_they_hold_the_misses() -> None:

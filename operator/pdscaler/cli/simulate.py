@@ -133,8 +133,21 @@ def table(comparison: Comparison) -> Table:
         "arriving 5 minutes or more into the replay (the start, pools sized for the first "
         "two minutes' mean and metric windows empty, left out); feasibility ceiling "
         f"{percent(comparison.feasibility_ceiling)} (requests that fit the SLO alone)"
+        + _unservable(comparison)
     )
     return out
+
+
+def _unservable(comparison: Comparison) -> str:
+    """``; 12 requests never servable (...)`` when the trace has any (the same for every
+    policy: it depends on the requests and the engine only), else nothing."""
+    n = max((s.unservable for s in comparison.summaries), default=0)
+    if not n:
+        return ""
+    return (
+        f"; {n:,} requests never servable (prompt + output > one decode replica's KV: "
+        "answered with an error on arrival, counted as misses, never queued)"
+    )
 
 
 def cmd_simulate(

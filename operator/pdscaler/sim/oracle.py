@@ -229,10 +229,15 @@ def repair(
         ttft = np.nan_to_num(times.ttft, nan=math.inf)
         tpot = np.nan_to_num(times.tpot, nan=math.inf)
         pre = np.nan_to_num(times.prefill_end - times.arrival, nan=math.inf)
-    miss_ttft = ttft > ttft_limit + 1e-9
-    miss = miss_ttft | (tpot > tpot_s + 1e-9)
-    on_prefill = miss_ttft & (pre >= ttft - pre)
-    on_decode = miss & (~on_prefill | (ttft - pre >= 0.25 * ttft))
+    # a request no replica can hold (rejected as unservable) misses whatever the
+    # schedule: it is charged to no pool
+    servable = np.ones(len(ttft), dtype=bool) if times.rejected is None else ~times.rejected
+    miss_ttft = servable & (ttft > ttft_limit + 1e-9)
+    miss = miss_ttft | (servable & (tpot > tpot_s + 1e-9))
+    with np.errstate(invalid="ignore"):  # inf - inf: a prefill that never ended
+        after = ttft - pre
+    on_prefill = miss_ttft & (pre >= after)
+    on_decode = miss & (~on_prefill | (after >= 0.25 * ttft))
     arr_bin = _bins(times.arrival, bs, nb)
     count = np.maximum(np.bincount(arr_bin, minlength=nb), 1).astype(np.float64)
     p_miss = np.bincount(arr_bin[on_prefill], minlength=nb).astype(np.float64)

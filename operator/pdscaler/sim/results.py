@@ -105,6 +105,9 @@ class Summary:
     reversals: int
     #: Attainment over the requests arriving SETTLED_AFTER_S or later (NaN: none did).
     slo_attainment_settled: float = math.nan
+    #: Requests no pool size serves: their context (prompt + output) does not fit one
+    #: decode replica's KV; answered with an error on arrival (counted as SLO misses).
+    unservable: int = 0
 
     def to_json(self, oracle_gpu_hours: float | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {k: _json_number(v) for k, v in asdict(self).items()}
@@ -141,6 +144,7 @@ def summarize(run: Run) -> Summary:
         scale_actions=len(run.actions),
         reversals=reversals(run.actions),
         slo_attainment_settled=settled_attainment(t.arrival, ok),
+        unservable=t.unservable,
     )
 
 
