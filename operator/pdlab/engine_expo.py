@@ -1,4 +1,4 @@
-"""Prometheus text exposition of one simulated vLLM pod's series.
+"""Prometheus text exposition of one simulated vLLM (or SGLang) pod's series.
 
 Owns: the metric names, types and help texts the engine simulator exports (the vLLM
 names ``pdscaler.metricsql``'s ``vllm`` preset queries: the per-request TPOT histogram
@@ -165,17 +165,69 @@ def _series(stats: PodStats, labels: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def render_pods(pods: Sequence[tuple[PodStats, Mapping[str, str]]]) -> str:
+#: SGLang's names (python/sglang/srt/metrics/collector.py, what the ``sglang`` preset
+#: reads) for the same quantities: name -> (type, help).
+SGLANG_METRICS: dict[str, tuple[str, str]] = {
+    "sglang:num_queue_reqs": ("gauge", "The number of requests in the waiting queue."),
+    "sglang:num_running_reqs": ("gauge", "The number of running requests."),
+    "sglang:token_usage": ("gauge", "The token usage."),
+    "sglang:num_requests": ("counter", "Number of requests processed."),
+    "sglang:prompt_tokens": ("counter", "Number of prefill tokens processed."),
+    "sglang:generation_tokens": ("counter", "Number of generation tokens processed."),
+    "sglang:time_to_first_token_seconds": ("histogram", "Histogram of time to first token."),
+    "sglang:inter_token_latency_seconds": ("histogram", "Histogram of inter-token latency."),
+}
+
+
+def _sglang_series(stats: PodStats, labels: Mapping[str, str]) -> dict[str, str]:
+    """The sample lines of each SGLang metric for one pod (no KV capacity info: SGLang
+    has no ``cache_config_info``)."""
+    base = {"model_name": MODEL_NAME, **labels}
+    return {
+        "sglang:num_queue_reqs": _sample("sglang:num_queue_reqs", base, stats.waiting),
+        "sglang:num_running_reqs": _sample("sglang:num_running_reqs", base, stats.running),
+        "sglang:token_usage": _sample("sglang:token_usage", base, stats.kv_usage),
+        "sglang:num_requests": _sample("sglang:num_requests_total", base, stats.request_success),
+        "sglang:prompt_tokens": _sample("sglang:prompt_tokens_total", base, stats.prompt_tokens),
+        "sglang:generation_tokens": _sample(
+            "sglang:generation_tokens_total", base, stats.generation_tokens
+        ),
+        "sglang:time_to_first_token_seconds": histogram(
+            "sglang:time_to_first_token_seconds",
+            TTFT_BUCKETS,
+            stats.ttft_counts,
+            stats.ttft_sum,
+            base,
+        ),
+        "sglang:inter_token_latency_seconds": histogram(
+            "sglang:inter_token_latency_seconds",
+            TPOT_BUCKETS,
+            stats.itl_counts,
+            stats.itl_sum,
+            base,
+        ),
+    }
+
+
+#: The dialects a pod's page speaks: (metric table, series of one pod).
+DIALECTS = {"vllm": (METRICS, _series), "sglang": (SGLANG_METRICS, _sglang_series)}
+
+
+def render_pods(pods: Sequence[tuple[PodStats, Mapping[str, str]]], dialect: str = "vllm") -> str:
     """One exposition page for several pods (each with its own labels), grouped by
-    metric with one ``# HELP``/``# TYPE`` header each, as the format requires."""
-    per_pod = [_series(stats, labels) for stats, labels in pods]
+    metric with one ``# HELP``/``# TYPE`` header each, as the format requires; in vLLM's
+    names, or SGLang's (``dialect="sglang"``)."""
+    table, series_of = DIALECTS[dialect]
+    per_pod = [series_of(stats, labels) for stats, labels in pods]
     out: list[str] = []
-    for name, (kind, help_text) in METRICS.items():
+    for name, (kind, help_text) in table.items():
         out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
         out.extend(series[name] for series in per_pod)
     return "".join(out)
 
 
-def render_pod(stats: PodStats, labels: Mapping[str, str] | None = None) -> str:
+def render_pod(
+    stats: PodStats, labels: Mapping[str, str] | None = None, dialect: str = "vllm"
+) -> str:
     """One pod's page (its own endpoint: no pod labels)."""
-    return render_pods([(stats, labels or {})])
+    return render_pods([(stats, labels or {})], dialect)

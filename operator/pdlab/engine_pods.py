@@ -54,6 +54,8 @@ class PodInfo:
     #: the engine container's preStop sleep: how long its container keeps serving
     #: after the pod is deleted (a kubelet runs the hook before SIGTERM)
     prestop_s: float = 0.0
+    #: the metric names its /metrics speaks (``engine_dialect``): ``vllm`` or ``sglang``
+    dialect: str = "vllm"
 
     @property
     def engine_id(self) -> str:
@@ -85,6 +87,18 @@ def prestop_seconds(pod: Any) -> float:
     hook = containers[0].lifecycle.pre_stop if containers[0].lifecycle else None
     sleep = hook.sleep if hook is not None else None
     return float(sleep.seconds) if sleep is not None and sleep.seconds else 0.0
+
+
+def engine_dialect(pod: Any) -> str:
+    """``sglang`` when the engine container (the one named ``engine``, else the first)
+    runs SGLang (``sglang`` in its image, command or args: ``python3 -m
+    sglang.launch_server``), else ``vllm`` (a kubernetes-client V1Pod)."""
+    containers = sorted(pod.spec.containers or [], key=lambda c: c.name != "engine")
+    if not containers:
+        return "vllm"
+    c = containers[0]
+    words = [c.image or "", *(c.command or []), *(c.args or [])]
+    return "sglang" if any("sglang" in w for w in words) else "vllm"
 
 
 def is_serving(pod: Any) -> bool:
@@ -119,6 +133,7 @@ def to_info(pod: Any) -> PodInfo | None:
         config=annotations.get(SPEC_HASH_ANNOTATION) or revision,
         uid=pod.metadata.uid or "",
         prestop_s=prestop_seconds(pod),
+        dialect=engine_dialect(pod),
     )
 
 

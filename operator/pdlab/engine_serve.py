@@ -405,7 +405,9 @@ class PodServer:
             stats.waiting = self.stats.waiting + extra.waiting
             stats.running = self.stats.running + extra.running
             stats.kv_usage = min(1.0, self.stats.kv_usage + extra.kv_usage)
-        return web.Response(text=render_pod(stats), content_type="text/plain")
+        return web.Response(
+            text=render_pod(stats, dialect=self.pod.dialect), content_type="text/plain"
+        )
 
     async def render(self, req: web.Request) -> web.Response:
         body = await req.json()

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pdlab import prometheus, scenarios
 from pdlab.engine_expo import render_pod
-from pdlab.engine_pods import PodInfo
+from pdlab.engine_pods import PodInfo, engine_dialect
 from pdlab.engine_serve import PodServers
 from pdlab.engine_sim import DeploymentSim, EngineSim, Workload, workload
 from pdlab.lab import Lab
@@ -112,6 +112,45 @@ def test_pages_parse_and_carry_every_series_the_vllm_preset_queries() -> None:
         for template in templates:
             alternatives = [set(re.findall(r"vllm:[a-z_]+", alt)) for alt in template.split(" or ")]
             assert any(alt <= names for alt in alternatives), (path, template)
+
+
+def test_sglang_pods_speak_every_series_the_sglang_preset_queries() -> None:
+    """A pod running SGLang (``engine_dialect``) is rendered in SGLang's names: every
+    metric name the sglang preset's PromQL reads without a fall-back (the hand-off
+    queues are optional there) is on its page, with the same load as the vLLM names."""
+    sim = chat_sim(30.0)
+    sim.sync(pods(2, 2), 0.0)
+    pages = run(sim, 0.0, 20.0)
+    handoff = set(re.findall(r"sglang:[a-z_]+", presets._SGLANG_HANDOFF))
+    templates = [v for v in vars(presets.SGLANG).values() if isinstance(v, str) and "sglang:" in v]
+    for pod in ("p0", "d0"):
+        stats = pages[("ns", pod)]
+        page = render_pod(stats, dialect="sglang")
+        names = sample_names(page)
+        for template in templates:
+            alternatives = [
+                set(re.findall(r"sglang:[a-z_]+", alt)) - handoff for alt in template.split(" or ")
+            ]
+            assert any(alt <= names for alt in alternatives), (pod, template)
+        served = {
+            sample.name: sample.value
+            for fam in text_string_to_metric_families(page)
+            for sample in fam.samples
+        }
+        assert served["sglang:num_requests_total"] == stats.request_success > 0
+        assert not any(n.startswith("vllm:") for n in names)
+
+
+def test_the_engine_container_names_the_dialect() -> None:
+    def pod(image: str, command: list[str]) -> Any:
+        c = argparse.Namespace(name="engine", image=image, command=command, args=[])
+        side = argparse.Namespace(name="sidecar", image="sglang-ish", command=[], args=[])
+        return argparse.Namespace(spec=argparse.Namespace(containers=[side, c]))
+
+    assert engine_dialect(pod("lmsysorg/sglang", ["python3", "-m", "sglang.launch_server"])) == (
+        "sglang"
+    )
+    assert engine_dialect(pod("vllm/vllm-openai", ["vllm", "serve"])) == "vllm"
 
 
 def test_counters_follow_the_scenario_and_roles() -> None:

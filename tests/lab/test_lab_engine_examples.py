@@ -2,14 +2,17 @@
 (small pools, pods Ready 1 s after creation, 1 s ticks): ``router.type: external``, so
 the pools are created and sized, and no router and no front Service; the lab's engines
 do not export Dynamo's frontend series (``dynamo_frontend_*``), so MetricsAvailable
-stays False and nothing scales down. (deploy/examples/sglang.yaml is checked against the
-CRD, its CEL rules and the model by tests/unit/test_examples.py and dry-run on the API
-server by tests/lab/test_lab_crd.py.)
+stays False and nothing scales down. The SGLang example (deploy/examples/sglang.yaml)
+applied the same way, with the engine simulator serving its pods in SGLang's metric
+names: its cell gets an sglang-router, and SGLang's series size both pools.
 """
 
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +23,11 @@ from kubernetes.client.exceptions import ApiException
 from pdlab.lab import Lab
 from pdscaler import naming
 from pdscaler.types import ConditionType, Role
-from support.labkit import Kube, wait_for
+from support.labkit import Kube, free_port, wait_for
 from support.opkit import (
     create_pdd,
     deployments,
+    get_pdd,
     operator_runtime,
     ticking,
     total,
@@ -69,3 +73,105 @@ def test_the_dynamo_example_gets_pools_only_and_holds_without_frontend_series(
             kube.core.read_namespaced_service(name, namespace)
         assert missing.value.status == 404
         assert all(total(kube, namespace, name, r) == 1 for r in Role)
+
+
+@pytest.fixture
+def engines(lab: Lab, namespace: str) -> Iterator[None]:
+    """The engine simulator on the test's namespace, chat at 0.5x (10.5 req/s of ~1,000
+    prompt / ~200 output tokens): pods whose engine runs SGLang are served in SGLang's
+    metric names (``engine_pods.engine_dialect``); no router processes (the example's
+    routers are sglang-router, whose P/D protocol the simulator does not speak)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pdlab", "engine-sim", "--namespace", namespace,
+         "--scenario", "chat", "--rate-scale", "0.5", "--no-routers",
+         "--port", str(free_port())],
+        cwd=EXAMPLES.parents[1],
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+
+
+def test_the_sglang_example_is_read_in_sglang_names_and_sized(
+    lab: Lab, kube: Kube, crd: str, namespace: str, engines: None
+) -> None:
+    """deploy/examples/sglang.yaml applied (scaled to the lab): a cell of prefill, decode
+    and an sglang-router Deployment in PD mode, and the front Service; the engines'
+    SGLang series (sglang:num_requests_total, ..., read through the lab's Prometheus)
+    make MetricsAvailable True, and the ratio model sizes both pools up from 1 (10.5
+    req/s: N_P = 10.5 x ~1,000 / (6,000 x 0.7) = ~2.5, N_D = 10.5 x ~200 / (900 x 0.7)
+    = ~3.3)."""
+    doc = scaled("sglang.yaml", namespace, lab.prometheus_url)
+    doc["spec"]["router"]["replicas"] = {"min": 1, "max": 1}
+    name = doc["metadata"]["name"]
+    rt = operator_runtime(lab)
+    with ticking(rt, namespace, name):
+        create_pdd(kube, namespace, doc)
+        wait_condition(kube, namespace, name, ConditionType.METRICS_AVAILABLE, "True", 120)
+        wait_for(
+            lambda: (
+                total(kube, namespace, name, Role.PREFILL) >= 2
+                and total(kube, namespace, name, Role.DECODE) >= 2
+            ),
+            90,
+            "both pools sized up from SGLang's series",
+        )
+        by_role = {
+            d["metadata"]["labels"].get(naming.LABEL_ROLE): d
+            for d in deployments(kube, namespace, name)
+        }
+        assert set(by_role) == {"prefill", "decode", "router"}
+        router = by_role["router"]["spec"]["template"]["spec"]["containers"][0]
+        argv = " ".join([*router.get("command", []), *router.get("args", [])])
+        assert "sglang" in argv
+        assert "--pd-disaggregation" in argv
+        assert kube.core.read_namespaced_service(name, namespace) is not None
+        pdd = get_pdd(kube, namespace, name)
+        message = next(
+            c["message"]
+            for c in pdd["status"]["conditions"]
+            if c["type"] == ConditionType.METRICS_AVAILABLE
+        )
+        assert "sglang:num_requests_total" in message, message
+
+
+def test_the_llm_d_example_gets_pools_only_and_is_sized_on_vllm_series(
+    lab: Lab, kube: Kube, crd: str, namespace: str, engines: None
+) -> None:
+    """deploy/examples/llm-d.yaml applied (scaled to the lab): llm-d's scheduler and
+    routing sidecar are the request path (router.type external), so pdscaler creates the
+    two pools with the tenant's llm-d labels and the decode pods' sidecar, and no router
+    and no front Service; its engines are vLLM, so the vllm preset reads them (served by
+    the engine simulator at the port named http, 8200 on decode) and sizes both pools up
+    from 1 (10.5 req/s: N_P = 10.5 x ~1,000 / (8,000 x 0.7) = ~1.9, N_D = 10.5 x ~200 /
+    (1,500 x 0.7) = ~2)."""
+    doc = scaled("llm-d.yaml", namespace, lab.prometheus_url)
+    name = doc["metadata"]["name"]
+    rt = operator_runtime(lab)
+    with ticking(rt, namespace, name):
+        create_pdd(kube, namespace, doc)
+        wait_condition(kube, namespace, name, ConditionType.METRICS_AVAILABLE, "True", 120)
+        wait_for(
+            lambda: (
+                total(kube, namespace, name, Role.PREFILL) >= 2
+                and total(kube, namespace, name, Role.DECODE) >= 2
+            ),
+            90,
+            "both pools sized up from the engines' vLLM series",
+        )
+        by_role = {
+            d["metadata"]["labels"].get(naming.LABEL_ROLE): d
+            for d in deployments(kube, namespace, name)
+        }
+        assert set(by_role) == {"prefill", "decode"}
+        for role, d in by_role.items():
+            labels = d["spec"]["template"]["metadata"]["labels"]
+            assert labels["llm-d.ai/role"] == role
+            assert labels["llm-d.ai/inferenceServing"] == "true"
+        containers = by_role["decode"]["spec"]["template"]["spec"]["containers"]
+        assert [c["name"] for c in containers] == ["engine", "routing-proxy"]
+        with pytest.raises(ApiException) as missing:
+            kube.core.read_namespaced_service(name, namespace)
+        assert missing.value.status == 404
