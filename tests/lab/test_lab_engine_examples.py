@@ -10,8 +10,6 @@ names: its cell gets an sglang-router, and SGLang's series size both pools.
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from pdlab.lab import Lab
 from pdscaler import naming
 from pdscaler.types import ConditionType, Role
-from support.labkit import Kube, free_port, wait_for
+from support.labkit import Kube, engine_simulator, wait_for
 from support.opkit import (
     create_pdd,
     deployments,
@@ -79,19 +77,11 @@ def test_the_dynamo_example_gets_pools_only_and_holds_without_frontend_series(
 def engines(lab: Lab, namespace: str) -> Iterator[None]:
     """The engine simulator on the test's namespace, chat at 0.5x (10.5 req/s of ~1,000
     prompt / ~200 output tokens): pods whose engine runs SGLang are served in SGLang's
-    metric names (``engine_pods.engine_dialect``); no router processes (the example's
-    routers are sglang-router, whose P/D protocol the simulator does not speak)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pdlab", "engine-sim", "--namespace", namespace,
-         "--scenario", "chat", "--rate-scale", "0.5", "--no-routers",
-         "--port", str(free_port())],
-        cwd=EXAMPLES.parents[1],
-    )  # fmt: skip
-    try:
+    metric names (``engine_pods.engine_dialect``); no router processes (the SGLang
+    example's routers are sglang-router, whose P/D protocol the simulator does not
+    speak)."""
+    with engine_simulator(namespace, ["--scenario", "chat", "--rate-scale", "0.5", "--no-routers"]):
         yield
-    finally:
-        proc.terminate()
-        assert proc.wait(30) == 0
 
 
 def test_the_sglang_example_is_read_in_sglang_names_and_sized(

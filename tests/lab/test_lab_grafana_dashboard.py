@@ -1,6 +1,6 @@
 """Every PromQL expression of the Grafana dashboard (deploy/grafana/pdscaler.json)
-parses and returns series while the operator runs a PDDeployment with the engine
-exporter.
+parses and returns series while the operator runs a PDDeployment whose pods the engine
+simulator serves (vLLM's series, through the lab's Kubernetes service discovery).
 
 The lab's Prometheus scrapes the engine pods only, not an operator, so the test starts
 its own Prometheus (``support.promkit``: the lab's binary and the lab's scrape jobs,
@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pdlab.lab import Lab
 from pdscaler.prometheus import MetricsUnavailableError, PrometheusClient
 from pdscaler.telemetry import MetricsServer
-from support.exporter import EngineExporter
-from support.labkit import Kube, wait_for
+from support.labkit import Kube, engine_simulator, wait_for
 from support.opkit import (
     create_pdd,
     operator_runtime,
     pdd_manifest,
-    serve_light,
     ticking,
     wait_condition,
 )
@@ -53,17 +52,28 @@ def dashboard_queries(namespace: str) -> dict[str, str]:
     return out
 
 
+def engine_pods(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with the engine containers serving on a port named ``http`` (8000),
+    where the lab's Prometheus scrapes engines and the engine simulator serves them."""
+    for role in ("prefill", "decode"):
+        container = manifest["spec"][role]["template"]["spec"]["containers"][0]
+        container["ports"] = [{"name": "http", "containerPort": 8000}]
+    return manifest
+
+
 @pytest.mark.timeout(300)
 def test_every_dashboard_expression_returns_series(
-    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter, tmp_path: Path
+    lab: Lab, kube: Kube, crd: str, namespace: str, tmp_path: Path
 ) -> None:
-    serve_light(exporter, namespace, NAME)
+    """The operator's pods served by the engine simulator (chat at 0.05x, ~1 req/s of
+    ~1,000 / ~200 tokens, no router processes: no panel reads a router)."""
     rt = operator_runtime(lab)
     server = MetricsServer(rt.telemetry, port=0).start()
+    load = ["--scenario", "chat", "--rate-scale", "0.05", "--no-routers"]
     try:
         job = static_job("pdscaler-operator", f"127.0.0.1:{server.port}")
-        with own_prometheus(lab, tmp_path, jobs=[job]) as url:
-            create_pdd(kube, namespace, pdd_manifest(NAME, lab.prometheus_url))
+        with own_prometheus(lab, tmp_path, jobs=[job]) as url, engine_simulator(namespace, load):
+            create_pdd(kube, namespace, engine_pods(pdd_manifest(NAME, lab.prometheus_url)))
             with ticking(rt, namespace, NAME, period=1.0):
                 wait_condition(kube, namespace, NAME, "MetricsAvailable", "True", 90)
                 client = PrometheusClient(url)

@@ -254,27 +254,38 @@ def rbac_allows(kube: Kube, user: str, namespace: str, verb: str, resource: str)
 
 
 @contextlib.contextmanager
-def request_path(
-    lab: Any, namespace: str, service: str, sim_args: Sequence[str] = ()
-) -> Iterator[tuple[int, int, Any]]:
-    """The lab's request path for ``namespace``: the engine simulator (serving its engine
-    pods, running its router pods; ``sim_args`` added to its command line) and a
-    kube-proxy stand-in for ``service``; yields (front port, simulator control port, the
-    SvcProxy). The simulator must exit cleanly."""
-    from pdlab.svcproxy import SvcProxy
-
+def engine_simulator(namespace: str, sim_args: Sequence[str] = ()) -> Iterator[int]:
+    """``python -m pdlab engine-sim`` on ``namespace`` (serving its engine pods, running
+    its router pods unless ``--no-routers``; ``sim_args`` added, e.g. ``--scenario chat
+    --rate-scale 0.5`` for a synthetic load); yields its control port. It must exit
+    cleanly."""
     control = free_port()
     sim = subprocess.Popen(
         [sys.executable, "-m", "pdlab", "engine-sim", "--namespace", namespace,
          "--port", str(control), *sim_args],
         cwd=REPO_DIR,
     )  # fmt: skip
-    front = free_port()
-    proxy = SvcProxy(lab.kubeconfig, namespace, service, front, say=print)
-    proxy.start()
     try:
-        yield front, control, proxy
+        yield control
     finally:
-        proxy.stop()
         sim.terminate()
         assert sim.wait(30) == 0
+
+
+@contextlib.contextmanager
+def request_path(
+    lab: Any, namespace: str, service: str, sim_args: Sequence[str] = ()
+) -> Iterator[tuple[int, int, Any]]:
+    """The lab's request path for ``namespace``: the engine simulator
+    (``engine_simulator``) and a kube-proxy stand-in for ``service``; yields (front
+    port, simulator control port, the SvcProxy)."""
+    from pdlab.svcproxy import SvcProxy
+
+    with engine_simulator(namespace, sim_args) as control:
+        front = free_port()
+        proxy = SvcProxy(lab.kubeconfig, namespace, service, front, say=print)
+        proxy.start()
+        try:
+            yield front, control, proxy
+        finally:
+            proxy.stop()
