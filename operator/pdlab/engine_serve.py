@@ -337,7 +337,9 @@ class PodServer:
     def __init__(self, pod: PodInfo, owner: PodServers) -> None:
         self.pod = pod
         self.owner = owner
-        self.stats = PodStats()
+        # vLLM reports its KV capacity (vllm:cache_config_info) in both roles
+        capacity = owner.params.decode_kv_tokens if owner.params.export_kv_capacity else 0
+        self.stats = PodStats(kv_capacity_tokens=float(capacity))
         self.prefill = PrefillModel(owner.params, self.stats)
         self.decode = DecodeModel(owner.params, self.stats)
         self.runner: web.AppRunner | None = None
@@ -396,15 +398,7 @@ class PodServer:
         return web.json_response({"object": "list", "data": [card]})
 
     async def metrics(self, _req: web.Request) -> web.Response:
-        stats = self.stats
-        extra = self.owner.extra(self.pod)
-        if extra is not None:
-            stats = PodStats()
-            stats.add(self.stats)
-            stats.add(extra)
-            stats.waiting = self.stats.waiting + extra.waiting
-            stats.running = self.stats.running + extra.running
-            stats.kv_usage = min(1.0, self.stats.kv_usage + extra.kv_usage)
+        stats = self.stats.plus(self.owner.extra(self.pod))
         return web.Response(
             text=render_pod(stats, dialect=self.pod.dialect), content_type="text/plain"
         )

@@ -339,15 +339,7 @@ class EngineSim:
         assert self.servers is not None
         out: Labelled = []
         for key, server in list(self.servers.servers.items()):
-            st = PodStats()
-            st.add(server.stats)
-            extra = synthetic.get(key)
-            if extra is not None:
-                st.add(extra)
-            for gauge in ("waiting", "running", "kv_usage"):
-                value = getattr(server.stats, gauge) + (getattr(extra, gauge) if extra else 0.0)
-                setattr(st, gauge, value)
-            out.append((st, target_labels(server.pod)))
+            out.append((server.stats.plus(synthetic.get(key)), target_labels(server.pod)))
         return out
 
     def close(self) -> None:

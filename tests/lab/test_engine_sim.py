@@ -382,10 +382,13 @@ def test_render_models_health_and_metrics_answer_as_vllm(
         assert resp.status == 200
     post(f"http://{d1.address}/v1/completions", {"prompt": "x", "max_tokens": 5})
     with urllib.request.urlopen(f"http://{d1.address}/metrics", timeout=5) as resp:
-        fam = families(resp.read().decode())
+        page = resp.read().decode()
+    fam = families(page)
     gen = fam["vllm:generation_tokens_total"].samples[0]
     assert gen.value == 5
     assert "pod" not in gen.labels  # Prometheus adds the pod labels from discovery
+    # the served page reports the KV capacity, as vLLM's does (100,000 = 6,250 x 16)
+    assert 'vllm:cache_config_info{block_size="16",num_gpu_blocks="6250"} 1' in page
     # a pod that stops being Ready stops being served
     servers.sync([])
     with pytest.raises(OSError, match="refused"):

@@ -13,12 +13,15 @@ pod IP, with ``--prometheus-host/--prometheus-port 29000`` and a container port 
    answers a positive rate while requests flow;
 3. the operator says R is arrivals from the routers: ``MetricsAvailable`` True with
    the message ``load shape known; R = arriving requests/s
-   (vllm_router_processed_requests_total / 2, cell routers)``.
+   (vllm_router_processed_requests_total / 2, cell routers)``;
+4. the counter over 2 is the number of requests the client sent through the front (a
+   router that counted each request once, not once per worker, would fail it).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from pdlab import prometheus
@@ -31,6 +34,7 @@ from support.opkit import condition, get_pdd
 from support.served_chat import NAME, completion, scaled_chat, serving
 
 ARRIVALS = "load shape known; R = " + rate_source("vllm", arrivals=True)
+SCRAPE_S = 2.0  # the lab Prometheus' scrape interval
 
 
 def router_targets(lab: Lab, namespace: str) -> list[dict[str, Any]] | None:
@@ -50,12 +54,20 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
 ) -> None:
     assert ARRIVALS.endswith("(vllm_router_processed_requests_total / 2, cell routers)")
     with serving(lab, kube, namespace) as (front, _control, _proxy):
-        wait_for(lambda: completion(front), 120, "a streamed completion via the front")
+        sent = {"tried": 0, "ok": 0}
+
+        def one(max_tokens: int = 8) -> str | None:
+            sent["tried"] += 1
+            answer = completion(front, max_tokens=max_tokens)
+            sent["ok"] += answer is not None
+            return answer
+
+        wait_for(one, 120, "a streamed completion via the front")
         stop = threading.Event()
 
         def load() -> None:  # a request every 0.2 s, so the window's rate stays > 0
             while not stop.is_set():
-                completion(front, max_tokens=4)
+                one(max_tokens=4)
                 stop.wait(0.2)
 
         sender = threading.Thread(target=load, daemon=True)
@@ -106,3 +118,18 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
         finally:
             stop.set()
             sender.join(30)
+        # 4. the "/ 2" is the router's behaviour: its counter over 2 is the requests it
+        # was sent (every one that succeeded at most, every one tried at least), once the
+        # last scrape has the final counts
+        total = f"sum(vllm_router_processed_requests_total{sel}) / 2"
+
+        def settled() -> float | None:
+            first = lab.query(total)
+            time.sleep(2 * SCRAPE_S)
+            again = lab.query(total)
+            same = first and again and first[0]["value"][1] == again[0]["value"][1]
+            return float(again[0]["value"][1]) if same else None
+
+        counted = wait_for(settled, 60, "the routers' counters settled in Prometheus")
+        assert sent["ok"] <= counted <= sent["tried"], (counted, sent)
+        assert sent["ok"] > 20, sent

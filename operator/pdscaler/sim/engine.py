@@ -229,6 +229,21 @@ class PodStats:
     kv_usage: float = 0.0
     kv_capacity_tokens: float = 0.0
 
+    def plus(self, other: PodStats | None) -> PodStats:
+        """A new PodStats of this pod's series and ``other``'s load on the same pod (a
+        served pod's real requests plus its synthetic ones): counters and the
+        ``waiting``/``running`` gauges summed, KV usage summed up to 1, the KV capacity
+        the pod's own (the larger: the same engine)."""
+        out = PodStats()
+        out.add(self)
+        extra = other or PodStats()
+        out.add(extra)
+        out.waiting = self.waiting + extra.waiting
+        out.running = self.running + extra.running
+        out.kv_usage = min(1.0, self.kv_usage + extra.kv_usage)
+        out.kv_capacity_tokens = max(self.kv_capacity_tokens, extra.kv_capacity_tokens)
+        return out
+
     def add(self, other: PodStats) -> None:
         """Fold ``other``'s counters into this one (gauges are not summed)."""
         self.request_success += other.request_success
