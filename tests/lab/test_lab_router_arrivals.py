@@ -63,6 +63,9 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
             return answer
 
         wait_for(one, 120, "a streamed completion via the front")
+        # attempts before the path was up never reached a router: from here on, while
+        # the first success is counted (it reached one)
+        sent.update(tried=1, ok=1)
         stop = threading.Event()
 
         def load() -> None:  # a request every 0.2 s, so the window's rate stays > 0
@@ -131,5 +134,6 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
             return float(again[0]["value"][1]) if same else None
 
         counted = wait_for(settled, 60, "the routers' counters settled in Prometheus")
+        print(f"router counter / 2: {counted:g}; client: {sent}")
         assert sent["ok"] <= counted <= sent["tried"], (counted, sent)
-        assert sent["ok"] > 20, sent
+        assert sent["ok"] >= 5, sent
