@@ -140,9 +140,10 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
     meta = pdd["metadata"]
     if meta.get("deletionTimestamp"):
         return "being deleted"
-    spec = _parse_spec(rt, pdd)
-    if spec is None:
+    parsed = _parse_spec(rt, pdd)
+    if parsed is None:
         return "invalid spec"
+    spec, unknown = parsed
     rt.intervals[(namespace, name)] = spec.scaling.interval_seconds
     now = rt.clock()
     uid = str(meta["uid"])
@@ -166,6 +167,7 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
         memory=rt.memory.get(uid),
         rollout=rt.rollouts.get(uid),
         unobserved=max(0.0, now - rt.failing_since.get((namespace, name), now)),
+        unknown_fields=unknown,
     )
 
 
@@ -264,11 +266,12 @@ def _publish(rt: Runtime, pdd: Obj, event: tick.Event) -> str | None:
     return event.line()
 
 
-def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
-    """The typed spec, read leniently (``spec.parse_spec_lenient``): fields this operator
-    does not know (a CRD newer than the operator) are ignored and named in one Warning
-    Event ``UnknownFields`` per generation, and the PDDeployment keeps scaling. A spec the
-    model refuses in the fields it knows gets one Warning Event per generation."""
+def _parse_spec(rt: Runtime, pdd: Obj) -> tuple[PDDeploymentSpec, tuple[str, ...]] | None:
+    """The typed spec, read leniently (``spec.parse_spec_lenient``), and the fields this
+    operator does not know (a CRD newer than the operator): they are ignored, named in
+    the condition FieldsIgnored and in one Warning Event ``UnknownFields`` per
+    generation, and the PDDeployment keeps scaling. A spec the model refuses in the
+    fields it knows gets one Warning Event per generation (None)."""
     meta = pdd["metadata"]
     try:
         spec, unknown = parse_spec_lenient(pdd.get("spec") or {})
@@ -283,17 +286,10 @@ def _parse_spec(rt: Runtime, pdd: Obj) -> PDDeploymentSpec | None:
     key = ("unknown", str(meta.get("uid")), str(meta.get("generation")))
     if unknown and key not in rt.warned:
         rt.warned.add(key)
-        rt.kube.event(pdd, EventReason.UNKNOWN_FIELDS, unknown_fields_message(unknown), "Warning")
-    return spec
-
-
-def unknown_fields_message(unknown: tuple[str, ...]) -> str:
-    """``spec.a, spec.b.c: not known to this pdscaler version (a newer CRD?); ignored``
-    (at most 10 paths, then how many more)."""
-    shown = ", ".join(unknown[:10]) + (
-        f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
-    )
-    return f"{shown}: not known to this pdscaler version (a newer CRD?); ignored"
+        rt.kube.event(
+            pdd, EventReason.UNKNOWN_FIELDS, status.unknown_fields_message(unknown), "Warning"
+        )
+    return spec, tuple(unknown)
 
 
 def _read_metrics(

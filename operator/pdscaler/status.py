@@ -105,6 +105,8 @@ class StatusInput:
     #: The MetricsAvailable reason when ``metrics`` is None (default: PrometheusUnreachable).
     metrics_reason: ConditionReason | None = None
     write_failures: tuple[str, ...] = ()  # the writes refused, with the API's reason
+    #: spec fields this operator does not know (a CRD newer than it), ignored
+    unknown_fields: tuple[str, ...] = ()
 
 
 def condition(
@@ -159,6 +161,7 @@ def _conditions(inp: StatusInput, published: str) -> list[Condition]:
         capacity_limited(inp),
         deadline_infeasible(inp, published),
         writes_failing(inp),
+        fields_ignored(inp),
     ]
 
 
@@ -308,6 +311,42 @@ def writes_failing(inp: StatusInput) -> Condition:
     after the writes); the shell sets it with ``with_write_failures``."""
     previous = inp.previous.conditions if inp.previous else None
     return _write_condition(inp.write_failures, inp.now, inp.generation, previous)
+
+
+def fields_ignored(inp: StatusInput) -> Condition:
+    """FieldsIgnored: True, ``UnknownFields``, naming the spec fields this operator
+    version does not know (a CRD newer than the operator: they are ignored and the rest
+    of the spec is acted on; ``unknown_fields_message``); else False,
+    ``AllFieldsKnown``."""
+    previous = inp.previous.conditions if inp.previous else None
+    if not inp.unknown_fields:
+        return condition(
+            ConditionType.FIELDS_IGNORED,
+            "False",
+            ConditionReason.ALL_FIELDS_KNOWN,
+            "every spec field is known to this pdscaler version",
+            inp.now,
+            inp.generation,
+            previous,
+        )
+    return condition(
+        ConditionType.FIELDS_IGNORED,
+        "True",
+        ConditionReason.UNKNOWN_FIELDS,
+        unknown_fields_message(inp.unknown_fields),
+        inp.now,
+        inp.generation,
+        previous,
+    )
+
+
+def unknown_fields_message(unknown: Sequence[str]) -> str:
+    """``spec.a, spec.b.c: not known to this pdscaler version (a newer CRD?); ignored``
+    (at most 10 paths, then how many more)."""
+    shown = ", ".join(unknown[:10]) + (
+        f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+    )
+    return f"{shown}: not known to this pdscaler version (a newer CRD?); ignored"
 
 
 def _write_condition(

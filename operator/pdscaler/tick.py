@@ -88,6 +88,7 @@ class TickFacts:
     memory: PolicyMemory | None = None
     rollout: rollout.RolloutState | None = None
     unobserved: float = 0.0
+    unknown_fields: tuple[str, ...] = ()  # spec fields this version ignores (newer CRD)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ def compute(facts: TickFacts) -> TickEffects:
             memory_window_seconds=spec.scaling.scale_down_stabilization_seconds,
             metrics_error=facts.metrics_error,
             metrics_reason=facts.metrics_reason,
+            unknown_fields=facts.unknown_fields,
         )
     )
     if not auto:  # nothing is applied in Recommend mode: the drift is only reported

@@ -100,6 +100,7 @@ class ConditionType(StrEnum):
     CAPACITY_LIMITED = "CapacityLimited"
     DEADLINE_INFEASIBLE = "DeadlineInfeasible"
     WRITES_FAILING = "WritesFailing"
+    FIELDS_IGNORED = "FieldsIgnored"
 
 
 class ConditionReason(StrEnum):
@@ -133,6 +134,9 @@ class ConditionReason(StrEnum):
     DEADLINE_FEASIBLE = "DeadlineFeasible"
     WRITE_FAILED = "WriteFailed"
     WRITES_APPLIED = "WritesApplied"
+    # spec fields this operator version does not know (a newer CRD): ignored
+    UNKNOWN_FIELDS = "UnknownFields"
+    ALL_FIELDS_KNOWN = "AllFieldsKnown"
 
 
 class EventReason(StrEnum):

@@ -12,8 +12,9 @@ hand-made ``kubectl patch --subresource=status`` would. A ``Timeline`` samples e
 published before the fault, ``spec.replicas`` of every pool Deployment.
 
 Checked, both cases: with the newer CRD the operator keeps scaling (the load doubles:
-1 + 1 -> 2 + 2) and says so (a Warning Event ``UnknownFields`` naming
-``spec.scaling.predictive``; its status keeps being written); capacity never below the
+1 + 1 -> 2 + 2) and says so (the condition FieldsIgnored True, reason UnknownFields,
+and a Warning Event ``UnknownFields``, both naming ``spec.scaling.predictive``; its
+status keeps being written); capacity never below the
 published totals; 0 pairing violations. Mid-rollout (v2 Ready 6 s after creation): the
 rollout finishes on v2 after the wipe. After a rollback (v2 never Ready, rolled back
 and its cell deleted): after the wipe and restart the failed version is not retried
@@ -46,10 +47,11 @@ from pdlab.kubeclient import CRD_PATH, apply_crd, crd_established
 from pdlab.lab import Lab
 from pdscaler import naming
 from pdscaler.spec import GROUP, PLURAL, VERSION, parse_spec_lenient
-from pdscaler.types import RolloutPhase, RolloutReason
+from pdscaler.types import ConditionType, RolloutPhase, RolloutReason
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
+    condition,
     deployments,
     get_pdd,
     patch_spec,
@@ -206,6 +208,11 @@ def test_newer_crd_and_wiped_status(
         unknown = _events(kube, namespace, name, "UnknownFields")
         assert unknown, "no UnknownFields Event"
         assert "spec.scaling.predictive" in unknown[0].message, unknown[0].message
+        # and the condition says so while the skew lasts
+        ignored = condition(get_pdd(kube, namespace, name), ConditionType.FIELDS_IGNORED)
+        assert ignored is not None, "no FieldsIgnored condition"
+        assert (ignored["status"], ignored["reason"]) == ("True", "UnknownFields"), ignored
+        assert "spec.scaling.predictive" in ignored["message"], ignored
         spec, _ = parse_spec_lenient(get_pdd(kube, namespace, name)["spec"])
         with Timeline(kube, namespace, name, spec) as tl:
             if when == "mid-rollout":

@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from pdscaler import spec as pdspec
-from pdscaler.reconcile import Runtime, reconcile_once, unknown_fields_message
+from pdscaler.reconcile import Runtime, reconcile_once
 from pdscaler.spec import PDDeploymentSpec, parse_spec_lenient, strip_unknown
+from pdscaler.status import unknown_fields_message
 from support import builders
 from support.fakekube import FakeKube
 
@@ -118,7 +119,11 @@ def test_the_operator_keeps_scaling_and_warns_once_per_generation() -> None:
         rep = reconcile_once(rt, NS, NAME)
         assert rep.skipped is None
         assert rep.decision is not None
-    assert kube.store[PDD_PATH]["status"]["conditions"]
+    conditions = {c["type"]: c for c in kube.store[PDD_PATH]["status"]["conditions"]}
+    ignored = conditions["FieldsIgnored"]
+    assert (ignored["status"], ignored["reason"]) == ("True", "UnknownFields")
+    for path in UNKNOWN:
+        assert path in ignored["message"]
     (warning,) = events(kube, "UnknownFields")
     assert warning["type"] == "Warning"
     for path in UNKNOWN:
@@ -146,3 +151,17 @@ def test_the_crd_scope_rule_is_the_models() -> None:
         (pattern,) = re.findall(r"r'''(.*?)'''", rule["rule"])
         assert pattern == pdspec.SCOPE_MATCHER_PATTERN
         assert rule["message"] == pdspec.MSG_QUERY_SCOPE
+
+
+def test_a_spec_this_version_knows_fully_says_so() -> None:
+    kube = FakeKube()
+    kube.put(PDD_PATH, manifest(builders.chat_spec().model_dump(by_alias=True, exclude_none=True)))
+    rt = Runtime(
+        kube=kube,
+        clock=lambda: 1_000_000.0,
+        metrics_source=lambda spec, ns, name, t: builders.snapshot(1.0, ttft=0.3, tpot=0.02),
+    )
+    reconcile_once(rt, NS, NAME)
+    conditions = {c["type"]: c for c in kube.store[PDD_PATH]["status"]["conditions"]}
+    ignored = conditions["FieldsIgnored"]
+    assert (ignored["status"], ignored["reason"]) == ("False", "AllFieldsKnown")

@@ -131,6 +131,7 @@ def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> No
         inp(prefill=PoolObservation(replicas=2, ready=1)),
         inp(spec=SPEC.model_copy(update={"router": RouterSpec(type="external")})),
         replace(inp(), write_failures=("create Deployment x: 403 Forbidden: quota",)),
+        replace(inp(), unknown_fields=("spec.scaling.newKnob",)),
         *(inp(progress=st.ProgressFacts(phase=phase)) for phase in RolloutPhase),
     ]
     seen: set[str] = set()
