@@ -475,6 +475,21 @@ def tuning_table(doc: dict[str, Any]) -> str:
     )
 
 
+def ablation_table(cases: list[dict[str, Any]], labels: Sequence[str]) -> str:
+    """One row per case: pdscaler, then each ablation row, as ``SLO met, GPU-h`` (seed
+    means): ``| conv-long-1x, start-up 90 s | 96.20%, 25.63 | 78.79%, 23.40 | ...``."""
+    names = ["pdscaler", *labels]
+
+    def cell(case: dict[str, Any], name: str) -> str:
+        row = case["aggregate"]["policies"].get(name)
+        if row is None:
+            return "-"
+        return f"{pct(row['slo_attainment']['mean'])}, {two(row['gpu_hours']['mean'])}"
+
+    rows = [[case_label(c), *(cell(c, n) for n in names)] for c in cases]
+    return table(["case", *names], rows)
+
+
 def _dynamo_choice(d: dict[str, Any] | None) -> str:
     """``0.5 x the SLO: 97.10%, 22.87`` (tried: every scale's attainment)."""
     if d is None:
@@ -579,9 +594,11 @@ def report(doc: dict[str, Any], command: str) -> str:
     out += [
         "## Ablations",
         "",
-        "Rows `pdscaler without X` of `bench.quality.ABLATIONS` in every case: "
+        "What each part is worth: the rows of `bench.quality.ABLATIONS`, run in every case "
+        "like a policy, against the plain `pdscaler` row (SLO met, GPU-h; seed means): "
         + (", ".join(plan["ablations"]) if plan["ablations"] else "none in this run."),
         "",
+        *([ablation_table(cases, plan["ablations"]), ""] if plan["ablations"] else []),
         "## Full matrix",
         "",
     ]

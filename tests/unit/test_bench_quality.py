@@ -122,6 +122,12 @@ def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
     assert 0.0 <= settled <= 1.0
     assert f"| {100 * settled:.2f}% |" in quality_md
     assert "| after 5 min |" in quality_md
+    # the ablation table: pdscaler and each ablation row, per case
+    ablations = [label for label, _ in quality.ABLATIONS]
+    assert "| case | pdscaler | " + " | ".join(ablations) + " |" in quality_md
+    no_kv = conv["aggregate"]["policies"]["pdscaler, no KV memory term"]
+    cell = f"{100 * no_kv['slo_attainment']['mean']:.2f}%, {no_kv['gpu_hours']['mean']:.2f}"
+    assert cell in quality_md
 
 
 @pytest.mark.parametrize(
