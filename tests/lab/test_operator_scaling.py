@@ -166,9 +166,15 @@ def test_longer_outputs_scale_decode_then_longer_prompts_scale_prefill(
 ) -> None:
     """2 req/s, 500 prompt / 200 output tokens: 1 + 1 replicas (N_P 0.48, N_D 0.71).
     Outputs 200 -> 1500: decode utilisation 2*1500/800 = 3.75 -> decode grows to
-    N_D = 3000/560 = 5.4 -> 6 or more, prefill stays 1. Then prompts 500 -> 4000:
-    prefill utilisation 2*4000/3000 = 2.7 -> prefill grows (N_P = 8000/2100 = 3.8 -> 4
-    or more), decode keeps what it has."""
+    N_D = 3000/560 = 5.4 -> 6, prefill stays 1. Then prompts 500 -> 4000: prefill
+    utilisation 2*4000/3000 = 2.7 -> prefill grows (N_P = 8000/2100 = 3.8 -> 4 or more),
+    decode keeps what it has.
+
+    While the outputs ramp, the forecast's trend overshoots (2.5 req/s read for 2) and
+    decode briefly reaches 7; the stabilization window keeps 7 for 20 s after the last
+    such reading, then it comes down to 6. So the test waits for the ratio model's 6
+    before it changes the prompts: a scale-down 7 -> 6 in the prompt phase is that
+    window ending, not the prompt change (it failed CI that way once)."""
     name = "shape"
     serve(exporter, namespace, name, rate=2.0, prompt=500, output=200)
     rt = operator_runtime(lab)
@@ -176,10 +182,15 @@ def test_longer_outputs_scale_decode_then_longer_prompts_scale_prefill(
         start_converged(lab, kube, namespace, name, exporter)
         wait_seen(rt, namespace, name, "output_tokens", 200)
         serve(exporter, namespace, name, rate=2.0, prompt=500, output=1500, tpot=0.03)
-        wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 6, 60, "decode >= 6")
+        ratio_decode = -(-2.0 * 1500 // (800 * 0.7))
+        assert ratio_decode == 6
         wait_seen(rt, namespace, name, "output_tokens", 1500, rel=0.02)
+        settle_by = time.monotonic() + 90
         prefill_after, decode_after = wait_stable(kube, namespace, name)
+        while decode_after != ratio_decode and time.monotonic() < settle_by:
+            prefill_after, decode_after = wait_stable(kube, namespace, name)
         assert prefill_after == 1
+        assert decode_after == ratio_decode, last_decision(kube, namespace, name)
 
         serve(exporter, namespace, name, rate=2.0, prompt=4000, output=1500, ttft=2.5, tpot=0.03)
         wait_for(lambda: total(kube, namespace, name, Role.PREFILL) >= 4, 60, "prefill >= 4")
