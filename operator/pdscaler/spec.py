@@ -69,6 +69,8 @@ MAX_QUERY_LENGTH = 4096
 #: The largest KV cache one replica may declare, in tokens (a typo guard: 10^9 tokens is
 #: hundreds of TB of KV).
 MAX_KV_CACHE_TOKENS = 1_000_000_000
+#: The most points a pool's capacity profile may have (a small measured table).
+MAX_PROFILE_POINTS = 32
 
 # The messages of the CRD's CEL rules (x-kubernetes-validations), word for word.
 MSG_REPLICAS_MIN_MAX = "replicas.min must be less than or equal to replicas.max"
@@ -104,6 +106,7 @@ MSG_AUTH_HEADER_RESERVED = (
     " Connection, Content-Type, Content-Length and Transfer-Encoding are set by the operator"
 )
 MSG_AUTH_HEADER_UNIQUE = "metrics.prometheus.auth.customHeaders: each header at most once"
+MSG_PROFILE_UNIQUE = "profile: each point's tokens at most once"
 MSG_AUTH_HEADER_NAME = (
     "metrics.prometheus.auth.customHeaders: a header name is letters, digits, '-' and '_'"
 )
@@ -133,6 +136,7 @@ CEL_MESSAGES = frozenset(
         MSG_AUTH_ONE_SCHEME,
         MSG_AUTH_TLS_HTTPS,
         MSG_AUTH_HEADER_RESERVED,
+        MSG_PROFILE_UNIQUE,
         MSG_AUTH_HEADER_UNIQUE,
         MSG_AUTH_HEADER_NAME,
     }
@@ -218,6 +222,17 @@ class ReplicaBounds(_Model):
         return self
 
 
+class ProfilePoint(_Model):
+    """One measured point of a pool's capacity profile: ``{tokens: 16384,
+    tokensPerSecond: 6500}``. ``tokens`` is the prompt length for prefill and the mean
+    context per sequence (prompt + output/2) for decode; ``tokensPerSecond`` what ONE
+    replica served there (prompt tokens/s for prefill, output tokens/s for decode at the
+    batch its TPOT allows)."""
+
+    tokens: int = Field(ge=1, le=MAX_KV_CACHE_TOKENS)
+    tokens_per_second: float = Field(gt=0)
+
+
 class PoolSpec(_Model):
     """A pool: pod template, capacity facts of one replica, and bounds.
 
@@ -227,6 +242,10 @@ class PoolSpec(_Model):
     replica holds (vLLM: ``num_gpu_blocks * block_size``, logged at start-up and exported
     as the labels of ``vllm:cache_config_info``): set, the policy also sizes decode by
     its KV memory (docs/models.md §2b); unset, by output tokens/s only.
+    ``profile`` (optional, at most 32 points) is the replica's measured tokens/s over
+    the workload (``ProfilePoint``): set, the capacity prior at the current mix is read
+    off it (``models.profile.capacity_at``, docs/models.md §2d) instead of the constant
+    ``tokens_per_second``, and the online refinement corrects it.
     """
 
     template: dict[str, Any] = Field(default_factory=dict)
@@ -235,8 +254,29 @@ class PoolSpec(_Model):
     tokens_per_second: float = Field(gt=0)
     target_utilization: float = Field(default=0.7, gt=0, le=1)
     kv_cache_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CACHE_TOKENS)
+    profile: list[ProfilePoint] = Field(default_factory=list, max_length=MAX_PROFILE_POINTS)
 
     _template_parts_are_objects = field_validator("template")(_pod_template_parts)
+
+    @field_validator("profile")
+    @classmethod
+    def _profile_tokens_unique(cls, points: list[ProfilePoint]) -> list[ProfilePoint]:
+        if len({p.tokens for p in points}) != len(points):
+            raise ValueError(MSG_PROFILE_UNIQUE)
+        return points
+
+    def profile_points(self) -> tuple[tuple[int, float], ...]:
+        """The profile as (tokens, tokens/s) sorted by tokens, the form
+        ``models.profile.capacity_at`` reads: [{16384: 6500}, {1024: 8200}] ->
+        ((1024, 8200.0), (16384, 6500.0))."""
+        return tuple(sorted((p.tokens, p.tokens_per_second) for p in self.profile))
+
+    @property
+    def peak_tokens_per_second(self) -> float:
+        """The most tokens/s the spec credits one replica with anywhere: the larger of
+        ``tokens_per_second`` and every profile point (a plausibility bound on what a
+        pool can serve)."""
+        return max([self.tokens_per_second, *(p.tokens_per_second for p in self.profile)])
 
 
 class SLOSpec(_Model):

@@ -577,6 +577,8 @@ def memory_to_status(memory: PolicyMemory, now: float, window_seconds: float) ->
     for key, value in (
         ("prefillTps", _sig(memory.prefill_tps)),
         ("decodeTps", _sig(memory.decode_tps)),
+        ("prefillPrior", _sig(memory.prefill_prior)),
+        ("decodePrior", _sig(memory.decode_prior)),
         ("startupSeconds", _sig(memory.startup_seconds)),
         ("lastScaleTime", memory.last_scale_time),
         ("capacityGPUs", memory.capacity_gpus),
@@ -614,6 +616,8 @@ def memory_from_status(data: dict[str, Any] | None, now: float) -> PolicyMemory:
             recommendations=tuple(recs),
             prefill_tps=num("prefillTps"),
             decode_tps=num("decodeTps"),
+            prefill_prior=num("prefillPrior"),
+            decode_prior=num("decodePrior"),
             startup_seconds=num("startupSeconds"),
             last_scale_time=num("lastScaleTime"),
             capacity_gpus=int(data["capacityGPUs"]) if "capacityGPUs" in data else None,

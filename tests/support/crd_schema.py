@@ -203,6 +203,10 @@ CEL_TWINS.update(
         "!(has(self.bearerToken) && has(self.username))": lambda s: (
             not ("bearerToken" in s and "username" in s)
         ),
+        "!has(self.profile) || self.profile.all(p, self.profile.exists_one(q, q.tokens == "
+        "p.tokens))": lambda s: (
+            len({p["tokens"] for p in s.get("profile", [])}) == len(s.get("profile", []))
+        ),
         "!has(self.customHeaders) || self.customHeaders.all(h, self.customHeaders.exists_one(g, "
         "g.header.lowerAscii() == h.header.lowerAscii()))": lambda s: (
             len({h["header"].lower() for h in s.get("customHeaders", [])})

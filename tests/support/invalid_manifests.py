@@ -301,6 +301,25 @@ CASES: list[InvalidCase] = [
     ),
     # tokensPerSecond > 0
     _named("prefill-tokens-per-second-zero", _gt("spec.prefill.tokensPerSecond", 0)),
+    InvalidCase(
+        id="prefill-profile-tokens-per-second-zero",
+        mutate=set_("spec.prefill.profile", [{"tokens": 1024, "tokensPerSecond": 0}]),
+        path="spec.prefill.profile[0].tokensPerSecond",
+        api_error="spec.prefill.profile[0].tokensPerSecond in body should be greater than 0",
+        keyword="exclusiveMinimum",
+        pydantic_loc="spec.prefill.profile.0.tokensPerSecond",
+        pydantic_error="Input should be greater than 0",
+    ),
+    _cel(
+        "decode-profile-tokens-twice",
+        set_(
+            "spec.decode.profile",
+            [{"tokens": 1024, "tokensPerSecond": 800}, {"tokens": 1024, "tokensPerSecond": 700}],
+        ),
+        "spec.decode.profile",
+        pdspec.MSG_PROFILE_UNIQUE,
+        "spec.decode.profile",
+    ),
     _named("decode-tokens-per-second-negative", _gt("spec.decode.tokensPerSecond", -800)),
     _required("prefill-tokens-per-second-missing", "spec.prefill.tokensPerSecond"),
     # gpusPerReplica >= 1, an integer

@@ -75,3 +75,25 @@ def test_from_file_uses_the_decode_kv_cache_tokens(tmp_path: Path) -> None:
     plain = as_json(f"from-file {EXAMPLES_DIR / 'chat.yaml'} {load}")
     assert plain["decode_bound"] is None
     assert plain["decode"]["want"] == 18
+
+
+def test_from_file_reads_the_pools_profile_at_the_mix(tmp_path: Path) -> None:
+    """The chat example (P_prefill 3,000) with a prefill profile (1,000: 3,000), (8,000:
+    2,000) at 2 req/s of 6,000-token prompts: the profile says 2,000 + 2/7 x 1,000 =
+    2,285.7 tok/s there, so N_P = 12,000 / (2,285.7 x 0.7) = 7.5 -> 8, not the
+    constant's 5.71 -> 6 (docs/models.md §2d)."""
+    doc = yaml.safe_load((EXAMPLES_DIR / "chat.yaml").read_text(encoding="utf-8"))
+    doc["spec"]["prefill"]["profile"] = [
+        {"tokens": 1000, "tokensPerSecond": 3000},
+        {"tokens": 8000, "tokensPerSecond": 2000},
+    ]
+    path = tmp_path / "chat-profile.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    load = "--rate 2 --prompt-tokens 6000 --output-tokens 500"
+    data = as_json(f"from-file {path} {load}")
+    assert data["prefill"]["tokens_per_second"] == pytest.approx(2285.714, abs=1e-3)
+    assert data["prefill"]["n"] == pytest.approx(7.5)
+    assert data["prefill"]["want"] == 8
+    plain = as_json(f"from-file {EXAMPLES_DIR / 'chat.yaml'} {load}")
+    assert plain["prefill"]["tokens_per_second"] == 3000
+    assert plain["prefill"]["want"] == 6

@@ -6,6 +6,7 @@ fieldPath are the table's. The lab re-runs the same table against kube-apiserver
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -31,7 +32,8 @@ VALIDATOR = Draft202012Validator(to_json_schema(openapi_schema()))
 def reported_path(error: ValidationError) -> list[str]:
     """The field(s) an OpenAPI error is about, dotted from the root, as the API server
     names them: a missing or unknown property is named itself, not its parent."""
-    where = ".".join(str(p) for p in error.absolute_path)
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    where = where.removeprefix(".")
     prefix = f"{where}." if where else ""
     instance: Any = error.instance
     if error.validator == "required":
@@ -114,6 +116,9 @@ def test_every_cel_rule_has_a_twin_and_a_case() -> None:
 
 
 def _pool_generic(path: str) -> str:
+    """One name for both pools and for every item of a list: ``spec.decode.profile[0]
+    .tokens`` -> ``spec.pool.profile[].tokens`` (as ``walk`` names the schema)."""
+    path = re.sub(r"\[\d+\]", "[]", path)
     return path.replace(".prefill.", ".pool.").replace(".decode.", ".pool.")
 
 

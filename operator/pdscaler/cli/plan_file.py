@@ -28,6 +28,7 @@ from pdscaler import models
 from pdscaler.cli.common import fail
 from pdscaler.cli.plan_calc import RATIO_OPTIONS, JsonOpt, checked
 from pdscaler.cli.plan_render import emit, from_file_blocks
+from pdscaler.policy.refine import capacity_priors
 from pdscaler.spec import KIND, PDDeployment
 from pdscaler.types import Role
 
@@ -68,16 +69,18 @@ def plan_manifest(
     """The pools for ``manifest`` at a load: the ratio model with the manifest's
     capacities and utilisations, wants clamped to [min, max] and split under maxGPUs
     (models.split_budget). Chat example at 20 req/s, 2000/500 tokens: 20 + 18 replicas,
-    38 of 48 GPUs, not limited."""
+    38 of 48 GPUs, not limited. A pool with a ``profile`` is sized at the profile's
+    tokens/s for this mix (docs/models.md §2d), as the operator does."""
     spec = manifest.spec
     pools = {Role.PREFILL: spec.prefill, Role.DECODE: spec.decode}
+    tps = capacity_priors(spec, {Role.PREFILL: prompt_tokens, Role.DECODE: output_tokens})
     ratio = checked(
         lambda: models.ratio_model(
             rate,
             prompt_tokens,
             output_tokens,
-            spec.prefill.tokens_per_second,
-            spec.decode.tokens_per_second,
+            tps[Role.PREFILL],
+            tps[Role.DECODE],
             spec.prefill.target_utilization,
             spec.decode.target_utilization,
         ),
@@ -122,7 +125,7 @@ def plan_manifest(
         bounds = pool.replicas
         out[str(role)] = {
             "load_tps": loads[role],
-            "tokens_per_second": pool.tokens_per_second,
+            "tokens_per_second": tps[role],
             "target_utilization": pool.target_utilization,
             "n": fractional[role],
             "want": wants[role],

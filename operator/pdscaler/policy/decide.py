@@ -20,7 +20,9 @@ The steps, each in its own module:
 2. ``refine``: P_prefill / P_decode from observed tokens/s per replica (ready count
    averaged over the window, ``history``): raised by what was served, lowered only by
    what the saturated share of the window proves (EWMA, within [0.5x, 1.5x] of the
-   spec); T_s from observed pod start times (p90, within [0.5x, 3x]).
+   prior); the prior is the pool's measured profile at this tick's mix, or the
+   constant ``tokensPerSecond`` (``capacity_priors``, docs/models.md §2d); T_s from
+   observed pod start times (p90, within [0.5x, 3x]).
 3. ``forecast``: R over T_s + interval (rising trend extrapolated over at most the
    metrics window, at most 2x; never below the current rate). R itself is the arrival
    rate: the routers' arrivals as read, or prefill completions corrected by the prefill
@@ -68,7 +70,7 @@ from pdscaler.policy.limits import (
     keep_gapped,
 )
 from pdscaler.policy.memory import forecast_lookback, record_rate, remember, remember_pools
-from pdscaler.policy.refine import refine_startup, refine_tps
+from pdscaler.policy.refine import capacity_priors, carry, refine_startup, refine_tps
 from pdscaler.policy.sanitize import CleanMetrics, down_gaps, sanitize
 from pdscaler.policy.sizing import (
     Attribution,
@@ -155,7 +157,8 @@ def size(
     recent = history.in_window(pools, inp.now, inp.spec.metrics.window_seconds)
     rate = arrival_rate(snap.request_rate or 0.0, recent, snap.rate_source)
     tokens = {Role.PREFILL: snap.prompt_tokens or 0.0, Role.DECODE: snap.output_tokens or 0.0}
-    tps = refine_capacities(inp, snap, recent)
+    priors = capacity_priors(inp.spec, tokens)
+    tps = refine_capacities(inp, snap, recent, priors)
     forecast = forecast_arrivals(inp, rate, startup)
     tpot = decode_tpot(inp.spec, snap)
     m = kv_cache_tokens(inp.spec, snap)
@@ -195,6 +198,7 @@ def size(
         decode_bound=bound,
         burst_factor=burst,
         headroom=headroom,
+        priors=priors,
     )
 
 
@@ -214,19 +218,30 @@ def arrival_rate(
 
 
 def refine_capacities(
-    inp: TickInput, snap: MetricsSnapshot, recent: tuple[history.Point, ...]
+    inp: TickInput,
+    snap: MetricsSnapshot,
+    recent: tuple[history.Point, ...],
+    priors: dict[Role, float] | None = None,
 ) -> dict[Role, float]:
-    """Step 2, ``refine``: each pool's per-replica tokens/s, from what its ready
+    """Step 2b, ``refine``: each pool's per-replica tokens/s, from what its ready
     replicas (averaged over the window) served, learnt only over the saturated share of
-    the window. Prior 3000, nothing learnt, 4 ready: 14,400 tok/s while saturated ->
-    0.3 x 3600 + 0.7 x 3000 = 3180; 8,000 tok/s saturated the whole window -> 2700;
-    never saturated -> 3000 (a pool at 67% says nothing about its limit)."""
+    the window, around this tick's prior (``capacity_priors``; the constant
+    ``tokensPerSecond`` by default), the correction learnt against the last tick's
+    prior carried over (``refine.carry``). Prior 3000, nothing learnt, 4 ready: 14,400
+    tok/s while saturated -> 0.3 x 3600 + 0.7 x 3000 = 3180; 8,000 tok/s saturated the
+    whole window -> 2700; never saturated -> 3000 (a pool at 67% says nothing about its
+    limit)."""
     spec = inp.spec
     window_s, interval = spec.metrics.window_seconds, spec.scaling.interval_seconds
-    previous = {Role.PREFILL: inp.memory.prefill_tps, Role.DECODE: inp.memory.decode_tps}
+    priors = priors or {r: spec.pool(r).tokens_per_second for r in ROLES}
+    mem = inp.memory
+    previous = {
+        Role.PREFILL: carry(mem.prefill_tps, mem.prefill_prior, priors[Role.PREFILL]),
+        Role.DECODE: carry(mem.decode_tps, mem.decode_prior, priors[Role.DECODE]),
+    }
     return {
         r: refine_tps(
-            spec.pool(r).tokens_per_second,
+            priors[r],
             previous[r],
             snap.pool(r).tokens_per_second,
             history.mean_ready(recent, r, inp.pool(r).ready),

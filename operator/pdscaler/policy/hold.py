@@ -39,6 +39,8 @@ def hold_unavailable(inp: TickInput, clean: CleanMetrics, startup: float) -> Dec
         rate_history=inp.memory.rate_history,
         prefill_tps=inp.memory.prefill_tps,
         decode_tps=inp.memory.decode_tps,
+        prefill_prior=inp.memory.prefill_prior,
+        decode_prior=inp.memory.decode_prior,
         startup_seconds=startup,
         last_scale_time=inp.memory.last_scale_time,
         capacity_gpus=inp.memory.capacity_gpus,

@@ -74,6 +74,8 @@ def remember(tick: Tick, startup: float) -> PolicyMemory:
         ),
         prefill_tps=tick.facts[Role.PREFILL].tps,
         decode_tps=tick.facts[Role.DECODE].tps,
+        prefill_prior=tick.priors.get(Role.PREFILL),
+        decode_prior=tick.priors.get(Role.DECODE),
         startup_seconds=startup,
         last_scale_time=inp.now if tick.grown else inp.memory.last_scale_time,
         capacity_gpus=tick.capacity.gpus,

@@ -1,7 +1,9 @@
 """Online refinement of the capacity priors: P_prefill, P_decode and T_s.
 
-Owns: moving the spec's per-replica throughputs and startup time towards what the
-cluster shows, with bounded corrections so one odd window cannot wreck the sizing.
+Owns: each pool's capacity prior at the current mix (its measured profile, or the
+constant ``tokensPerSecond``: ``capacity_priors``), moving the per-replica throughputs
+and startup time towards what the cluster shows, with bounded corrections so one odd
+window cannot wreck the sizing.
 Throughput is learnt only while the pool is saturated (at least one request waiting
 per ready replica at every tick of a run, ``history.saturated_seconds``): what it
 served per replica then raises the estimate, and it lowers it only as far as the
@@ -16,6 +18,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+
+from pdscaler.models.profile import capacity_at, decode_context
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import Role
 
 #: Weight of a new throughput observation in the moving average.
 TPS_ALPHA = 0.3
@@ -71,6 +77,35 @@ def refine_tps(
         return current
     target = _bound(target, prior, TPS_BOUNDS)
     return _bound(TPS_ALPHA * target + (1 - TPS_ALPHA) * current, prior, TPS_BOUNDS)
+
+
+def capacity_priors(spec: PDDeploymentSpec, tokens: dict[Role, float]) -> dict[Role, float]:
+    """Step 2a, ``profile``: each pool's per-replica tokens/s prior at this tick's mix
+    (docs/models.md §2d): its profile read at L_p (prefill) and at L_p + L_d/2
+    (decode), or the constant ``tokensPerSecond`` without one. Prefill profile
+    (1,024: 8,200), (8,192: 7,300), (16,384: 6,500) at L_p 12,000 -> 6,928; no
+    profile -> ``tokensPerSecond``."""
+    x = {
+        Role.PREFILL: tokens[Role.PREFILL],
+        Role.DECODE: decode_context(tokens[Role.PREFILL], tokens[Role.DECODE]),
+    }
+    return {
+        r: capacity_at(spec.pool(r).tokens_per_second, spec.pool(r).profile_points(), x[r])
+        for r in (Role.PREFILL, Role.DECODE)
+    }
+
+
+def carry(previous: float | None, previous_prior: float | None, prior: float) -> float | None:
+    """A capacity refined against one prior, carried to this tick's prior with its
+    correction kept (docs/models.md §2d): learnt 7,000 against a profile's 8,000 at
+    1,155 tokens (0.875 of it), the mix now at 12,000 tokens where the profile says
+    6,928 -> 6,062. A constant prior (no profile) carries it unchanged; nothing learnt
+    -> None; no prior recorded (a status written before profiles) -> unchanged."""
+    if previous is None:
+        return None
+    if previous_prior is None or not previous_prior > 0 or previous_prior == prior:
+        return previous
+    return previous * prior / previous_prior
 
 
 def quantile(samples: Iterable[float], q: float) -> float | None:

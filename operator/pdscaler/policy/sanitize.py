@@ -71,7 +71,7 @@ class Bounds:
         for role in _ROLES:
             pool = spec.pool(role)
             most = min(pool.replicas.max, spec.scaling.max_gpus // pool.gpus_per_replica)
-            pool_tps[role] = max(most, 1) * pool.tokens_per_second * TPS_BOUNDS[1]
+            pool_tps[role] = max(most, 1) * pool.peak_tokens_per_second * TPS_BOUNDS[1]
         rate = SAFETY * min(pool_tps.values())
         slo = {Role.PREFILL: spec.slo.ttft_seconds, Role.DECODE: spec.slo.tpot_seconds}
         return Bounds(

@@ -46,6 +46,8 @@ class Tick:
     #: prefill's burst head-room factor after this tick, and the replicas it asked for
     burst_factor: float = 1.0
     headroom: int = 0
+    #: each pool's capacity prior at this tick's mix (the profile read, or the constant)
+    priors: dict[Role, float] = field(default_factory=dict)
 
     @property
     def headroom_held(self) -> int:
