@@ -550,7 +550,9 @@ def report(doc: dict[str, Any], command: str) -> str:
         + f" s, seeds {', '.join(str(s) for s in plan['seeds'])} (seed 0: the trace as "
         "recorded; others: every arrival moved by up to 2 s, seeded, and reseeded rate "
         "scaling and start-up jitter). SLO: TTFT <= 2 s and TPOT <= 50 ms per request; "
-        "priors 10,000 / 1,400 tokens/s (true engine ~8,370 / ~1,730 at the chat mix). "
+        "priors 10,000 / 1,400 tokens/s (true engine ~8,040 / ~1,730 at the chat mix; "
+        "prefill 8,370 in full batches less each prompt's attention, which grows with its "
+        "length: ~6,500 at 16k tokens). "
         "Figures are `mean [min-max]` over the seeds. " + cuts_line(doc),
         "",
         "Definitions. SLO met: share of ALL requests within both SLOs (unfinished = missed). "

@@ -2,7 +2,8 @@
 
 Owns: per pod, a serving model with the timing of ``pdscaler.sim.engine.EngineParams``
 (prefill: one FIFO queue, batches up to the token budget, each batch taking
-``overhead + tokens / prefill_tps``; decode: continuous batching, one token per running
+``prefill_seconds(tokens, sum of squared prompts)``, overhead + tokens / prefill_tps +
+each prompt's attention; decode: continuous batching, one token per running
 sequence per step of ``decode_step(batch, kv_tokens)``, admission FIFO limited by
 ``decode_max_seqs`` and ``decode_kv_tokens``, the KV hand-off time charged on arrival;
 its series as vLLM's: an inter-token latency per token after the first, and a
@@ -151,11 +152,13 @@ class PrefillModel:
                 continue
             batch = [self.queue.popleft()]
             tokens = batch[0].tokens
+            squares = tokens * tokens
             while self.queue and tokens + self.queue[0].tokens <= self.p.prefill_token_budget:
                 tokens += self.queue[0].tokens
+                squares += self.queue[0].tokens ** 2
                 batch.append(self.queue.popleft())
             st.waiting, st.running = float(len(self.queue)), float(len(batch))
-            dur = self.p.prefill_overhead_s + tokens / self.p.prefill_tps
+            dur = self.p.prefill_seconds(tokens, squares)
             st.busy_s += dur
             await asyncio.sleep(dur)
             now = time.monotonic()
@@ -476,7 +479,7 @@ class PodServer:
             if source is None:
                 why = "names an unknown prefill" if kv_in.get("do_remote_prefill") else None
                 record["error"] = why or "no KV hand-off: prefilled locally"
-                await asyncio.sleep(params.prefill_overhead_s + prompt / params.prefill_tps)
+                await asyncio.sleep(params.prefill_seconds(prompt, prompt * prompt))
             elif not same_cell(source, self.pod):
                 record["error"] = (
                     f"KV from {source.name} (revision {source.revision}, config "

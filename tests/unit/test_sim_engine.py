@@ -20,6 +20,8 @@ INSTANT_PREFILL: dict[str, Any] = {"prefill_tps": 1e12, "prefill_overhead_s": 0.
 NO_HANDOFF: dict[str, Any] = {"kv_handoff_base_s": 0.0, "kv_handoff_s_per_token": 0.0}
 #: A decode pool that never queues anything (to isolate the prefill queue).
 ROOMY_DECODE: dict[str, Any] = {"decode_max_seqs": 100_000, "decode_kv_tokens": 10**12}
+#: Prefill linear in tokens (no attention term), for the closed forms of fixed services.
+LINEAR_PREFILL: dict[str, Any] = {"prefill_attention_tokens": math.inf}
 
 
 def poisson(rate: float, n: int, seed: int) -> np.ndarray:
@@ -47,6 +49,7 @@ def test_prefill_md1_wait_matches_pollaczek_khinchine() -> None:
         prefill_tps=10_000.0,
         prefill_overhead_s=0.0,
         prefill_token_budget=1000,
+        **LINEAR_PREFILL,
         **ROOMY_DECODE,
     )
     engine = Engine(arrival, [1000] * n, [2] * n, params, startup_s=0.0, initial=(1, 1))
@@ -70,6 +73,7 @@ def test_prefill_mg1_wait_with_variable_prompts() -> None:
         prefill_tps=10_000.0,
         prefill_overhead_s=0.02,
         prefill_token_budget=1,  # every batch is one request
+        **LINEAR_PREFILL,
         **ROOMY_DECODE,
     )
     engine = Engine(poisson(rate, n, 2), prompts, [2] * n, params, startup_s=0.0)
@@ -117,6 +121,7 @@ def test_drain_example_of_models_md_is_reproduced() -> None:
         prefill_overhead_s=0.0,
         prefill_token_budget=1,
         startup_jitter=0.0,
+        **LINEAR_PREFILL,
         **ROOMY_DECODE,
     )
     engine = Engine(arrival, [round(tokens)] * n, [2] * n, params, startup_s=10.0, initial=(0, 1))
@@ -171,9 +176,13 @@ def test_new_replicas_serve_only_after_startup() -> None:
 
 def test_prefill_batches_respect_the_token_budget() -> None:
     # six 1000-token prompts queued when the replica comes up at 1 s: batches of 3
-    # (3 s each) -> done at 4 s and 7 s
+    # (3 s each, linear) -> done at 4 s and 7 s
     params = EngineParams(
-        prefill_token_budget=3000, prefill_overhead_s=0.0, prefill_tps=1000.0, startup_jitter=0
+        prefill_token_budget=3000,
+        prefill_overhead_s=0.0,
+        prefill_tps=1000.0,
+        startup_jitter=0,
+        **LINEAR_PREFILL,
     )
     engine = Engine([0.0] * 6, [1000] * 6, [2] * 6, params, startup_s=1.0, initial=(0, 4))
     engine.scale_to(Role.PREFILL, 1, 0.0)

@@ -12,10 +12,11 @@ import pytest
 
 from pdscaler.sim.engine import Engine, EngineParams, RequestTimes
 
-#: One prefill replica of 1,000 tokens/s, one prompt per batch, no overheads or
-#: hand-off cost, a decode pool that never queues.
+#: One prefill replica of 1,000 tokens/s linear in tokens (no attention term), one
+#: prompt per batch, no overheads or hand-off cost, a decode pool that never queues.
 SERIAL: dict[str, Any] = {
     "prefill_tps": 1000.0,
+    "prefill_attention_tokens": math.inf,
     "prefill_overhead_s": 0.0,
     "prefill_token_budget": 1,
     "kv_handoff_base_s": 0.0,

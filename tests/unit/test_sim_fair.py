@@ -46,7 +46,7 @@ def view(now: float, rate: float, prompt: float, output: float) -> View:
 
 
 def test_dynamo_throughput_mode_worked_example_and_interval() -> None:
-    # 10 req/s of 1,155 + 211 tokens: prefill 11,550 / 7,654 -> 2; decode 2,110 / ~1,730 -> 2
+    # 10 req/s of 1,155 + 211 tokens: prefill 11,550 / 7,509 -> 2; decode 2,110 / ~1,730 -> 2
     ctrl = DynamoPlannerController(SPEC, PARAMS, DynamoConfig(load_based=False))
     assert ctrl.name == "dynamo-throughput"
     t = ctrl.tick(view(15.0, 10.0, 1155.0, 211.0))
@@ -58,16 +58,18 @@ def test_dynamo_throughput_mode_worked_example_and_interval() -> None:
     assert (again.prefill, again.decode) == (2, 2)
     later = ctrl.tick(view(75.0, 40.0, 1155.0, 211.0))
     assert later is not None
-    # profiled one request at a time: 40 * 1,155 / 7,654 = 6.04 -> 7 (batched: 5.52 -> 6)
-    assert prefill_profile_tps(PARAMS, 1155.0) == pytest.approx(7654.9, abs=0.1)
+    # profiled one request at a time: 40 * 1,155 / 7,509 = 6.15 -> 7 (batched: 5.64 -> 6)
+    assert prefill_profile_tps(PARAMS, 1155.0) == pytest.approx(7508.7, abs=0.1)
     assert later.prefill == 7
 
 
 def test_dynamo_load_based_targets_reverse_solve_the_engine_line() -> None:
+    # the engine's line at 1,155-token prompts: full batches plus each prompt's attention
+    per_token = 1.0 / PARAMS.prefill_batch_tps() + 1155.0 / (8500.0 * 53_400.0)
     assert prefill_target_tokens(PARAMS, 2.0, 1155.0) == pytest.approx(
-        (2.0 - 0.015) * PARAMS.prefill_batch_tps() - 1155.0
+        (2.0 - 0.015) / per_token - 1155.0
     )
-    assert prefill_target_tokens(PARAMS, 2.0, 1155.0) == pytest.approx(15459, abs=1)
+    assert prefill_target_tokens(PARAMS, 2.0, 1155.0) == pytest.approx(15112, abs=1)
     assert prefill_target_tokens(PARAMS, 0.5, 5000.0) is None  # an idle worker cannot
     assert decode_target_tokens(PARAMS, 0.05, 1155.0, 211.0) == pytest.approx(115385, abs=1)
 
@@ -87,7 +89,7 @@ def loaded(
 
 def test_dynamo_load_based_steps_above_the_throughput_floor() -> None:
     """The floor is 2 + 2 (10 req/s). Prefill: 15 waiting + 15 running on 2 Ready
-    replicas hold 17,325 tokens each > 15,459: one more (3). Decode: both pods above
+    replicas hold 17,325 tokens each > 15,112: one more (3). Decode: both pods above
     115,385 KV tokens (100 sequences * 1,260.5): one more; one pod below: no step."""
     ctrl = DynamoPlannerController(SPEC, PARAMS)
     assert ctrl.name == "dynamo-planner"
@@ -97,7 +99,7 @@ def test_dynamo_load_based_steps_above_the_throughput_floor() -> None:
     mixed = ctrl.tick(loaded(30.0, 15.0, 15.0, 3, {"d-0": 100.0, "d-1": 10.0}))
     assert mixed is not None
     assert (mixed.prefill, mixed.decode) == (3, 2)  # 11,550 per worker: no step; floor 2
-    # quiet: 4 replicas holding 1 request each (1,155 < 15,459 * 3/4 * 0.8): one fewer,
+    # quiet: 4 replicas holding 1 request each (1,155 < 15,112 * 3/4 * 0.8): one fewer,
     # never below the floor
     quiet = ctrl.tick(loaded(45.0, 0.0, 4.0, 4, {"d-0": 1.0, "d-1": 1.0}))
     assert quiet is not None
@@ -194,7 +196,8 @@ def test_worst_bins_until_they_hold_the_misses() -> None:
 
 
 def test_feasibility_ceiling_and_length_aware_ttft() -> None:
-    # 1,000 tokens fit; 20,000 tokens: 3 chunks, 45 + 2,353 + 405 ms = 2.8 s > 2 s
+    # 1,000 tokens fit; 20,000 tokens: 3 chunks, 45 + 2,353 + 881 (attention) + 405 ms
+    # = 3.7 s > 2 s
     trace = Trace(
         "t",
         np.array([0.0, 1.0]),
@@ -203,7 +206,7 @@ def test_feasibility_ceiling_and_length_aware_ttft() -> None:
         2.0,
     )
     assert feasibility_ceiling(trace, PARAMS, ttft_s=2.0, tpot_s=0.05) == 0.5
-    # 2 s + 0.1 ms/token: 4 s for the long one
+    # 2 s + 0.1 ms/token: 4 s for the long one (3.7 s fits)
     both = feasibility_ceiling(trace, PARAMS, ttft_s=2.0, tpot_s=0.05, ttft_per_token_s=1e-4)
     assert both == 1.0
     assert ttft_limits(np.array([1000, 16000]), 2.0, 1e-4).tolist() == [2.1, 3.6]

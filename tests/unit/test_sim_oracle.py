@@ -32,7 +32,8 @@ def constant_trace(rate: float, seconds: float, prompt: int, output: int) -> Tra
 
 def test_schedule_covers_each_bin_with_true_capacity() -> None:
     params = EngineParams()
-    # 10 req/s x 1600 tokens = 16,000 tok/s / 8,370 -> 2 prefill replicas
+    # 10 req/s x 1600 tokens: 16,000 tok/s / 8,370 + 10 x 1,600^2 / (8,500 x 53,400) of
+    # attention = 1.91 + 0.06 = 1.97 -> 2 prefill replicas
     trace = constant_trace(10.0, 600.0, 1600, 20)
     sched = schedule(trace, params, tpot_s=0.05, bin_s=15.0)
     full = slice(1, 39)  # whole bins inside the trace
@@ -56,7 +57,8 @@ def test_work_floor_is_the_tokens_at_true_capacity() -> None:
     params = EngineParams()
     trace = constant_trace(10.0, 360.0, 1600, 20)
     cap_d = params.decode_tps(1600.0, 20.0, 0.05)
-    expected = (3600 * 1600 / params.prefill_batch_tps() + 3600 * 20 / cap_d) / 3600.0
+    attention = 3600 * 1600**2 / (8500 * 53_400)  # 20.3 s of the prompts' attention
+    expected = (3600 * 1600 / params.prefill_batch_tps() + attention + 3600 * 20 / cap_d) / 3600
     assert work_floor(trace, params, tpot_s=0.05) == pytest.approx(expected)
     assert params.prefill_batch_tps() == pytest.approx(8192 / (0.015 + 8192 / 8500))
 
@@ -78,7 +80,7 @@ def test_floor_below_oracle_below_static_peak_on_the_real_traces(name: str) -> N
 def test_derate_plans_head_room() -> None:
     params = EngineParams()
     trace = constant_trace(10.0, 600.0, 1600, 20)
-    # half the capacity: 16,000 / 4,185 -> 4 replicas instead of 2
+    # half the capacity: (1.91 + 0.06) / 0.5 = 3.94 -> 4 replicas instead of 2
     sched = schedule(trace, params, tpot_s=0.05, bin_s=15.0, derate=0.5)
     assert np.all(sched.prefill[1:39] == 4)
     with pytest.raises(ValueError, match="derate"):

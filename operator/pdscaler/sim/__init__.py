@@ -19,7 +19,9 @@ Modules:
   forecast-only); ``dynamo``: a Dynamo-style SLA planner (throughput-based floor,
   load-based on top); ``tuning``: the static-best and tuned-HPA searches;
 * ``loop``: the closed loop; ``oracle``: the oracle's repair, the lower bound, the
-  work floor and the feasibility ceiling;
+  work floor and the feasibility ceiling; ``profiles``: the capacity profile measured
+  on the true engine before deploying (prefill over the prompt length, decode over the
+  context);
 * ``results``: SLO attainment, percentiles, actions, reversals, Pareto front, JSON;
 * ``compare``: several policies on one trace and the SLO-feasible oracle search;
   ``plot``: the PNG (bytes).

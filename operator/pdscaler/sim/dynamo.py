@@ -24,23 +24,27 @@ bursts above it"):
 What we chose where Dynamo leaves it open, and why it is fair: the "profile" is the
 simulator's TRUE engine (``EngineParams``), as pre-deployment profiling would measure
 it: prefill is profiled one request at a time ("prefill is single-batched"), so its
-throughput at ISL tokens is ISL / (overhead + ISL / tokens_per_s); decode at the SLO's
-ITL with the KV-bounded batch (``EngineParams.decode_tps``). The load-based
-regression is the line that engine follows, i.e. a regression that has converged:
-TTFT = overhead + x / (batched prefill tokens/s); ITL = step base + x * (per KV token
-+ per sequence / context). Correction factors are off (Dynamo's dry-run mode; its
-prefill factor enters as min(1, f), so queueing never adds prefill). Per-worker
+throughput at ISL tokens is ISL / ``prefill_seconds(ISL, ISL^2)`` (overhead, weights
+and the prompt's attention); decode at the SLO's ITL with the KV-bounded batch
+(``EngineParams.decode_tps``). The load-based regression is the line that engine
+follows, i.e. a regression that has converged: TTFT = overhead + x * (seconds per
+token of full batches + attention per token of an ISL-token prompt, ISL / (tokens_per_s
+* attention tokens)); ITL = step base + x * (per KV token + per sequence / context).
+Correction factors are off (Dynamo's dry-run mode; its prefill factor enters as
+min(1, f), so queueing never adds prefill). Per-worker
 prefill load is the pool's (waiting + running) * ISL over its Ready replicas (the
 simulator's Prometheus view has no per-pod prefill tokens; the router spreads prefill
 evenly); decode uses each pod's running sequences * context.
 Must not: see the trace's future or anything but the Prometheus view every policy sees.
 
 Worked example (defaults): 10 req/s of 1,155 + 211 tokens, 60 s interval. Prefill
-profile at 1,155 tokens: 1,155 / (0.015 + 1,155 / 8,500) = 7,654 tokens/s, so
-11,550 / 7,654 -> 2 replicas; decode 2,110 tokens/s / ~1,730 -> 2. Load-based prefill
-at a 2 s TTFT: x_sla = (2 - 0.015) * 8,370 = 16,614 tokens, so a worker may hold
-16,614 - 1,155 = 15,459 active tokens: with 2 Ready prefill replicas and 30 requests
-waiting or running (17 each, 34,650 tokens / 2 = 17,325 > 15,459) it asks for 3.
+profile at 1,155 tokens: 1,155 / (0.015 + 1,155 / 8,500 + 1,155^2 / (8,500 * 53,400))
+= 1,155 / (0.015 + 0.1359 + 0.0029) = 7,509 tokens/s, so 11,550 / 7,509 -> 2
+replicas; decode 2,110 tokens/s / ~1,730 -> 2. Load-based prefill at a 2 s TTFT:
+x_sla = (2 - 0.015) / (1 / 8,370 + 1,155 / (8,500 * 53,400)) = 16,267 tokens, so a
+worker may hold 16,267 - 1,155 = 15,112 active tokens: with 2 Ready prefill replicas
+and 30 requests waiting or running (17 each, 34,650 tokens / 2 = 17,325 > 15,112) it
+asks for 3.
 """
 
 from __future__ import annotations
@@ -71,16 +75,21 @@ class DynamoConfig:
 
 def prefill_profile_tps(params: EngineParams, isl: float) -> float:
     """Prompt tokens/s of one prefill replica serving one request of ``isl`` tokens (the
-    profiler's single-request TTFT sweep): 1,155 tokens -> 7,654 tokens/s."""
+    profiler's single-request TTFT sweep, attention included): 1,155 tokens -> 1,155 /
+    (0.015 + 0.1359 + 0.0029) = 7,509 tokens/s; 16,000 -> 16,000 / 2.461 = 6,500."""
     isl = max(1.0, isl)
-    return isl / (params.prefill_overhead_s + isl / params.prefill_tps)
+    return isl / params.prefill_seconds(isl, isl * isl)
 
 
 def prefill_target_tokens(params: EngineParams, ttft_s: float, isl: float) -> float | None:
     """Active prefill tokens a worker may hold and still start a new ISL-token request
     within ``ttft_s`` (the TTFT regression reverse-solved, minus the request itself);
-    None when even an idle worker cannot: 2 s, 1,155 tokens -> 15,459."""
-    x_sla = (ttft_s - params.prefill_overhead_s) * params.prefill_batch_tps()
+    None when even an idle worker cannot. The line's slope is the seconds per token of
+    full batches of ISL-token prompts: 1 / 8,370 + 1,155 / (8,500 * 53,400) at 1,155
+    tokens, so 2 s -> (2 - 0.015) / 1.2202e-4 - 1,155 = 15,112 (linear: 15,459)."""
+    attention = max(0.0, isl) / (params.prefill_tps * params.prefill_attention_tokens)
+    per_token = 1.0 / params.prefill_batch_tps() + attention
+    x_sla = (ttft_s - params.prefill_overhead_s) / per_token
     target = x_sla - isl
     return target if target > 0 else None
 

@@ -1,7 +1,8 @@
 """The serving model: a discrete-event simulation of one P/D disaggregated deployment.
 
 Owns: prefill replicas (one FIFO pool queue, batches up to a token budget, fixed
-per-batch overhead + tokens / throughput), the KV hand-off latency, decode replicas
+per-batch overhead + tokens / throughput + each prompt's attention, quadratic in its own
+length: ``EngineParams.prefill_seconds``), the KV hand-off latency, decode replicas
 (continuous batching, step time ``a + b*batch + c*kv_tokens``, admission limited by
 sequence slots and KV tokens, FIFO head-of-line wait when no slot is free), replica
 life cycle (requested -> ready after the start-up time -> draining -> gone),
@@ -34,13 +35,25 @@ Azure conversation trace (19k requests) replays in about 0.4 s per policy.
 Default calibration (TRUE engine, deliberately not the PDDeployment's priors): a
 Llama-2-7B-class model in vLLM on one A100-80GB, from published profiles: prefill is
 compute-bound and roughly linear in tokens (DistServe, OSDI'24, Fig. 2; Splitwise,
-ISCA'24, §3), decode is memory-bound, its step time growing with batch and context
-(vLLM, SOSP'23, §6; Splitwise Fig. 6: TBT 20-45 ms at batch 32-128 for 7-13B models).
+ISCA'24, §3) plus attention, quadratic in each prompt's own length; decode is
+memory-bound, its step time growing with batch and context (vLLM, SOSP'23, §6;
+Splitwise Fig. 6: TBT 20-45 ms at batch 32-128 for 7-13B models).
 
 * Prefill: ~14 GFLOP per token at ~40% of 312 TFLOPS -> 8,500 prompt tokens/s, with a
   15 ms per-batch scheduling overhead and an 8,192-token batch budget (vLLM's
-  ``max_num_batched_tokens`` order of magnitude). A full 8,192-token batch takes
-  15 + 964 = 979 ms, i.e. 8,370 tokens/s effective.
+  ``max_num_batched_tokens`` order of magnitude). Attention
+  (``prefill_attention_tokens``): a prompt of L tokens costs
+  ``L / 8,500 * (1 + L / 53,400)`` seconds. Llama-2-7B has 32 layers of width
+  d = 4,096; attention over a prompt is 2 * layers * d * L^2 = 262,144 L^2 FLOP (QK^T
+  and AV, 2 L^2 d each per layer, halved by the causal mask) against the weights'
+  ~14e9 L, so the quadratic term equals the linear one at L = 14e9 / 262,144 ~ 53,400
+  tokens: +2.2% at 1,155 tokens (the chat mean), +22% at 12k, +30% at 16k, +236% at
+  126k. ``math.inf`` switches it off (the linear cost). A batch pays the sum of its
+  prompts' squares (each attends to itself only): 8 prompts of 1,024 tokens take
+  15 + 964 + 18 = 997 ms, i.e. 8,215 tokens/s; one of 16,384 takes 15 + 1,928 + 591 =
+  2,534 ms, i.e. 6,466 tokens/s (``prefill_profile_tps``). With short prompts a full
+  8,192-token batch takes 15 + 964 = 979 ms, i.e. 8,370 tokens/s effective
+  (``prefill_batch_tps``, the attention-free part).
 * KV hand-off: 5 ms + 20 us/token (0.5 MB of fp16 KV per token over ~25 GB/s).
 * Decode: step = 12 ms (reading 14 GB of weights at ~2 TB/s plus launch overhead)
   + 0.1 ms per sequence + 0.25 us per KV token in the batch (attention reads 0.5 MB
@@ -105,6 +118,10 @@ class EngineParams:
     prefill_tps: float = 8500.0
     prefill_overhead_s: float = 0.015
     prefill_token_budget: int = 8192
+    #: The prompt length at which a prompt's attention costs as much as its weights: a
+    #: prompt of L tokens takes ``L / prefill_tps * (1 + L / prefill_attention_tokens)``
+    #: seconds of compute (module docstring, Llama-2-7B: 53,400); ``math.inf``: linear.
+    prefill_attention_tokens: float = 53_400.0
     kv_handoff_base_s: float = 0.005
     kv_handoff_s_per_token: float = 2e-5
     decode_step_base_s: float = 0.012
@@ -136,6 +153,11 @@ class EngineParams:
             )
         if not self.ttft_deadline_s > 0:
             raise ValueError(f"ttft_deadline_s must be > 0, got {self.ttft_deadline_s!r}")
+        if not self.prefill_attention_tokens > 0:  # NaN fails too; inf: no attention term
+            raise ValueError(
+                f"prefill_attention_tokens must be > 0 (inf: none), "
+                f"got {self.prefill_attention_tokens!r}"
+            )
 
     def fits(self, prompt_tokens: int, output_tokens: int) -> bool:
         """Whether a request's whole context fits one decode replica's KV
@@ -153,11 +175,38 @@ class EngineParams:
             + self.decode_step_per_kv_token_s * kv_tokens
         )
 
+    def prefill_seconds(self, tokens: float, square_tokens: float) -> float:
+        """Seconds one prefill batch takes: the overhead, its ``tokens`` (the sum of its
+        prompts' lengths) at ``prefill_tps`` and the attention of each prompt over
+        itself (``square_tokens``: the sum of the squared lengths). One 16,000-token
+        prompt: 0.015 + 1.882 + 16,000^2 / (8,500 x 53,400) = 0.015 + 1.882 + 0.564 =
+        2.461 s; two of 4,000 in one batch: 0.015 + 0.941 + 0.071 = 1.027 s."""
+        linear = self.prefill_overhead_s + tokens / self.prefill_tps
+        return linear + self.prefill_attention_s(square_tokens)
+
     def prefill_batch_tps(self) -> float:
-        """Prompt tokens/s of one replica running full batches: 8192 / (0.015 + 8192 /
+        """Prompt tokens/s of one replica running full batches, without the attention
+        term (short prompts; ``prefill_attention_s`` adds it): 8192 / (0.015 + 8192 /
         8500) = 8,370 tokens/s with the defaults."""
         budget = float(self.prefill_token_budget)
         return budget / (self.prefill_overhead_s + budget / self.prefill_tps)
+
+    def prefill_attention_s(self, square_tokens: float) -> float:
+        """Seconds of attention of prompts whose squared lengths sum to
+        ``square_tokens``: a 16,000-token prompt 16,000^2 / (8,500 x 53,400) = 0.564 s;
+        0 with ``prefill_attention_tokens`` inf."""
+        return square_tokens / (self.prefill_tps * self.prefill_attention_tokens)
+
+    def prefill_profile_tps(self, prompt_tokens: float) -> float:
+        """Prompt tokens/s of one replica serving full batches of prompts of
+        ``prompt_tokens`` each (``k = max(1, budget // L)`` per batch), as a profiler
+        sweeping the prompt length measures it: 1,024 tokens (8 a batch) 8,192 /
+        (0.015 + 0.964 + 0.018) = 8,215 tokens/s; 8,192 (1) 8,192 / (0.015 + 0.964 +
+        0.148) = 7,271; 16,384 (1) 16,384 / (0.015 + 1.928 + 0.591) = 6,466; 131,072
+        2,460. Linear (inf): 8,370 at every length that packs the budget exactly."""
+        length = max(1.0, float(prompt_tokens))
+        k = max(1, int(self.prefill_token_budget // length))
+        return k * length / self.prefill_seconds(k * length, k * length * length)
 
     def decode_operating_point(
         self, prompt_tokens: float, output_tokens: float, tpot_cap: float
@@ -179,6 +228,18 @@ class EngineParams:
         Used by the oracle and the work floor."""
         batch, step = self.decode_operating_point(prompt_tokens, output_tokens, tpot_cap)
         return batch / step
+
+    def decode_profile_tps(
+        self, context_tokens: float, tpot_cap: float, output_tokens: float = 256.0
+    ) -> float:
+        """Output tokens/s of one decode replica whose sequences hold a mean context of
+        ``context_tokens`` (prompt + output / 2), as a profiler sweeping the context
+        measures it: ``decode_tps`` at a prompt of ``context_tokens - output_tokens / 2``
+        (at least 1). Cap 50 ms, 256 output tokens: 1,024 (prompt 896, 86 sequences by
+        the KV, step 12 + 8.6 + 22.0 = 42.6 ms) 2,018 tokens/s; 8,192 (12, 37.8 ms) 318;
+        65,536 (1, 12 + 0.1 + 16.4 = 28.5 ms) 35.1."""
+        prompt = max(1.0, context_tokens - output_tokens / 2.0)
+        return self.decode_tps(prompt, output_tokens, tpot_cap)
 
 
 class State(IntEnum):
@@ -690,8 +751,10 @@ class Engine:
 
     def _prefill_cost(self, i: int) -> float:
         """Seconds request ``i``'s own prefill takes alone (the deadline discipline's
-        lower bound on its TTFT from now): 0.015 + 8,500 / 8,500 = 1.015 s."""
-        return self.p.prefill_overhead_s + self._prompt[i] / self.p.prefill_tps
+        lower bound on its TTFT from now): 8,500 tokens: 0.015 + 8,500 / 8,500 +
+        8,500^2 / (8,500 x 53,400) = 0.015 + 1 + 0.159 = 1.174 s."""
+        p = self._prompt[i]
+        return self.p.prefill_seconds(p, p * p)
 
     def _reject(self, i: int, now: float) -> None:
         """Answer request ``i`` with an error on arrival: its context cannot fit one
@@ -721,19 +784,20 @@ class Engine:
         queue = self._pf_queue
         while queue and self._idle_prefill:
             rep = self._idle_prefill.pop()
-            tokens = 0
+            tokens = squares = 0
             batch: list[int] = []
-            while queue:
+            while queue:  # a prompt over the budget alone is one batch of its own
                 nxt = prompt[queue.head(now)]
                 if batch and tokens + nxt > budget:
                     break
                 i = queue.popleft()
                 batch.append(i)
                 tokens += nxt
+                squares += nxt * nxt
                 self._pf_start[i] = now
             rep.batch = batch
             rep.batch_tokens = tokens
-            dur = self.p.prefill_overhead_s + tokens / self.p.prefill_tps
+            dur = self.p.prefill_seconds(tokens, squares)
             rep.stats.busy_s += dur
             self._push(now + dur, _Ev.PREFILL_DONE, rep.ident, rep.version)
 

@@ -11,17 +11,22 @@ SLO), ``lower_bound`` (an autoscaler that knows the whole trace and the engine's
 capacities: per ``bin_s`` bin, the fewest integer replicas whose capacity covers the
 work of that bin, each ordered ``startup_s`` before it is needed and kept through idle
 gaps shorter than the start-up time, never below the spec's minimum per pool) and
-``work_floor`` (total prefill tokens / P_prefill + total decode tokens / P_decode, as
-if GPUs could be billed by the token). ``lower_bound`` at full load in 15 s bins,
-replayed, meets only 50-85% of the SLO: a LOWER BOUND, not an achievable schedule.
+``work_floor`` (total prefill tokens / P_prefill + the prompts' attention + total
+decode tokens / P_decode, as if GPUs could be billed by the token). ``lower_bound`` at
+full load in 15 s bins, replayed, meets only 50-85% of the SLO: a LOWER BOUND, not an
+achievable schedule.
 Must not: run the engine (a schedule can be replayed with
 ``controllers.ScheduleController`` to see what SLO it would get).
 
 Capacities (TRUE, from ``EngineParams``): prefill runs full batches,
-``prefill_batch_tps`` (8,370 tokens/s with the defaults); decode runs the largest
-batch whose step meets the TPOT SLO and whose KV fits, ``decode_tps`` at the bin's
-mean lengths (~1,730 tokens/s at the chat mix, 50 ms). Decode tokens are spread over
-each request's decode time at that step (not lumped at its arrival).
+``prefill_batch_tps`` (8,370 tokens/s with the defaults), plus each prompt's attention,
+quadratic in its own length (``prefill_attention_s`` of the sum of the squared
+prompts): a bin's prefill work is ``tokens / 8,370 + sum(L^2) / (8,500 * 53,400)``
+replica-seconds (1 req/s of 16,000 tokens: 1.91 + 0.56 = 2.48 -> 3 replicas, 2
+without the attention); decode runs the largest batch whose step meets the TPOT SLO
+and whose KV fits, ``decode_tps`` at the bin's mean lengths (~1,730 tokens/s at the
+chat mix, 50 ms). Decode tokens are spread over each request's decode time at that
+step (not lumped at its arrival).
 
 Billing a level: replica k is needed in the bins where the schedule is >= k; each run
 of such bins [a, b) is billed from ``a - startup_s`` (0 for a run starting at 0: the
@@ -118,20 +123,23 @@ def schedule(
     nbins = math.ceil(horizon / bin_s)
     b = np.minimum((trace.arrival // bin_s).astype(np.int64), nbins - 1)
     count = np.bincount(b, minlength=nbins).astype(np.float64)
-    psum = np.bincount(b, weights=trace.prompt.astype(np.float64), minlength=nbins)
+    prompt = trace.prompt.astype(np.float64)
+    psum = np.bincount(b, weights=prompt, minlength=nbins)
+    qsum = np.bincount(b, weights=prompt * prompt, minlength=nbins)
     osum = np.bincount(b, weights=trace.output.astype(np.float64), minlength=nbins)
     per_sec = _decode_tokens_per_second(trace, step, horizon)
     sec_bin = np.minimum((np.arange(horizon) // bin_s).astype(np.int64), nbins - 1)
     otok = np.bincount(sec_bin, weights=per_sec, minlength=nbins)
-    prefill_cap = params.prefill_batch_tps() * derate
+    # replica-seconds of prefill per bin: full batches plus each prompt's attention
+    work = psum / params.prefill_batch_tps() + params.prefill_attention_s(1.0) * qsum
     # smoothing: the mean rate of the m bins [k, k + m), the lean start of the repair
     m = None if smooth_s is None or smooth_s <= bin_s else max(1, round(smooth_s / bin_s))
     if m is None:
-        prefill = np.ceil(psum / (prefill_cap * bin_s) - 1e-9).astype(np.int64)
+        prefill = np.ceil(work / (derate * bin_s) - 1e-9).astype(np.int64)
     else:
-        sums, widths = _window_sums(psum, m)
+        sums, widths = _window_sums(work, m)
         rate = sums / (widths * bin_s)
-        prefill = np.ceil(rate / prefill_cap - 1e-9).astype(np.int64)
+        prefill = np.ceil(rate / derate - 1e-9).astype(np.int64)
     mix_cap = params.decode_tps(float(trace.prompt.mean()), float(trace.output.mean()), tpot_s)
     caps = np.array(
         [
@@ -180,11 +188,14 @@ def lower_bound(
 
 def work_floor(trace: Trace, params: EngineParams, *, tpot_s: float) -> float:
     """GPU-hours if every GPU-second did useful work at the TRUE capacity:
-    19,366 conversation requests, 22.4M prompt tokens / 8,370 + 4.09M output tokens /
-    ~1,730 -> about 2,680 + 2,360 GPU-s = 1.4 GPU-hours."""
+    19,366 conversation requests, 22.4M prompt tokens / 8,370 + their attention
+    (sum L^2 / (8,500 x 53,400): 1,155 tokens on average, but long ones weigh) + 4.09M
+    output tokens / ~1,730 -> about 2,670 + 110 + 2,370 GPU-s = 1.43 GPU-hours."""
     if len(trace) == 0:
         return 0.0
-    prefill_s = float(trace.prompt.sum()) / params.prefill_batch_tps()
+    prompt = trace.prompt.astype(np.float64)
+    prefill_s = float(prompt.sum()) / params.prefill_batch_tps()
+    prefill_s += params.prefill_attention_s(float(np.sum(prompt * prompt)))
     cap = params.decode_tps(float(trace.prompt.mean()), float(trace.output.mean()), tpot_s)
     decode_s = float(trace.output.sum()) / cap
     return (prefill_s * params.prefill_gpus + decode_s * params.decode_gpus) / 3600.0
@@ -291,10 +302,12 @@ def feasibility_ceiling(
     ttft_per_token_s: float = 0.0,
 ) -> float:
     """The share of requests that could meet the SLO at all: alone on idle replicas,
-    its prefill (chunks of the token budget, each with the batch overhead, plus the KV
-    hand-off) fits its TTFT limit, its decode step at batch 1 fits the TPOT, and its KV
-    fits a decode replica. Chat-length requests all fit (1,000 tokens: 15 + 118 + 25
-    ms); a 20,000-token prompt takes 3 chunks, 45 + 2,353 + 405 ms = 2.8 s > 2 s."""
+    its prefill (chunks of the token budget, each with the batch overhead, the prompt's
+    attention over itself, plus the KV hand-off) fits its TTFT limit, its decode step
+    at batch 1 fits the TPOT, and its KV fits a decode replica. Chat-length requests
+    all fit (1,000 tokens: 15 + 118 + 2 + 25 ms); a 20,000-token prompt takes 3 chunks,
+    45 + 2,353 + 881 (attention) + 405 ms = 3.7 s > 2 s; a 40,000-token one 75 + 4,706
+    + 3,525 + 805 ms = 9.1 s."""
     if len(trace) == 0:
         return 1.0
     p = trace.prompt.astype(np.float64)
@@ -303,6 +316,7 @@ def feasibility_ceiling(
     prefill = (
         chunks * params.prefill_overhead_s
         + p / params.prefill_tps
+        + params.prefill_attention_s(1.0) * p * p
         + params.kv_handoff_base_s
         + params.kv_handoff_s_per_token * p
     )

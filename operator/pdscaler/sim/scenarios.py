@@ -86,7 +86,8 @@ def step_load(
 ) -> Trace:
     """A steady load that jumps to ``factor`` times its rate at ``before_s``: the
     transient of docs/models.md §3. 20 -> 40 req/s of 1,500-token prompts is 30k -> 60k
-    prompt tokens/s: about 4 -> 7.2 prefill replicas of 8,370 tokens/s at full load."""
+    prompt tokens/s: about 3.8 -> 7.5 prefill replicas of ~8,000 tokens/s at full load
+    (8,370 less the attention of these gamma-distributed prompts)."""
     return synthetic(
         f"step-{base_rate:g}x{factor:g}",
         [
