@@ -194,16 +194,7 @@ def tune(group: Group, plan: Plan) -> dict[str, Any]:
         "static_best": asdict(choices[0]),
         "static_at_pdscaler": at_pd,
         "static_replays": len(search.runs),
-        "hpa": {
-            "config": asdict(hpa.config),
-            "label": hpa.config.label,
-            "slo_attainment": hpa.slo_attainment,
-            "gpu_hours": hpa.gpu_hours,
-            "met": hpa.met,
-            "tried": [
-                {"label": c.label, "slo_attainment": a, "gpu_hours": h} for c, a, h in hpa.tried
-            ],
-        },
+        "hpa": {**choice_json(hpa), "label": hpa.config.label},
         "dynamo": choice_json(dynamo),
     }
 
