@@ -45,7 +45,7 @@ from pdscaler.sim.dynamo import DynamoConfig
 from pdscaler.sim.engine import EngineParams
 from pdscaler.sim.loop import LoopConfig, run
 from pdscaler.sim.plot import render_png
-from pdscaler.sim.profiles import measured_profile
+from pdscaler.sim.profiles import with_measured_profile
 from pdscaler.sim.results import summarize
 from pdscaler.sim.scenarios import jitter, long_context
 from pdscaler.sim.setup import sim_spec
@@ -69,24 +69,17 @@ LABELS = {"hpa-queue": "hpa-naive (1-64, target 2)"}
 #: Held-out TTFT SLO: base + seconds per prompt token.
 HELD_OUT_TTFT_PER_TOKEN = 1e-4
 
-#: The capacity profile a team measures on the true engine before deploying
-#: (``sim.profiles.measured_profile`` at the scored TPOT SLO), as PDDeployment fields.
-_PREFILL_PROFILE, _DECODE_PROFILE = measured_profile(EngineParams(), sim_spec().slo.tpot_seconds)
-MEASURED_PROFILE: dict[str, Any] = {
-    role: {"profile": [{"tokens": n, "tokensPerSecond": tps} for n, tps in points]}
-    for role, points in (("prefill", _PREFILL_PROFILE), ("decode", _DECODE_PROFILE))
-}
-
 #: Ablations: ("pdscaler with/without X", patch) rows, run in every case like a policy,
 #: against the plain "pdscaler" row (the KV memory term on, as with any vLLM engine:
 #: its M is the 100,000 tokens per decode replica the engines report in
 #: ``vllm:cache_config_info``; both pools with the true engine's measured profile,
-#: ``MEASURED_PROFILE``, docs/models.md §2d, the pre-deployment profile the Dynamo-style
-#: planner gets too; head-room off; FCFS). A patch is {"spec": {<camelCase PDDeployment
-#: fields, merged; None deletes>}, "engine": {<EngineParams fields>}}. "no KV memory
-#: term" runs engines that do not report their KV capacity (the term is then off); "no
-#: profile" sizes with the constant priors (10,000 / 1,400 tokens/s) alone; the
-#: deadline queue changes the engine for this row only (the table says so).
+#: ``sim.profiles.with_measured_profile``, docs/models.md §2d, the pre-deployment
+#: profile the Dynamo-style planner gets too; head-room off; FCFS). A patch is
+#: {"spec": {<camelCase PDDeployment fields, merged; None deletes>}, "engine":
+#: {<EngineParams fields>}}. "no KV memory term" runs engines that do not report their
+#: KV capacity (the term is then off); "no profile" sizes with the constant priors
+#: (10,000 / 1,400 tokens/s) alone; the deadline queue changes the engine for this row
+#: only (the table says so).
 ABLATIONS: list[tuple[str, dict[str, Any]]] = [
     ("pdscaler, no KV memory term", {"engine": {"export_kv_capacity": False}}),
     (
@@ -152,7 +145,7 @@ def load(group: Group, plan: Plan, seed: int) -> Trace:
 def config(group: Group, startup: float, seed: int) -> LoopConfig:
     """The run's settings: the simulator's PDDeployment with the measured profile."""
     return LoopConfig(
-        spec=patched(sim_spec(startup_s=startup), MEASURED_PROFILE),
+        spec=with_measured_profile(sim_spec(startup_s=startup), EngineParams()),
         startup_s=startup,
         seed=seed,
         ttft_per_token_s=HELD_OUT_TTFT_PER_TOKEN if group.long else 0.0,

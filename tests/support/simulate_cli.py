@@ -20,15 +20,19 @@ from pdscaler.cli import build_app
 APP = build_app()
 
 
-def azure_csv(path: Path, seconds: float = 300.0, rate: float = 4.0, seed: int = 0) -> Path:
-    """A small Azure-format trace: Poisson arrivals, chat-like lengths."""
+def azure_csv(
+    path: Path, seconds: float = 300.0, rate: float = 4.0, seed: int = 0, prompt: int | None = None
+) -> Path:
+    """A small Azure-format trace: Poisson arrivals, chat-like lengths (every prompt
+    ``prompt`` tokens when given)."""
     rng = np.random.default_rng(seed)
     t0 = datetime(2023, 11, 16, 18, 15, 46, tzinfo=UTC)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, int(rate * seconds)))
     rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
     for t in arrivals[arrivals < seconds]:
         stamp = (t0 + timedelta(seconds=float(t))).strftime("%Y-%m-%d %H:%M:%S.%f") + "0"
-        rows.append(f"{stamp},{rng.integers(200, 3000)},{rng.integers(10, 400)}")
+        context = prompt if prompt is not None else rng.integers(200, 3000)
+        rows.append(f"{stamp},{context},{rng.integers(10, 400)}")
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return path
 

@@ -40,6 +40,7 @@ from pdscaler.sim.compare import KNOWN, Comparison, compare, parse_policies
 from pdscaler.sim.engine import QUEUE_DISCIPLINES, EngineParams
 from pdscaler.sim.loop import LoopConfig
 from pdscaler.sim.plot import render_png
+from pdscaler.sim.profiles import with_measured_profile
 from pdscaler.sim.setup import DECODE_PRIOR_TPS, PREFILL_PRIOR_TPS, sim_spec
 from pdscaler.sim.traces import Trace, load_trace, scale_rate
 
@@ -190,6 +191,14 @@ def cmd_simulate(
             "deadline (a request that can no longer meet its TTFT yields to one that can)."
         ),
     ] = "fcfs",
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile/--no-profile",
+            help="Give pdscaler the engine's measured capacity profile (what a team measures "
+            "before deploying, docs/models.md 2d), or size with the constant priors alone.",
+        ),
+    ] = True,
     utilization: Annotated[float, typer.Option(help="Target utilisation of both pools.")] = 0.7,
     max_replicas: Annotated[int, typer.Option(help="Max replicas per pool.")] = 64,
     interval: Annotated[str, typer.Option(help="Scaling interval (duration).")] = "15s",
@@ -251,6 +260,8 @@ def cmd_simulate(
         queue_discipline=queue,
         ttft_deadline_s=ttft,
     )
+    if profile:
+        spec = with_measured_profile(spec, params)
     data = load(trace, rate_scale, duration, seed)
     cfg = LoopConfig(
         spec=spec, params=params, startup_s=startup, seed=seed, ttft_per_token_s=ttft_slo_per_token
@@ -272,7 +283,7 @@ def cmd_simulate(
             names,
             cfg,
             progress=lambda n, f: bar.update(tasks[n], completed=f),
-            meta={"rate_scale": rate_scale, "source": str(trace)},
+            meta={"rate_scale": rate_scale, "source": str(trace), "profile": profile},
         )
     elapsed = time.perf_counter() - started
     doc: dict[str, Any] = result.to_json()

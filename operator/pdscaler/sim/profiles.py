@@ -2,11 +2,12 @@
 (NVIDIA Dynamo's pre-deployment profiling): one replica's prefill tokens/s over the
 prompt length, its decode output tokens/s over the mean context per sequence.
 
-Owns: the sweep points (``PREFILL_PROMPTS``, ``DECODE_CONTEXTS``) and
+Owns: the sweep points (``PREFILL_PROMPTS``, ``DECODE_CONTEXTS``),
 ``measured_profile``, the table the operator interpolates linearly in tokens (flat
-beyond its ends). Must not: run the engine (the points are its closed forms,
-``EngineParams.prefill_profile_tps`` and ``decode_profile_tps``, what a saturating
-sweep converges to) nor know the operator's spec.
+beyond its ends), and ``with_measured_profile``, a simulated PDDeployment given that
+table (both pools' ``profile``). Must not: run the engine (the points are its closed
+forms, ``EngineParams.prefill_profile_tps`` and ``decode_profile_tps``, what a
+saturating sweep converges to).
 
 Golden (``EngineParams()``, TPOT cap 50 ms, 256 output tokens a sequence), tokens/s:
 
@@ -26,6 +27,7 @@ one replica's KV is not measured: no request of it can be served.
 from __future__ import annotations
 
 from pdscaler.sim.engine import EngineParams
+from pdscaler.spec import PDDeploymentSpec, ProfilePoint
 
 #: Prompt lengths of the prefill sweep, tokens.
 PREFILL_PROMPTS: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -51,3 +53,20 @@ def measured_profile(params: EngineParams, tpot_cap: float) -> tuple[Points, Poi
         if max(1.0, c - half) + PROFILE_OUTPUT_TOKENS <= params.decode_kv_tokens
     )
     return prefill, decode
+
+
+def with_measured_profile(spec: PDDeploymentSpec, params: EngineParams) -> PDDeploymentSpec:
+    """``spec`` with both pools' ``profile`` measured on the engine ``params`` describes,
+    at the spec's TPOT SLO (docs/models.md §2d). Defaults, 50 ms: prefill (256, 8330.0)
+    ... (131072, 2460.0), decode (256, 4631.0) ... (65536, 35.0)."""
+    prefill, decode = measured_profile(params, spec.slo.tpot_seconds)
+
+    def points(table: Points) -> list[ProfilePoint]:
+        return [ProfilePoint(tokens=n, tokens_per_second=tps) for n, tps in table]
+
+    return spec.model_copy(
+        update={
+            "prefill": spec.prefill.model_copy(update={"profile": points(prefill)}),
+            "decode": spec.decode.model_copy(update={"profile": points(decode)}),
+        }
+    )
