@@ -281,8 +281,8 @@ class PolicyMemory:
     ``rate_history``: (time, req/s) for the short-horizon forecast.
     ``prefill_tps``/``decode_tps``/``startup_seconds``: refined capacities and T_s
     (None = use the spec's prior); ``prefill_prior``/``decode_prior``: the prior each
-    capacity was refined against (the profile at that tick's mix; None = the constant
-    ``tokensPerSecond``), so the correction carries to the next mix (``refine.carry``).
+    capacity was refined against (the profile at that tick's mix; None without a
+    profile), so the correction carries to the next mix (``refine.carry``).
     ``capacity_gpus``/``capacity_time``: the GPUs the cluster could schedule when pods
     were last Pending for lack of GPUs, and when; the policy keeps sizing within them for
     one stabilization window instead of re-requesting the same unschedulable pods.

@@ -116,7 +116,7 @@ def test_long_prompts_size_prefill_at_the_profiles_capacity() -> None:
     flat = long_prompt_decision(profile=False)
     assert flat.model.n_prefill == pytest.approx(36_000 / (8200 * 0.7))
     assert flat.prefill == 7
-    assert flat.memory.prefill_prior == 8200
+    assert flat.memory.prefill_prior is None  # a constant prior is not kept
 
 
 def test_a_learnt_correction_follows_the_mix() -> None:
@@ -136,3 +136,12 @@ def test_the_prior_is_kept_in_status_memory() -> None:
     back = memory_from_status(memory_to_status(memory, 100.0, 300.0), 100.0)
     assert (back.prefill_tps, back.prefill_prior, back.decode_prior) == (7000.0, 8180.0, 1400.0)
     assert memory_from_status({"prefillTps": 7000.0}, 100.0).prefill_prior is None
+
+
+def test_a_constant_prior_edit_keeps_what_was_learnt() -> None:
+    """Without a profile nothing is rescaled: learnt 3,180 under a 3,000 prior, the
+    user now declares 4,000: the pool still sizes with 3,180 (inside [2,000, 6,000])."""
+    memory = PolicyMemory(prefill_tps=3180.0)
+    d = run(chat_spec(prefill={"tokensPerSecond": 4000}), snapshot(), 14, 13, memory=memory)
+    assert d.model.prefill_tps == 3180.0
+    assert d.memory.prefill_prior is None

@@ -62,6 +62,16 @@ def pool_point(inp: TickInput, snap: MetricsSnapshot) -> history.Point:
     )
 
 
+def profiled_prior(tick: Tick, role: Role) -> float | None:
+    """The prior ``role``'s capacity was refined against this tick, kept only for a
+    pool with a profile (its prior moves with the mix). A constant prior is not kept,
+    so a learnt capacity is never rescaled when the user edits ``tokensPerSecond``
+    (``refine.carry`` then leaves it as it was, bounded by the new prior)."""
+    if not tick.inp.spec.pool(role).profile:
+        return None
+    return tick.priors.get(role)
+
+
 def remember(tick: Tick, startup: float) -> PolicyMemory:
     """What the next tick starts from: the stabilization window's records, the rate
     history with this tick's rate, the refined capacities and T_s, when the pools last
@@ -74,8 +84,8 @@ def remember(tick: Tick, startup: float) -> PolicyMemory:
         ),
         prefill_tps=tick.facts[Role.PREFILL].tps,
         decode_tps=tick.facts[Role.DECODE].tps,
-        prefill_prior=tick.priors.get(Role.PREFILL),
-        decode_prior=tick.priors.get(Role.DECODE),
+        prefill_prior=profiled_prior(tick, Role.PREFILL),
+        decode_prior=profiled_prior(tick, Role.DECODE),
         startup_seconds=startup,
         last_scale_time=inp.now if tick.grown else inp.memory.last_scale_time,
         capacity_gpus=tick.capacity.gpus,
