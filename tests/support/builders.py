@@ -7,9 +7,13 @@ and ``run``/``replay`` of the policy on them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from pdscaler.policy import decide, history
+from pdscaler.sim.traces import Trace
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import (
     Decision,
@@ -19,6 +23,19 @@ from pdscaler.types import (
     PoolObservation,
     TickInput,
 )
+
+
+def spaced_trace(prompts: Sequence[int], output: int = 10, span: float | None = None) -> Trace:
+    """A tiny trace: one request a second (at 0, 1, 2, ...) with these prompts and
+    ``output`` tokens each; its span ``span`` (default: one second a request)."""
+    n = len(prompts)
+    return Trace(
+        "t",
+        np.arange(float(n)),
+        np.array(prompts, dtype=np.int64),
+        np.full(n, output, dtype=np.int64),
+        float(n) if span is None else span,
+    )
 
 
 def pdd_object(

@@ -19,6 +19,7 @@ from pdscaler.sim.oracle import feasibility_ceiling, schedule, work_floor
 from pdscaler.sim.profiles import DECODE_CONTEXTS, PREFILL_PROMPTS, measured_profile
 from pdscaler.sim.traces import Trace
 from pdscaler.types import Role
+from support.builders import spaced_trace
 
 PARAMS = EngineParams()
 LINEAR = EngineParams(prefill_attention_tokens=math.inf)
@@ -126,13 +127,7 @@ def test_measured_profile_of_the_default_engine() -> None:
 def test_feasibility_ceiling_drops_with_the_attention_of_long_prompts() -> None:
     # 40,000 tokens, TTFT 2 s + 0.15 ms/token = 8 s: linear 75 + 4,706 + 805 ms = 5.6 s
     # fits; with attention + 40,000^2 / 453.9e6 = 3,525 ms -> 9.1 s does not
-    trace = Trace(
-        "t",
-        np.array([0.0, 1.0]),
-        np.array([1000, 40_000], dtype=np.int64),
-        np.array([10, 10], dtype=np.int64),
-        2.0,
-    )
+    trace = spaced_trace([1000, 40_000])
     kw = {"ttft_s": 2.0, "tpot_s": 0.05, "ttft_per_token_s": 1.5e-4}
     assert feasibility_ceiling(trace, LINEAR, **kw) == 1.0
     assert feasibility_ceiling(trace, PARAMS, **kw) == 0.5

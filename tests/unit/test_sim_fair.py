@@ -30,7 +30,7 @@ from pdscaler.sim.setup import sim_spec
 from pdscaler.sim.traces import Trace
 from pdscaler.sim.tuning import pick
 from pdscaler.types import PoolMetrics, PoolObservation
-from support.builders import snapshot
+from support.builders import snapshot, spaced_trace
 
 SPEC = sim_spec(startup_s=60.0)
 PARAMS = EngineParams()
@@ -198,13 +198,7 @@ def test_worst_bins_until_they_hold_the_misses() -> None:
 def test_feasibility_ceiling_and_length_aware_ttft() -> None:
     # 1,000 tokens fit; 20,000 tokens: 3 chunks, 45 + 2,353 + 881 (attention) + 405 ms
     # = 3.7 s > 2 s
-    trace = Trace(
-        "t",
-        np.array([0.0, 1.0]),
-        np.array([1000, 20_000], dtype=np.int64),
-        np.array([10, 10], dtype=np.int64),
-        2.0,
-    )
+    trace = spaced_trace([1000, 20_000])
     assert feasibility_ceiling(trace, PARAMS, ttft_s=2.0, tpot_s=0.05) == 0.5
     # 2 s + 0.1 ms/token: 4 s for the long one (3.7 s fits)
     both = feasibility_ceiling(trace, PARAMS, ttft_s=2.0, tpot_s=0.05, ttft_per_token_s=1e-4)
@@ -230,13 +224,7 @@ def test_jitter_is_seeded_and_keeps_the_load() -> None:
 
 
 def test_long_context_maps_prompts_onto_8k_16k_by_rank() -> None:
-    trace = Trace(
-        "t",
-        np.arange(3.0),
-        np.array([500, 100, 3000], dtype=np.int64),
-        np.ones(3, dtype=np.int64),
-        3.0,
-    )
+    trace = spaced_trace([500, 100, 3000], output=1)
     long = long_context(trace)
     assert long.prompt.tolist() == [12288, 8192, 16384]
     assert np.array_equal(long.output, trace.output)
