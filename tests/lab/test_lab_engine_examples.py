@@ -84,6 +84,24 @@ def engines(lab: Lab, namespace: str) -> Iterator[None]:
         yield
 
 
+def sized_from_engines(kube: Kube, namespace: str, name: str, what: str) -> dict[str, Any]:
+    """Wait for MetricsAvailable True and both pools sized up to >= 2 from the engines'
+    series (``what`` names them); the PDDeployment's Deployments by role label."""
+    wait_condition(kube, namespace, name, ConditionType.METRICS_AVAILABLE, "True", 120)
+    wait_for(
+        lambda: (
+            total(kube, namespace, name, Role.PREFILL) >= 2
+            and total(kube, namespace, name, Role.DECODE) >= 2
+        ),
+        90,
+        f"both pools sized up from {what}",
+    )
+    return {
+        d["metadata"]["labels"].get(naming.LABEL_ROLE): d
+        for d in deployments(kube, namespace, name)
+    }
+
+
 def test_the_sglang_example_is_read_in_sglang_names_and_sized(
     lab: Lab, kube: Kube, crd: str, namespace: str, engines: None
 ) -> None:
@@ -99,19 +117,7 @@ def test_the_sglang_example_is_read_in_sglang_names_and_sized(
     rt = operator_runtime(lab)
     with ticking(rt, namespace, name):
         create_pdd(kube, namespace, doc)
-        wait_condition(kube, namespace, name, ConditionType.METRICS_AVAILABLE, "True", 120)
-        wait_for(
-            lambda: (
-                total(kube, namespace, name, Role.PREFILL) >= 2
-                and total(kube, namespace, name, Role.DECODE) >= 2
-            ),
-            90,
-            "both pools sized up from SGLang's series",
-        )
-        by_role = {
-            d["metadata"]["labels"].get(naming.LABEL_ROLE): d
-            for d in deployments(kube, namespace, name)
-        }
+        by_role = sized_from_engines(kube, namespace, name, "SGLang's series")
         assert set(by_role) == {"prefill", "decode", "router"}
         router = by_role["router"]["spec"]["template"]["spec"]["containers"][0]
         argv = " ".join([*router.get("command", []), *router.get("args", [])])
@@ -142,19 +148,7 @@ def test_the_llm_d_example_gets_pools_only_and_is_sized_on_vllm_series(
     rt = operator_runtime(lab)
     with ticking(rt, namespace, name):
         create_pdd(kube, namespace, doc)
-        wait_condition(kube, namespace, name, ConditionType.METRICS_AVAILABLE, "True", 120)
-        wait_for(
-            lambda: (
-                total(kube, namespace, name, Role.PREFILL) >= 2
-                and total(kube, namespace, name, Role.DECODE) >= 2
-            ),
-            90,
-            "both pools sized up from the engines' vLLM series",
-        )
-        by_role = {
-            d["metadata"]["labels"].get(naming.LABEL_ROLE): d
-            for d in deployments(kube, namespace, name)
-        }
+        by_role = sized_from_engines(kube, namespace, name, "the engines' vLLM series")
         assert set(by_role) == {"prefill", "decode"}
         for role, d in by_role.items():
             labels = d["spec"]["template"]["metadata"]["labels"]
