@@ -83,9 +83,12 @@ def quality_part(doc: dict[str, Any]) -> list[str]:
         f"Both Azure LLM inference traces (1 h each) at {scales} "
         f"their request rate, replica start-up {startups} s, "
         f"seeds {seeds} (mean [min-max] over the seeds), replayed through the simulated engine "
-        "(true capacities deliberately ~20% off the declared priors), SLO TTFT <= 2 s and "
+        "(true capacities deliberately ~20% off the declared constant priors; prefill pays "
+        "attention, so long prompts are served slower), SLO TTFT <= 2 s and "
         "TPOT <= 50 ms per request. The oracle is the SLO-feasible clairvoyant schedule "
         "(replayed, it meets 99% or the feasibility ceiling); `x oracle` is a ratio to it. "
+        "pdscaler and the Dynamo-style planner are given the engine's measured capacity "
+        "profile (pdscaler without it: the `no profile` ablation in quality.md). "
         "The tuned baselines were tuned on seed 0; the held-out case (prompts of 8k-16k "
         "tokens, length-aware TTFT) was tuned on by nobody. "
         + (cuts.strip() + " " if cuts else "")
