@@ -210,7 +210,11 @@ class AiPerf:
     def start(
         self, url: str, rows: list[TraceRow], workdir: Path, **kw: Any
     ) -> subprocess.Popen[bytes]:
-        """Start a replay in the background (its log: ``workdir/aiperf.log``)."""
+        """Start a replay in the background (its log: ``workdir/aiperf.log``). aiperf
+        runs in ``workdir``, so every path it is given is absolute (a relative
+        ``workdir`` such as the demo's default ``demo-results/aiperf`` would otherwise
+        be looked up again inside itself)."""
+        workdir = workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         trace = write_mooncake(rows, workdir / "trace.jsonl")
         log = (workdir / "aiperf.log").open("wb")

@@ -5,9 +5,13 @@ aiperf's export (the shape aiperf 0.13.0 writes: top-level metrics with unit and
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
-from pdlab.loadclient import TraceRow, parse_export, write_mooncake
+import pytest
+
+from pdlab.loadclient import AiPerf, TraceRow, parse_export, write_mooncake
 
 
 def test_the_trace_keeps_times_in_ms_and_lengths(tmp_path: Path) -> None:
@@ -35,3 +39,26 @@ def test_the_export_gives_counts_errors_and_percentiles() -> None:
     assert result.itl_ms["p50"] == 2.4
     assert result.latency_ms == {"p50": 40.0}
     assert parse_export({"request_count": {"avg": 5}}).errors == 0
+
+
+def test_a_relative_workdir_gives_aiperf_paths_that_resolve_in_its_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiperf runs with its workdir as cwd, so the trace and artifact paths it is given
+    must resolve from there: ``make demo``'s default ``--out demo-results`` (relative)
+    once gave it ``demo-results/aiperf/trace.jsonl``, which it looked for under
+    ``demo-results/aiperf/`` and refused."""
+    seen: dict[str, Any] = {}
+
+    def popen(args: list[str], cwd: Path, **_: Any) -> None:
+        seen["args"], seen["cwd"] = args, cwd
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    client = AiPerf(venv=tmp_path / "venv", hf_home=tmp_path / "hf")
+    client.start("http://127.0.0.1:1", [TraceRow(0.0, 10, 2)], Path("demo-results") / "aiperf")
+    args, cwd = seen["args"], Path(seen["cwd"])
+    trace = Path(args[args.index("--input-file") + 1])
+    artifacts = Path(args[args.index("--artifact-dir") + 1])
+    assert (cwd / trace).is_file()
+    assert (cwd / artifacts).parent == tmp_path / "demo-results" / "aiperf"
