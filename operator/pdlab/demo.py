@@ -54,6 +54,7 @@ from pdlab.kubeclient import (
     apply_crd,
     delete_namespace,
     ensure_namespace,
+    if_found,
     wait_until,
 )
 from pdlab.lab import Lab, LabError
@@ -497,8 +498,17 @@ class Demo:
         if self.kube is not None and self.created_ns:
             try:
                 delete_namespace(self.kube, ns)
+                core = self.kube.core
+                wait_until(  # gone before the lab stops, or the next run meets it Terminating
+                    lambda: if_found(lambda: core.read_namespace(ns)) is None,
+                    CLEANUP_TIMEOUT_S,
+                    f"namespace {ns} to be deleted",
+                    error=_demo_error,
+                )
             except ApiException as err:
                 problems.append(f"deleting namespace {ns}: {err.reason}")
+            except DemoError as err:
+                problems.append(str(err))
         self.lab.unregister_user()
         if self.started_lab and not self.lab.other_users():
             self._say("stopping the lab the demo started")

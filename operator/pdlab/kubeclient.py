@@ -125,19 +125,30 @@ def pod_ready(pod: client.V1Pod) -> bool:
 
 
 # ----- namespaces ----------------------------------------------------------------------------
-def ensure_namespace(kube: Kube, name: str, labels: dict[str, str] | None = None) -> bool:
+def ensure_namespace(
+    kube: Kube, name: str, labels: dict[str, str] | None = None, timeout: float = 120.0
+) -> bool:
     """Create the namespace; True if this call created it (and so its caller may delete
-    it), False if it existed."""
+    it), False if it existed. One still being deleted (phase Terminating: the API server
+    refuses new objects in it) is waited for, up to ``timeout`` seconds, and created
+    again (True): a demo run right after another one whose namespace is still emptying."""
     body: dict[str, Any] = {"metadata": {"name": name}}
     if labels:
         body["metadata"]["labels"] = labels
-    try:
-        kube.core.create_namespace(cast(Any, body))
-    except ApiException as err:
-        if err.status == 409:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kube.core.create_namespace(cast(Any, body))
+            return True
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        found = if_found(lambda: kube.core.read_namespace(name))
+        if found is not None and (found.status is None or found.status.phase != "Terminating"):
             return False
-        raise
-    return True
+        if time.monotonic() > deadline:
+            raise WaitTimeoutError(f"namespace {name} still Terminating after {timeout:g}s")
+        time.sleep(1.0)
 
 
 def delete_namespace(kube: Kube, name: str) -> None:
