@@ -97,9 +97,9 @@ def capacity_priors(spec: PDDeploymentSpec, tokens: dict[Role, float]) -> dict[R
 
 def carry(previous: float | None, previous_prior: float | None, prior: float) -> float | None:
     """A capacity refined against one prior, carried to this tick's prior with its
-    correction kept (docs/models.md §2d): learnt 7,000 against a profile's 8,000 at
-    1,155 tokens (0.875 of it), the mix now at 12,000 tokens where the profile says
-    6,928 -> 6,062. A constant prior (no profile) carries it unchanged; nothing learnt
+    correction kept (docs/models.md §2d): learnt 7,000 against a profile's 8,184 at
+    1,155 tokens (0.855 of it), the mix now at 12,000 tokens where the profile says
+    6,928 -> 5,926. A constant prior (no profile) carries it unchanged; nothing learnt
     -> None; no prior recorded (a status written before profiles) -> unchanged."""
     if previous is None:
         return None
