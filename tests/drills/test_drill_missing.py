@@ -37,6 +37,7 @@ from support.opkit import (
     get_pdd,
     ticking,
     total,
+    wait_both_pools,
     wait_stable,
 )
 
@@ -101,7 +102,7 @@ def test_drill_d9_missing_data_never_lowers_a_pool(
             assert says in c["message"], (label, c["message"])
             # back to 4 / 4 for the next fault (a pool the fault did not hold may have gone)
             feed.set(snapshot(4.0, ttft=0.3, tpot=0.02, running=0.0))
-            wait_for(lambda: all(total(kube, namespace, name, r) >= 4 for r in Role), 20, "4 / 4")
+            wait_both_pools(kube, namespace, name, 4, 20, "4 / 4")
         assert errors(rt, namespace, name) == errors_before
         drill.sampled(sampler.samples, len(lowered))
         feed.set(IDLE_LOW)

@@ -42,6 +42,7 @@ from support.opkit import (
     patch_spec,
     ticking,
     total,
+    wait_both_pools,
     wait_condition,
     wait_stable,
 )
@@ -125,7 +126,7 @@ def scales_within_two_ticks(
     )
     before, t0 = rt.ticks, time.monotonic()
     feed.set(HIGH)
-    wait_for(lambda: all(total(kube, namespace, name, r) >= 4 for r in Role), 30, "4 / 4 after R 4")
+    wait_both_pools(kube, namespace, name, 4, 30, "4 / 4 after R 4")
     took = rt.ticks - before  # 0 when the tick running at the change did it all
     drill.sampled(1, int(took > 3))
     drill.recovered("scaled 1 / 1 -> 4 / 4 despite the refused write", time.monotonic() - t0)

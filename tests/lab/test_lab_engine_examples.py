@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from pdlab.lab import Lab
 from pdscaler import naming
 from pdscaler.types import ConditionType, Role
-from support.labkit import Kube, engine_simulator, wait_for
+from support.labkit import Kube, engine_simulator
 from support.opkit import (
     create_pdd,
     deployments,
@@ -29,6 +29,7 @@ from support.opkit import (
     operator_runtime,
     ticking,
     total,
+    wait_both_pools,
     wait_condition,
 )
 
@@ -60,7 +61,7 @@ def test_the_dynamo_example_gets_pools_only_and_holds_without_frontend_series(
     rt = operator_runtime(lab)
     with ticking(rt, namespace, name):
         create_pdd(kube, namespace, doc)
-        wait_for(lambda: all(total(kube, namespace, name, r) >= 1 for r in Role), 60, "both pools")
+        wait_both_pools(kube, namespace, name, 1, 60, "both pools")
         wait_condition(kube, namespace, name, ConditionType.METRICS_AVAILABLE, "False", 30)
         roles = {
             d["metadata"]["labels"].get(naming.LABEL_ROLE)
@@ -88,14 +89,7 @@ def sized_from_engines(kube: Kube, namespace: str, name: str, what: str) -> dict
     """Wait for MetricsAvailable True and both pools sized up to >= 2 from the engines'
     series (``what`` names them); the PDDeployment's Deployments by role label."""
     wait_condition(kube, namespace, name, ConditionType.METRICS_AVAILABLE, "True", 120)
-    wait_for(
-        lambda: (
-            total(kube, namespace, name, Role.PREFILL) >= 2
-            and total(kube, namespace, name, Role.DECODE) >= 2
-        ),
-        90,
-        f"both pools sized up from {what}",
-    )
+    wait_both_pools(kube, namespace, name, 2, 90, f"both pools sized up from {what}")
     return {
         d["metadata"]["labels"].get(naming.LABEL_ROLE): d
         for d in deployments(kube, namespace, name)

@@ -27,10 +27,10 @@ from support.opkit import (
     operator_runtime,
     patch_spec,
     pdd_manifest,
-    ready_count,
     spec_of,
     ticking,
     total,
+    wait_both_pools,
     wait_stable,
 )
 
@@ -54,14 +54,7 @@ def start_converged(
 ) -> None:
     """Create the PDDeployment and wait for its 1+1 Ready cell (the operator ticking)."""
     create_pdd(kube, namespace, pdd_manifest(name, lab.prometheus_url, **manifest))
-    wait_for(
-        lambda: (
-            ready_count(kube, namespace, name, Role.PREFILL) >= 1
-            and ready_count(kube, namespace, name, Role.DECODE) >= 1
-        ),
-        60,
-        f"{name}: a Ready pod in each pool",
-    )
+    wait_both_pools(kube, namespace, name, 1, 60, f"{name}: a Ready pod in each pool", ready=True)
 
 
 def last_decision(kube: Kube, namespace: str, name: str) -> dict[str, Any]:

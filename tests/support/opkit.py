@@ -235,6 +235,26 @@ def ready_count(kube: Kube, namespace: str, name: str, role: Role) -> int:
     )
 
 
+def wait_both_pools(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    at_least: int,
+    timeout: float,
+    what: str,
+    *,
+    ready: bool = False,
+) -> None:
+    """Until both pools ask for (``ready``: have Ready) at least ``at_least`` replicas;
+    fails after ``timeout`` seconds naming ``what``."""
+    count = ready_count if ready else total
+    wait_for(
+        lambda: all(count(kube, namespace, name, r) >= at_least for r in Role),
+        timeout,
+        what,
+    )
+
+
 def wait_stable(
     kube: Kube, namespace: str, name: str, hold: float = 5.0, timeout: float = 90.0
 ) -> tuple[int, int]:
