@@ -10,12 +10,14 @@ sentence names the problems. Pure; must not read clocks.
 
 from __future__ import annotations
 
+import dataclasses
+
 from pdscaler.policy import reasons
 from pdscaler.policy.limits import Capacity, bounded, fit
 from pdscaler.policy.sanitize import CleanMetrics
 from pdscaler.policy.stabilize import prune
 from pdscaler.policy.tick import ROLES
-from pdscaler.types import Action, Decision, ModelOutputs, PolicyMemory, Role, TickInput
+from pdscaler.types import Action, Decision, ModelOutputs, Role, TickInput
 
 
 def hold_unavailable(inp: TickInput, clean: CleanMetrics, startup: float) -> Decision:
@@ -34,19 +36,10 @@ def hold_unavailable(inp: TickInput, clean: CleanMetrics, startup: float) -> Dec
     final = {Role.PREFILL: split.prefill, Role.DECODE: split.decode}
     record = (inp.now, final[Role.PREFILL], final[Role.DECODE])
     window = spec.scaling.scale_down_stabilization_seconds
-    memory = PolicyMemory(
+    memory = dataclasses.replace(  # everything kept but the window's record and T_s
+        inp.memory,
         recommendations=prune((*inp.memory.recommendations, record), inp.now, window),
-        rate_history=inp.memory.rate_history,
-        prefill_tps=inp.memory.prefill_tps,
-        decode_tps=inp.memory.decode_tps,
-        prefill_prior=inp.memory.prefill_prior,
-        decode_prior=inp.memory.decode_prior,
         startup_seconds=startup,
-        last_scale_time=inp.memory.last_scale_time,
-        capacity_gpus=inp.memory.capacity_gpus,
-        capacity_time=inp.memory.capacity_time,
-        pool_history=inp.memory.pool_history,
-        burst_factor=inp.memory.burst_factor,
     )
     problems = "; ".join(clean.problems) or "request rate or token lengths unknown"
     message = reasons.sentence(
