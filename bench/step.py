@@ -165,8 +165,7 @@ def replica_tps(trace: Trace, params: EngineParams) -> float:
     tokens = float(prompt.sum())
     if tokens <= 0:
         return params.prefill_batch_tps()
-    attention = params.prefill_attention_s(float(np.sum(prompt * prompt)))
-    return tokens / (tokens / params.prefill_batch_tps() + attention)
+    return tokens / params.prefill_work_s(tokens, float(np.sum(prompt * prompt)))
 
 
 def predicted_drain(trace: Trace, startup: float, mu_0: float, mu: float) -> float | None:

@@ -87,8 +87,7 @@ def prefill_target_tokens(params: EngineParams, ttft_s: float, isl: float) -> fl
     None when even an idle worker cannot. The line's slope is the seconds per token of
     full batches of ISL-token prompts: 1 / 8,370 + 1,155 / (8,500 * 53,400) at 1,155
     tokens, so 2 s -> (2 - 0.015) / 1.2202e-4 - 1,155 = 15,112 (linear: 15,459)."""
-    attention = max(0.0, isl) / (params.prefill_tps * params.prefill_attention_tokens)
-    per_token = 1.0 / params.prefill_batch_tps() + attention
+    per_token = params.prefill_work_s(1.0, max(0.0, isl))
     x_sla = (ttft_s - params.prefill_overhead_s) / per_token
     target = x_sla - isl
     return target if target > 0 else None

@@ -194,8 +194,7 @@ def work_floor(trace: Trace, params: EngineParams, *, tpot_s: float) -> float:
     if len(trace) == 0:
         return 0.0
     prompt = trace.prompt.astype(np.float64)
-    prefill_s = float(prompt.sum()) / params.prefill_batch_tps()
-    prefill_s += params.prefill_attention_s(float(np.sum(prompt * prompt)))
+    prefill_s = params.prefill_work_s(float(prompt.sum()), float(np.sum(prompt * prompt)))
     cap = params.decode_tps(float(trace.prompt.mean()), float(trace.output.mean()), tpot_s)
     decode_s = float(trace.output.sum()) / cap
     return (prefill_s * params.prefill_gpus + decode_s * params.decode_gpus) / 3600.0
