@@ -27,6 +27,7 @@ from enum import StrEnum
 
 from pdscaler.models._checks import ceil_replicas, fraction, non_negative, positive
 from pdscaler.models.bottleneck import KV_LIMIT
+from pdscaler.models.profile import decode_context
 from pdscaler.models.ratio import RatioResult
 
 
@@ -76,7 +77,7 @@ def decode_memory(
 
     residence = output_tokens * tpot_seconds
     sequences = rate * residence
-    per_sequence = prompt_tokens + output_tokens / 2.0
+    per_sequence = decode_context(prompt_tokens, output_tokens)
     resident = sequences * per_sequence
     n_decode = resident / (kv_cache_tokens * kv_utilization)
     return MemoryResult(
@@ -125,7 +126,7 @@ def memory_service_rate(
     ``M * u_kv / (L_p + L_d/2)`` sequences, each for ``t_d`` seconds. Golden: 90,000 /
     12,175 = 7.39 sequences over 10.5 s = 0.704 req/s. ``inf`` when a sequence takes no
     time or no memory."""
-    per_sequence = prompt_tokens + output_tokens / 2.0
+    per_sequence = decode_context(prompt_tokens, output_tokens)
     residence = output_tokens * tpot_seconds
     if per_sequence <= 0 or residence <= 0:
         return float("inf")

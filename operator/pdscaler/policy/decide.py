@@ -221,19 +221,17 @@ def refine_capacities(
     inp: TickInput,
     snap: MetricsSnapshot,
     recent: tuple[history.Point, ...],
-    priors: dict[Role, float] | None = None,
+    priors: dict[Role, float],
 ) -> dict[Role, float]:
     """Step 2b, ``refine``: each pool's per-replica tokens/s, from what its ready
     replicas (averaged over the window) served, learnt only over the saturated share of
-    the window, around this tick's prior (``capacity_priors``; the constant
-    ``tokensPerSecond`` by default), the correction learnt against the last tick's
-    prior carried over (``refine.carry``). Prior 3000, nothing learnt, 4 ready: 14,400
-    tok/s while saturated -> 0.3 x 3600 + 0.7 x 3000 = 3180; 8,000 tok/s saturated the
-    whole window -> 2700; never saturated -> 3000 (a pool at 67% says nothing about its
-    limit)."""
+    the window, around this tick's prior (``capacity_priors``), the correction learnt
+    against the last tick's prior carried over (``refine.carry``). Prior 3000, nothing
+    learnt, 4 ready: 14,400 tok/s while saturated -> 0.3 x 3600 + 0.7 x 3000 = 3180;
+    8,000 tok/s saturated the whole window -> 2700; never saturated -> 3000 (a pool at
+    67% says nothing about its limit)."""
     spec = inp.spec
     window_s, interval = spec.metrics.window_seconds, spec.scaling.interval_seconds
-    priors = priors or {r: spec.pool(r).tokens_per_second for r in ROLES}
     mem = inp.memory
     previous = {
         Role.PREFILL: carry(mem.prefill_tps, mem.prefill_prior, priors[Role.PREFILL]),
