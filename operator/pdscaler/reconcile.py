@@ -248,6 +248,7 @@ def _write(rt: Runtime, namespace: str, action: Action, facts: tick.TickFacts) -
         log.warning("%s failed: %s", action.describe(), err)
         text = f"{err.status} {err.reason}: {err.message}".strip()
         return text if len(text) <= MAX_FAILURE_TEXT else text[: MAX_FAILURE_TEXT - 3] + "..."
+    log.info("%s/%s: %s", namespace, facts.owner.name, action.describe())
     rt.telemetry.record_write(action.verb.value, action.kind)
     return None
 

@@ -135,6 +135,22 @@ def serving(pods: list[dict[str, Any]]) -> tuple[int, int]:
     return prefill, sum(decode.values())
 
 
+def snapshot(pods: list[dict[str, Any]]) -> str:
+    """The pods in one line, for a failed drill's message: ``name role/version state``
+    per pod, state ``R`` (Ready), ``-`` (not Ready) and ``T`` (terminating) appended."""
+    out = []
+    for p in pods:
+        lab = labels(p)
+        state = "R" if is_ready(p) else "-"
+        if (p.get("metadata") or {}).get("deletionTimestamp"):
+            state += "T"
+        out.append(
+            f"{p['metadata']['name']} {lab.get(naming.LABEL_ROLE)}/{lab.get(naming.LABEL_VERSION)} "
+            f"{state}"
+        )
+    return "; ".join(sorted(out))
+
+
 def cells(kube: Kube, namespace: str, name: str) -> dict[tuple[str, str], dict[str, Any]]:
     """Pool Deployments by (version label, role)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -159,6 +175,8 @@ class Sampler(Background):
     period: float = 0.2
     samples: int = 0
     mixed: list[tuple[float, str]] = field(default_factory=list)
+    #: the pods (``snapshot``) at each sample with a mixed pair, by the sample's time
+    seen: dict[float, str] = field(default_factory=dict)
     below: list[tuple[float, tuple[int, int], dict[tuple[str, str], int]]] = field(
         default_factory=list
     )
@@ -173,6 +191,7 @@ class Sampler(Background):
             now = time.time()
             for v in invariants.violations(pods, self.spec, self.name, check_capacity=False):
                 self.mixed.append((now, v))
+                self.seen[now] = snapshot(pods)
             have = serving(pods)
             if have[0] < self.floor[0] or have[1] < self.floor[1]:
                 self.below.append((now, have, ready_by_version(pods)))

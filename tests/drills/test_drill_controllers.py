@@ -107,7 +107,7 @@ def _record_and_assert(
     assert cluster.deleted_serving == [], cluster.deleted_serving[:5]
     assert cluster.capacity_limited == [], cluster.capacity_limited[:5]
     assert cluster.recreated() == {}
-    assert pairs.mixed == [], pairs.mixed[:5]
+    assert pairs.mixed == [], (pairs.mixed[:5], pairs.seen, cluster.timeline, where)
     assert pairs.below == [], pairs.below[:5]
 
 
