@@ -160,6 +160,7 @@ def _conditions(inp: StatusInput, published: str) -> list[Condition]:
         progressing(inp),
         capacity_limited(inp),
         deadline_infeasible(inp, published),
+        slo_unreachable(inp),
         writes_failing(inp),
         fields_ignored(inp),
     ]
@@ -302,6 +303,41 @@ def deadline_infeasible(inp: StatusInput, published: str) -> Condition:
         (ConditionReason.DEADLINE_INFEASIBLE if infeasible else ConditionReason.DEADLINE_FEASIBLE),
         published if infeasible else "scale-ups can drain within slo.recoverySeconds",
     )
+
+
+#: SLOUnreachable's message while it is False.
+MSG_SLO_WITHIN_REACH = "no TTFT breach that the burst head-room allowed cannot absorb"
+
+
+def slo_unreachable(inp: StatusInput) -> Condition:
+    """SLOUnreachable: prefill's TTFT is breached in bursts the mean load does not
+    explain and no head-room the spec allows will absorb them (``policy.reach``): True,
+    with the reason naming why (``BurstHeadroomOff``, ``BurstHeadroomLimited``,
+    ``BurstHeadroomCapped``) and what absorbing them would cost (``... burst head-room
+    is off: spec.scaling.burstHeadroom holds up to 58 prefill replicas for them (x3.0),
+    38 more (38 GPUs) than now``); else False, ``SLOWithinReach``. While it stays True
+    for the same reason the message is the one it turned True with: the figures move
+    every tick, and a status write per tick is churn."""
+    why = inp.decision.slo_unreachable
+    if why is None:
+        return _condition(
+            inp,
+            ConditionType.SLO_UNREACHABLE,
+            False,
+            ConditionReason.SLO_WITHIN_REACH,
+            MSG_SLO_WITHIN_REACH,
+        )
+    previous = next(
+        (
+            c
+            for c in (inp.previous.conditions if inp.previous else None) or []
+            if c.type == ConditionType.SLO_UNREACHABLE
+        ),
+        None,
+    )
+    same = previous is not None and previous.status == "True" and previous.reason == why.reason
+    message = previous.message if same and previous is not None else why.message
+    return _condition(inp, ConditionType.SLO_UNREACHABLE, True, why.reason, message)
 
 
 def writes_failing(inp: StatusInput) -> Condition:

@@ -99,6 +99,7 @@ class ConditionType(StrEnum):
     PROGRESSING = "Progressing"
     CAPACITY_LIMITED = "CapacityLimited"
     DEADLINE_INFEASIBLE = "DeadlineInfeasible"
+    SLO_UNREACHABLE = "SLOUnreachable"
     WRITES_FAILING = "WritesFailing"
     FIELDS_IGNORED = "FieldsIgnored"
 
@@ -132,6 +133,12 @@ class ConditionReason(StrEnum):
     CAPACITY_AVAILABLE = "CapacityAvailable"
     DEADLINE_INFEASIBLE = "RecoveryDeadlineInfeasible"
     DEADLINE_FEASIBLE = "DeadlineFeasible"
+    # SLOUnreachable: TTFT breached in bursts no head-room the spec allows will absorb,
+    # because burst head-room is off, cut by replicas.max / maxGPUs, or at its cap
+    BURST_HEADROOM_OFF = "BurstHeadroomOff"
+    BURST_HEADROOM_LIMITED = "BurstHeadroomLimited"
+    BURST_HEADROOM_CAPPED = "BurstHeadroomCapped"
+    SLO_WITHIN_REACH = "SLOWithinReach"
     WRITE_FAILED = "WriteFailed"
     WRITES_APPLIED = "WritesApplied"
     # spec fields this operator version does not know (a newer CRD): ignored
@@ -341,6 +348,16 @@ class ModelOutputs:
 
 
 @dataclass(frozen=True)
+class Unreachable:
+    """Why prefill's TTFT SLO is out of the burst head-room's reach: the SLOUnreachable
+    condition's reason (``BurstHeadroomOff``, ``...Limited``, ``...Capped``) and its
+    sentence, with what reaching the SLO would cost."""
+
+    reason: ConditionReason
+    message: str
+
+
+@dataclass(frozen=True)
 class Decision:
     """The policy's answer: desired replicas per pool, and why.
 
@@ -361,6 +378,9 @@ class Decision:
     metrics_available: bool = True
     capacity_limited: bool = False
     deadline_infeasible: bool = False
+    #: why the TTFT SLO is out of the burst head-room's reach (None: it is not), the
+    #: SLOUnreachable condition (``policy.reach``)
+    slo_unreachable: Unreachable | None = None
     memory: PolicyMemory = field(default_factory=PolicyMemory)
     data_gaps: tuple[str, ...] = ()
 

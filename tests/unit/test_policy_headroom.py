@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pdscaler.policy import decide
 from pdscaler.policy.headroom import MAX_FACTOR, headroom_target, learn_factor
-from pdscaler.types import PolicyMemory, PoolObservation
+from pdscaler.types import ConditionReason, PolicyMemory, PoolObservation
 from support.builders import chat_spec, snapshot, tick
 
 
@@ -108,3 +108,59 @@ def test_no_burst_is_learnt_while_prefill_replicas_are_starting() -> None:
     assert d.memory.burst_factor == 1.0
     learnt = decide(tick(on, BURSTY, 20, 18))
     assert learnt.memory.burst_factor == pytest.approx(1.05)
+
+
+def test_bursts_with_headroom_off_say_what_absorbing_them_costs() -> None:
+    """The burst signature with head-room off: SLOUnreachable's sentence names the most
+    the head-room would hold, ceil(19.05 x 3) = 58 prefill replicas, 38 more than the
+    20 now (1 GPU each). The same tick short by its load (24 asked, 20 Ready: replicas
+    starting) or with TTFT met says nothing: the models act, or there is no breach."""
+    d = decide(tick(chat_spec(), BURSTY, 20, 18))
+    assert d.prefill == 20
+    assert d.slo_unreachable is not None
+    assert d.slo_unreachable.reason == ConditionReason.BURST_HEADROOM_OFF
+    assert d.slo_unreachable.message == (
+        "TTFT p95 3.0s > 2.0s SLO in bursts the mean load does not explain (prefill 67% "
+        "utilised, not short); burst head-room is off: spec.scaling.burstHeadroom holds up "
+        "to 58 prefill replicas for them (x3.0), 38 more (38 GPUs) than now"
+    )
+    starting = PoolObservation(replicas=24, ready=20)
+    assert decide(tick(chat_spec(), BURSTY, starting, 18)).slo_unreachable is None
+    met = snapshot(ttft=1.5, tpot=0.03)
+    assert decide(tick(chat_spec(), met, 20, 18)).slo_unreachable is None
+
+
+def test_bursts_while_the_headroom_is_learnt_are_within_reach() -> None:
+    """Head-room on and the factor growing (1.48 -> 1.55, 30 prefill within maxGPUs 64):
+    the condition stays False."""
+    on = chat_spec(scaling={"maxGPUs": 64, "burstHeadroom": True})
+    d = decide(tick(on, BURSTY, 20, 18, memory=PolicyMemory(burst_factor=1.48)))
+    assert d.prefill == 30
+    assert d.slo_unreachable is None
+
+
+def test_headroom_cut_by_the_budget_names_the_missing_replicas() -> None:
+    """maxGPUs 40 with decode at 18: the factor 3 asks ceil(19.05 x 3) = 58 prefill, 38
+    of them head-room; the budget allows 22 (2 held): 36 more replicas (36 GPUs) are
+    needed. At the cap and within the budget (maxGPUs 128): more needs a floor or a
+    looser SLO."""
+    tight = chat_spec(scaling={"maxGPUs": 40, "burstHeadroom": True})
+    d = decide(tick(tight, BURSTY, 20, 18, memory=PolicyMemory(burst_factor=3.0)))
+    assert d.prefill == 22
+    assert d.slo_unreachable is not None
+    assert d.slo_unreachable.reason == ConditionReason.BURST_HEADROOM_LIMITED
+    assert d.slo_unreachable.message.endswith(
+        "burst head-room wants 58 prefill replicas and replicas.max or maxGPUs allow 22: "
+        "36 more (36 GPUs) needed"
+    )
+    roomy = chat_spec(
+        scaling={"maxGPUs": 128, "burstHeadroom": True}, prefill={"replicas": {"max": 64}}
+    )
+    capped = decide(tick(roomy, BURSTY, 20, 18, memory=PolicyMemory(burst_factor=3.0)))
+    assert capped.prefill == 58
+    assert capped.slo_unreachable is not None
+    assert capped.slo_unreachable.reason == ConditionReason.BURST_HEADROOM_CAPPED
+    assert capped.slo_unreachable.message.endswith(
+        "burst head-room is at its cap (x3.0, 58 prefill replicas): more needs a higher "
+        "prefill replicas.min or a looser TTFT SLO"
+    )

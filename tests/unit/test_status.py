@@ -17,6 +17,7 @@ from pdscaler.types import (
     PolicyMemory,
     PoolObservation,
     RolloutPhase,
+    Unreachable,
 )
 from support.status_inputs import HOLD, METRICS, SCALE, SPEC, inp
 
@@ -255,3 +256,24 @@ def test_status_with_fields_of_a_newer_crd_still_reads() -> None:
     assert parsed.to_k8s() == previous.to_k8s()
     assert not st.status_changed(previous, observed)
     assert st.parse_status({"observedGeneration": "garbage"}) is None
+
+
+def test_slo_unreachable_carries_the_decisions_reason_and_sentence() -> None:
+    """A decision whose TTFT bursts are beyond the head-room (``policy.reach``): True,
+    its reason, its sentence; the next tick's figures move but the reason does not: the
+    message stays (no status write per tick); a new reason brings its own sentence.
+    Without one: False, SLOWithinReach."""
+    first = Unreachable(ConditionReason.BURST_HEADROOM_OFF, "TTFT p95 3.0s ...: 38 more")
+    s1 = st.build_status(inp(decision=replace(SCALE, slo_unreachable=first)))
+    c = cond(s1, "SLOUnreachable")
+    assert (c.status, c.reason, c.message) == ("True", "BurstHeadroomOff", first.message)
+    moved = Unreachable(ConditionReason.BURST_HEADROOM_OFF, "TTFT p95 3.2s ...: 41 more")
+    s2 = st.build_status(inp(decision=replace(SCALE, slo_unreachable=moved), previous=s1))
+    assert cond(s2, "SLOUnreachable").message == first.message
+    assert not st.status_changed(s2, s1.to_k8s())
+    capped = Unreachable(ConditionReason.BURST_HEADROOM_CAPPED, "... at its cap")
+    s3 = st.build_status(inp(decision=replace(SCALE, slo_unreachable=capped), previous=s2))
+    c3 = cond(s3, "SLOUnreachable")
+    assert (c3.reason, c3.message) == ("BurstHeadroomCapped", capped.message)
+    ok = cond(st.build_status(inp()), "SLOUnreachable")
+    assert (ok.status, ok.reason) == ("False", "SLOWithinReach")

@@ -17,7 +17,14 @@ import yaml
 
 from pdscaler import status as st
 from pdscaler.spec import RouterSpec
-from pdscaler.types import Action, ConditionReason, ConditionType, PoolObservation, RolloutPhase
+from pdscaler.types import (
+    Action,
+    ConditionReason,
+    ConditionType,
+    PoolObservation,
+    RolloutPhase,
+    Unreachable,
+)
 from support.status_inputs import HOLD, METRICS, SCALE, SPEC, inp
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "pdscaler.io_pddeployments.yaml"
@@ -101,8 +108,8 @@ def test_a_member_added_to_an_enum_only_is_caught() -> None:
 
 def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> None:
     """Every case the status builder distinguishes (metrics unreachable, not allowed,
-    refused as an invalid query, incomplete, ok;
-    every rollout phase; pods pending or not; deadline feasible or not; pools serving or
+    refused as an invalid query, incomplete, ok; every rollout phase; pods pending or
+    not; deadline feasible or not; TTFT bursts out of reach or not; pools serving or
     not) writes each condition with a reason the CRD lists under that condition."""
     by_type = documented_reasons()
     no_rate = replace(METRICS, request_rate=None)
@@ -128,6 +135,14 @@ def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> No
         inp(metrics=no_rate),
         inp(decode=PoolObservation(replicas=6, ready=4, unschedulable=2)),
         inp(decision=replace(SCALE, deadline_infeasible=True)),
+        *(
+            inp(decision=replace(SCALE, slo_unreachable=Unreachable(reason, "TTFT bursts")))
+            for reason in (
+                ConditionReason.BURST_HEADROOM_OFF,
+                ConditionReason.BURST_HEADROOM_LIMITED,
+                ConditionReason.BURST_HEADROOM_CAPPED,
+            )
+        ),
         inp(prefill=PoolObservation(replicas=2, ready=1)),
         inp(spec=SPEC.model_copy(update={"router": RouterSpec(type="external")})),
         replace(inp(), write_failures=("create Deployment x: 403 Forbidden: quota",)),

@@ -50,7 +50,6 @@ from __future__ import annotations
 import dataclasses
 
 from pdscaler.models import DecodeBound, RatioResult, ratio_model
-from pdscaler.models.bottleneck import PRESSURE_LIMIT
 from pdscaler.policy import history
 from pdscaler.policy.explain import explain, infeasible
 from pdscaler.policy.forecast import forecast_rate
@@ -70,6 +69,7 @@ from pdscaler.policy.limits import (
     keep_gapped,
 )
 from pdscaler.policy.memory import forecast_lookback, record_rate, remember, remember_pools
+from pdscaler.policy.reach import bursts_beyond_headroom, prefill_short
 from pdscaler.policy.refine import capacity_priors, carry, refine_startup, refine_tps
 from pdscaler.policy.sanitize import CleanMetrics, down_gaps, sanitize
 from pdscaler.policy.sizing import (
@@ -133,6 +133,7 @@ def decide(inp: TickInput) -> Decision:
         metrics_available=True,
         capacity_limited=tick.split.capacity_limited,
         deadline_infeasible=bool(infeasible(tick)),
+        slo_unreachable=bursts_beyond_headroom(tick),
         memory=remember(tick, startup),
         data_gaps=named,
     )
@@ -329,11 +330,7 @@ def burst_factor(inp: TickInput, prefill: PoolFacts, attribution: Attribution) -
     -> 1.05."""
     if not inp.spec.scaling.burst_headroom:
         return 1.0
-    short = (
-        attribution.load_pressure[Role.PREFILL] > PRESSURE_LIMIT
-        or history.backlogged(prefill.queue, prefill.ready)
-        or prefill.in_flight > 0  # replicas still starting: a shortage being fixed
-    )
+    short = prefill_short(attribution, prefill)
     return learn_factor(inp.memory.burst_factor, prefill.latency, prefill.slo_seconds, short)
 
 
