@@ -99,6 +99,10 @@ def cases(alerts: dict[str, dict[str, Any]]) -> dict[str, tuple[list[dict[str, s
             [leader(), condition("DeadlineInfeasible", "True")],
             minutes(alerts["PdscalerDeadlineInfeasible"]["for"]),
         ),
+        "PdscalerSLOUnreachable": (
+            [leader(), condition("SLOUnreachable", "True")],
+            minutes(alerts["PdscalerSLOUnreachable"]["for"]),
+        ),
         "PdscalerWritesFailing": (
             [leader(), condition("WritesFailing", "True")],
             minutes(alerts["PdscalerWritesFailing"]["for"]),
