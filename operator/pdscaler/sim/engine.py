@@ -947,11 +947,11 @@ class Engine:
             pods = self._live[role]
             takers = [r for r in pods if r.state is State.READY] or pods[:1]
             share, extra = divmod(len(queue), max(1, len(takers)))
+            for rep in pods:
+                rep.stats.waiting = 0.0
             for k, rep in enumerate(takers):
                 rep.stats.waiting = float(share + (1 if k < extra else 0))
             for rep in pods:
-                if rep not in takers:
-                    rep.stats.waiting = 0.0
                 if self.p.export_kv_capacity:  # vLLM reports it in both roles
                     rep.stats.kv_capacity_tokens = float(self.p.decode_kv_tokens)
                 if role is Role.DECODE:
