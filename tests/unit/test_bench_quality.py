@@ -151,3 +151,19 @@ def test_a_failing_overhead_part_is_reported_not_faked(
     line = entry.overhead(tmp_path, quick=True)
     assert line.startswith("not measured: the overhead benchmark failed")
     assert "already exists" in line
+
+
+def test_ablations_run_at_the_targets_startups_and_the_table_lists_those_cases() -> None:
+    """The ablations run at start-up 30 and 90 s only (a quarter of the matrix's time at
+    300 s); the table lists the cases that have them, no row of dashes for the others."""
+    assert quality.Plan().ablation_startups == (30.0, 90.0)
+    stat = {"mean": 0.99, "min": 0.98, "max": 1.0}
+    row = {"slo_attainment": stat, "gpu_hours": {"mean": 3.5, "min": 3.0, "max": 4.0}}
+
+    def case(startup: float, ablated: bool) -> dict[str, object]:
+        policies = {"pdscaler": row, **({"pdscaler, no profile": row} if ablated else {})}
+        return {"group": "conv-1x", "startup_s": startup, "aggregate": {"policies": policies}}
+
+    text = quality.ablation_table([case(90.0, True), case(300.0, False)], ["pdscaler, no profile"])
+    assert "| conv-1x, start-up 90 s | 99.00%, 3.50 | 99.00%, 3.50 |" in text
+    assert "start-up 300 s" not in text
