@@ -306,7 +306,7 @@ def deadline_infeasible(inp: StatusInput, published: str) -> Condition:
 
 
 #: SLOUnreachable's message while it is False.
-MSG_SLO_WITHIN_REACH = "no TTFT breach that the burst head-room allowed cannot absorb"
+MSG_SLO_WITHIN_REACH = "no TTFT breach that the allowed burst head-room cannot absorb"
 
 
 def slo_unreachable(inp: StatusInput) -> Condition:
@@ -327,16 +327,17 @@ def slo_unreachable(inp: StatusInput) -> Condition:
             ConditionReason.SLO_WITHIN_REACH,
             MSG_SLO_WITHIN_REACH,
         )
-    previous = next(
+    previous = inp.previous.conditions if inp.previous else None
+    message = next(
         (
-            c
-            for c in (inp.previous.conditions if inp.previous else None) or []
+            c.message
+            for c in previous or []
             if c.type == ConditionType.SLO_UNREACHABLE
+            and c.status == "True"
+            and c.reason == why.reason
         ),
-        None,
+        why.message,
     )
-    same = previous is not None and previous.status == "True" and previous.reason == why.reason
-    message = previous.message if same and previous is not None else why.message
     return _condition(inp, ConditionType.SLO_UNREACHABLE, True, why.reason, message)
 
 
