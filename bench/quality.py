@@ -29,7 +29,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -250,26 +250,23 @@ def groups(plan: Plan) -> list[Group]:
 def run_matrix(
     plan: Plan, log: Callable[[str], None] = print, out_dir: Path | None = None
 ) -> dict[str, Any]:
-    """Tune every group (in parallel) and run each group's cases as soon as it is tuned
-    (in parallel); the document ``write`` reports, cases in the matrix's order."""
+    """Tune every group (in parallel), then every case (in parallel); the document
+    ``write`` reports."""
     started = time.perf_counter()
     gs = groups(plan)
     plot_dir = "" if out_dir is None else str(out_dir)
     with ProcessPoolExecutor(max_workers=plan.workers) as pool:
-        tuned_f = {pool.submit(tune, g, plan): g for g in gs}
+        tuned_f = {g: pool.submit(tune, g, plan) for g in gs}
         tuned = {}
-        jobs = {}
-        # a group's cases go in as soon as it is tuned: no worker waits for the last tuning
-        for f in as_completed(tuned_f):
-            g = tuned_f[f]
+        for g, f in tuned_f.items():
             tuned[g] = f.result()
             log(f"bench quality: tuned {g.name}")
-            for st in g.startups:
-                for seed in g.seeds:
-                    jobs[(g, st, seed)] = pool.submit(
-                        run_case, g, st, seed, tuned[g], plan, plot_dir
-                    )
-        jobs = {k: jobs[k] for g in gs for k in jobs if k[0] == g}  # the matrix's order
+        jobs = {
+            (g, st, seed): pool.submit(run_case, g, st, seed, tuned[g], plan, plot_dir)
+            for g in gs
+            for st in g.startups
+            for seed in g.seeds
+        }
         cases: dict[str, Any] = {}
         for (g, st, seed), f in jobs.items():
             doc = f.result()
