@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from pdscaler.policy import decide
 from pdscaler.policy.headroom import MAX_FACTOR, headroom_target, learn_factor
-from pdscaler.types import ConditionReason, PolicyMemory, PoolObservation
+from pdscaler.types import ConditionReason, Decision, PolicyMemory, PoolObservation
 from support.builders import chat_spec, snapshot, tick
 
 
@@ -110,6 +110,12 @@ def test_no_burst_is_learnt_while_prefill_replicas_are_starting() -> None:
     assert learnt.memory.burst_factor == pytest.approx(1.05)
 
 
+def unreachable(d: Decision) -> tuple[ConditionReason, str]:
+    """The decision's SLOUnreachable reason and sentence (it must have one)."""
+    assert d.slo_unreachable is not None
+    return d.slo_unreachable.reason, d.slo_unreachable.message
+
+
 def test_bursts_with_headroom_off_say_what_absorbing_them_costs() -> None:
     """The burst signature with head-room off: SLOUnreachable's sentence names the most
     the head-room would hold, ceil(19.05 x 3) = 58 prefill replicas, 38 more than the
@@ -117,12 +123,11 @@ def test_bursts_with_headroom_off_say_what_absorbing_them_costs() -> None:
     starting) or with TTFT met says nothing: the models act, or there is no breach."""
     d = decide(tick(chat_spec(), BURSTY, 20, 18))
     assert d.prefill == 20
-    assert d.slo_unreachable is not None
-    assert d.slo_unreachable.reason == ConditionReason.BURST_HEADROOM_OFF
-    assert d.slo_unreachable.message == (
+    assert unreachable(d) == (
+        ConditionReason.BURST_HEADROOM_OFF,
         "TTFT p95 3.0s > 2.0s SLO in bursts the mean load does not explain (prefill 67% "
         "utilised, not short); burst head-room is off: spec.scaling.burstHeadroom holds up "
-        "to 58 prefill replicas for them (x3.0), 38 more (38 GPUs) than now"
+        "to 58 prefill replicas for them (x3.0), 38 more (38 GPUs) than now",
     )
     starting = PoolObservation(replicas=24, ready=20)
     assert decide(tick(chat_spec(), BURSTY, starting, 18)).slo_unreachable is None
@@ -139,28 +144,44 @@ def test_bursts_while_the_headroom_is_learnt_are_within_reach() -> None:
     assert d.slo_unreachable is None
 
 
-def test_headroom_cut_by_the_budget_names_the_missing_replicas() -> None:
-    """maxGPUs 40 with decode at 18: the factor 3 asks ceil(19.05 x 3) = 58 prefill, 38
-    of them head-room; the budget allows 22 (2 held): 36 more replicas (36 GPUs) are
-    needed. At the cap and within the budget (maxGPUs 128): more needs a floor or a
-    looser SLO."""
-    tight = chat_spec(scaling={"maxGPUs": 40, "burstHeadroom": True})
-    d = decide(tick(tight, BURSTY, 20, 18, memory=PolicyMemory(burst_factor=3.0)))
-    assert d.prefill == 22
-    assert d.slo_unreachable is not None
-    assert d.slo_unreachable.reason == ConditionReason.BURST_HEADROOM_LIMITED
-    assert d.slo_unreachable.message.endswith(
-        "burst head-room wants 58 prefill replicas and replicas.max or maxGPUs allow 22: "
-        "36 more (36 GPUs) needed"
+@pytest.mark.parametrize(
+    ("scaling", "prefill_max", "prefill", "reason", "ending"),
+    [
+        (
+            {"maxGPUs": 40},
+            32,
+            22,
+            ConditionReason.BURST_HEADROOM_LIMITED,
+            "burst head-room wants 58 prefill replicas and replicas.max or maxGPUs allow 22: "
+            "36 more (36 GPUs) needed",
+        ),
+        (
+            {"maxGPUs": 128},
+            64,
+            58,
+            ConditionReason.BURST_HEADROOM_CAPPED,
+            "burst head-room is at its cap (x3.0, 58 prefill replicas): more needs a higher "
+            "prefill replicas.min or a looser TTFT SLO",
+        ),
+    ],
+)
+def test_headroom_at_its_limits_says_what_is_missing(
+    scaling: dict[str, int],
+    prefill_max: int,
+    prefill: int,
+    reason: ConditionReason,
+    ending: str,
+) -> None:
+    """The factor at 3 asks ceil(19.05 x 3) = 58 prefill, 38 of them head-room. maxGPUs
+    40 with decode at 18 allows 22 (2 held): 36 more replicas (36 GPUs) are needed.
+    Within the budget (maxGPUs 128, max 64) all 58 run, at the cap: more needs a floor
+    or a looser SLO."""
+    spec = chat_spec(
+        scaling={**scaling, "burstHeadroom": True},
+        prefill={"replicas": {"min": 1, "max": prefill_max}},
     )
-    roomy = chat_spec(
-        scaling={"maxGPUs": 128, "burstHeadroom": True}, prefill={"replicas": {"max": 64}}
-    )
-    capped = decide(tick(roomy, BURSTY, 20, 18, memory=PolicyMemory(burst_factor=3.0)))
-    assert capped.prefill == 58
-    assert capped.slo_unreachable is not None
-    assert capped.slo_unreachable.reason == ConditionReason.BURST_HEADROOM_CAPPED
-    assert capped.slo_unreachable.message.endswith(
-        "burst head-room is at its cap (x3.0, 58 prefill replicas): more needs a higher "
-        "prefill replicas.min or a looser TTFT SLO"
-    )
+    d = decide(tick(spec, BURSTY, 20, 18, memory=PolicyMemory(burst_factor=3.0)))
+    assert d.prefill == prefill
+    got, message = unreachable(d)
+    assert got == reason
+    assert message.endswith(ending)
