@@ -90,6 +90,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
+from pdscaler.models.profile import decode_context
 from pdscaler.types import Role
 
 #: vLLM's TTFT histogram buckets (``vllm:time_to_first_token_seconds``), seconds.
@@ -222,7 +223,7 @@ class EngineParams:
         the largest batch that fits the KV (prompt + output reserved per sequence) and
         the sequence slots, with a step time <= ``tpot_cap``. Chat mix (1,155 + 211
         tokens, cap 50 ms): 73 sequences, step 12 + 7.3 + 22.9 = 42.2 ms."""
-        ctx = max(1.0, prompt_tokens + output_tokens / 2.0)
+        ctx = max(1.0, decode_context(prompt_tokens, output_tokens))
         per_seq = max(1.0, prompt_tokens + output_tokens)
         batch = min(self.decode_max_seqs, max(1, int(self.decode_kv_tokens // per_seq)))
         while batch > 1 and self.decode_step(batch, batch * ctx) > tpot_cap:
