@@ -51,6 +51,7 @@ from pdscaler.sim.scenarios import jitter, long_context
 from pdscaler.sim.setup import sim_spec
 from pdscaler.sim.traces import Trace, load_trace, scale_rate
 from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import FlipOptions
 
 REPO = Path(__file__).resolve().parent.parent
 TRACE_DIR = REPO / "data" / "traces"
@@ -88,6 +89,7 @@ ABLATIONS: list[tuple[str, dict[str, Any]]] = [
     ),
     ("pdscaler + burst head-room", {"spec": {"scaling": {"burstHeadroom": True}}}),
     ("pdscaler, deadline queue", {"engine": {"queue_discipline": "deadline"}}),
+    ("pdscaler + role flips", {"flips": {}}),
 ]
 
 
@@ -220,7 +222,8 @@ def run_case(
         if "engine" in patch:
             c = replace(c, params=replace(c.params, **patch["engine"]))
         spec = patched(c.spec, patch.get("spec", {}))
-        ctrl = PdscalerController(spec)
+        flips = FlipOptions(**patch["flips"]) if "flips" in patch else None
+        ctrl = PdscalerController(spec, flips=flips)
         ctrl.name = label
         s = summarize(run(trace, ctrl, c))
         doc["policies"][label] = s.to_json(comp.oracle.gpu_hours)

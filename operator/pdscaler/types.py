@@ -314,6 +314,36 @@ class PolicyMemory:
 
 
 @dataclass(frozen=True)
+class FlipOptions:
+    """What a role change costs where the actuator supports one (both pools on the same
+    hardware and parallelism, the engine's KV connector in both roles, e.g. vLLM's
+    ``kv_role: kv_both``): ``reconfigure_seconds`` from the replica leaving one pool
+    empty until it serves the other (docs/models.md §5: no weights move, the software
+    preparation is the floor, ~9 s); ``window_seconds`` how long a pool's
+    recommendations must have stayed below what it runs before it gives replicas away
+    (so a replica flipped in is not flipped back on the next dip)."""
+
+    reconfigure_seconds: float = 9.0
+    window_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class Flip:
+    """``count`` ready replicas of ``source`` change role to the other pool on this
+    tick, each serving there about ``seconds`` from now (its drain plus the
+    reconfiguration) instead of ``cold_start_seconds`` for a new replica."""
+
+    source: Role
+    count: int
+    seconds: float
+    cold_start_seconds: float
+
+    @property
+    def target(self) -> Role:
+        return Role.PREFILL if self.source is Role.DECODE else Role.DECODE
+
+
+@dataclass(frozen=True)
 class TickInput:
     """Everything one decision depends on; ``now`` is passed in, never read."""
 
@@ -324,6 +354,10 @@ class TickInput:
     decode: PoolObservation
     memory: PolicyMemory = field(default_factory=PolicyMemory)
     rollout_in_progress: bool = False
+    #: the actuator can move a replica between the pools by changing its role
+    #: (``policy.flips``); None: it cannot, every change is a scale (the live operator,
+    #: which has no role-change path yet)
+    flips: FlipOptions | None = None
 
     def pool(self, role: Role) -> PoolObservation:
         """``role``'s pool as the API shows it: ``pool(Role.DECODE)`` is ``decode``."""
@@ -383,6 +417,9 @@ class Decision:
     slo_unreachable: Unreachable | None = None
     memory: PolicyMemory = field(default_factory=PolicyMemory)
     data_gaps: tuple[str, ...] = ()
+    #: replicas that change role on this tick (``prefill``/``decode`` count them in
+    #: their new pool); None: none (``policy.flips``)
+    flip: Flip | None = None
 
     def replicas(self, role: Role) -> int:
         """The desired replicas of ``role``: ``replicas(Role.DECODE)`` is ``decode``

@@ -38,10 +38,13 @@ The steps, each in its own module:
    tolerance, never during a rollout, at most a third of the pool per window.
 6. ``limits``: [min, max] per pool, maxGPUs and the schedulable capacity re-split in
    favour of the bottleneck pool.
+6b. ``flips``: where the actuator can change a replica's role (``TickInput.flips``), a
+   growing pool takes ready replicas the other pool's recent recommendations do not
+   need, when their drain plus the reconfiguration beats a cold start.
 7. ``explain``: one machine action (``types.Action``) and one sentence, from
    ``reasons``' phrases.
 
-Steps 2-6 are ``size``: one function per step, each named for it, filling the ``Tick``
+Steps 2-6b are ``size``: one function per step, each named for it, filling the ``Tick``
 record (module ``tick``) that the sentence and the memory are made from.
 """
 
@@ -52,6 +55,7 @@ import dataclasses
 from pdscaler.models import DecodeBound, RatioResult, ratio_model
 from pdscaler.policy import history
 from pdscaler.policy.explain import explain, infeasible
+from pdscaler.policy.flips import after_flip, plan_flip, record_flip
 from pdscaler.policy.forecast import forecast_rate
 from pdscaler.policy.headroom import headroom_target, learn_factor
 from pdscaler.policy.hold import hold_unavailable
@@ -136,6 +140,7 @@ def decide(inp: TickInput) -> Decision:
         slo_unreachable=bursts_beyond_headroom(tick),
         memory=remember(tick, startup),
         data_gaps=named,
+        flip=tick.flip,
     )
 
 
@@ -180,6 +185,9 @@ def size(
     window, stabilized = stabilize_pools(inp, facts, wants, gaps)
     cap, split = apply_limits(inp, ratio, attribution, wants, stabilized, headroom)
     split = keep_gapped(inp, split, gaps)
+    final = {Role.PREFILL: split.prefill, Role.DECODE: split.decode}
+    flip = plan_flip(inp, facts, window, final, startup, tpot, gaps)
+    final = after_flip(final, {r: facts[r].current for r in ROLES}, flip)
     return Tick(
         inp=inp,
         rate=rate,
@@ -188,11 +196,11 @@ def size(
         facts=facts,
         attribution=attribution,
         wants=wants,
-        window=window,
+        window=record_flip(window, final, flip),
         stabilized=stabilized,
         split=split,
         capacity=cap,
-        final={Role.PREFILL: split.prefill, Role.DECODE: split.decode},
+        final=final,
         pools=pools,
         gaps=gaps,
         memory=memory,
@@ -200,6 +208,7 @@ def size(
         burst_factor=burst,
         headroom=headroom,
         priors=priors,
+        flip=flip,
     )
 
 

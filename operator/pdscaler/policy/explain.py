@@ -43,6 +43,9 @@ def infeasible(tick: Tick) -> list[str]:
 def explain(tick: Tick) -> tuple[Action, Role | None, str]:
     """(action, pool, sentence) of the tick."""
     notes = _limit_notes(tick) + infeasible(tick) + _set_aside(tick) + _headroom(tick)
+    if tick.flip is not None:
+        f = tick.flip
+        notes.append(reasons.flipped(f.source, f.target, f.count, f.seconds, f.cold_start_seconds))
     if tick.grown:
         return _explain_up(tick, notes)
     if tick.shrunk:

@@ -226,3 +226,12 @@ def burst_headroom(replicas: int, factor: float) -> str:
         f"burst head-room +{replicas} prefill (x{factor:.2f} for TTFT breaches the mean "
         f"load does not explain)"
     )
+
+
+def flipped(source: Role, target: Role, count: int, seconds: float, startup: float) -> str:
+    """``3 decode replicas change role to prefill: serving in ~19s, a new one in ~90s``."""
+    many = "replicas" if count != 1 else "replica"
+    return (
+        f"{count} {source.value} {many} change role to {target.value}: "
+        f"serving in ~{seconds:.0f}s, a new one in ~{startup:.0f}s"
+    )

@@ -17,7 +17,7 @@ from pdscaler.policy import history
 from pdscaler.policy.limits import Capacity, Split
 from pdscaler.policy.sizing import Attribution, DrainPlan, PoolFacts, Want
 from pdscaler.policy.stabilize import Record, Stabilized
-from pdscaler.types import Role, TickInput
+from pdscaler.types import Flip, Role, TickInput
 
 ROLES = (Role.PREFILL, Role.DECODE)
 
@@ -48,6 +48,8 @@ class Tick:
     headroom: int = 0
     #: each pool's capacity prior at this tick's mix (the profile read, or the constant)
     priors: dict[Role, float] = field(default_factory=dict)
+    #: ready replicas changing role on this tick (``policy.flips``), counted in ``final``
+    flip: Flip | None = None
 
     @property
     def headroom_held(self) -> int:

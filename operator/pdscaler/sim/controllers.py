@@ -19,7 +19,15 @@ from typing import Protocol
 
 from pdscaler.policy import decide as policy_decide
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import Decision, MetricsSnapshot, PolicyMemory, PoolObservation, TickInput
+from pdscaler.types import (
+    Decision,
+    Flip,
+    FlipOptions,
+    MetricsSnapshot,
+    PolicyMemory,
+    PoolObservation,
+    TickInput,
+)
 
 Decide = Callable[[TickInput], Decision]
 
@@ -37,12 +45,15 @@ class View:
 @dataclass(frozen=True)
 class Target:
     """Desired replicas per pool. ``note`` is the controller's reason (pdscaler's
-    ``action: message``); ``drain_seconds`` its predicted drain time, when it has one."""
+    ``action: message``); ``drain_seconds`` its predicted drain time, when it has one;
+    ``flip``: ready replicas that reach their new pool by a role change (counted in
+    ``prefill``/``decode``), not by a cold start."""
 
     prefill: int
     decode: int
     note: str = ""
     drain_seconds: float | None = None
+    flip: Flip | None = None
 
 
 class Controller(Protocol):
@@ -56,13 +67,21 @@ class Controller(Protocol):
 
 class PdscalerController:
     """The operator's policy in the loop: ``decide(TickInput) -> Decision``, memory
-    carried over, ``spec.scaling.mode`` ignored (the simulator always applies)."""
+    carried over, ``spec.scaling.mode`` ignored (the simulator always applies).
+    ``flips``: the engine can change a replica's role at this cost (``Engine.flip``);
+    None: every change is a scale, as in the live operator today."""
 
     name = "pdscaler"
 
-    def __init__(self, spec: PDDeploymentSpec, decide: Decide | None = None) -> None:
+    def __init__(
+        self,
+        spec: PDDeploymentSpec,
+        decide: Decide | None = None,
+        flips: FlipOptions | None = None,
+    ) -> None:
         self.spec = spec
         self._decide = decide if decide is not None else policy_decide
+        self.flips = flips
         self.memory = PolicyMemory()
         self.decisions: list[Decision] = []
 
@@ -75,6 +94,7 @@ class PdscalerController:
                 prefill=view.prefill,
                 decode=view.decode,
                 memory=self.memory,
+                flips=self.flips,
             )
         )
         self.memory = decision.memory
@@ -84,6 +104,7 @@ class PdscalerController:
             decision.decode,
             note=f"{decision.action}: {decision.message}",
             drain_seconds=decision.model.drain_seconds,
+            flip=decision.flip,
         )
 
 

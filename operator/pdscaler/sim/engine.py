@@ -5,7 +5,9 @@ per-batch overhead + tokens / throughput + each prompt's attention, quadratic in
 length: ``EngineParams.prefill_seconds``), the KV hand-off latency, decode replicas
 (continuous batching, step time ``a + b*batch + c*kv_tokens``, admission limited by
 sequence slots and KV tokens, FIFO head-of-line wait when no slot is free), replica
-life cycle (requested -> ready after the start-up time -> draining -> gone),
+life cycle (requested -> ready after the start-up time -> draining -> gone; or, for a
+role change, ready -> draining -> ready in the other pool after the reconfiguration
+time, ``Engine.flip``),
 per-request timings, per-pod vLLM-like counters/gauges/histograms (summed per pool for
 the simulated Prometheus), and GPU-seconds billed from the moment a replica is
 requested until it is gone.
@@ -355,6 +357,12 @@ class Replica:
     step_s: float = 0.0
     finishing: list[tuple[float, int]] = field(default_factory=list)
     version: int = 0
+    #: draining to change role (``Engine.flip``): the pool it joins, and the seconds
+    #: from empty to serving there; ``flipped``: it came from the other pool (its
+    #: readiness is no start-up sample)
+    flip_to: Role | None = None
+    flip_s: float = 0.0
+    flipped: bool = False
 
     @property
     def work(self) -> int:
@@ -609,7 +617,7 @@ class Engine:
     def _make_ready(self, rep: Replica, *, record: bool = True) -> None:
         rep.state = State.READY
         rep.last_t = rep.ready_at
-        if record:
+        if record and not rep.flipped:
             self.startup_samples[rep.role].append(rep.ready_at - rep.requested_at)
         if rep.role is Role.PREFILL:
             self._idle_prefill.append(rep)
@@ -624,6 +632,9 @@ class Engine:
         rep.stats.waiting = rep.stats.running = rep.stats.kv_usage = 0.0
         self._live[rep.role].remove(rep)
         self._retired[rep.role].add(rep.stats)
+        if rep.flip_to is not None:  # empty: it serves the other pool after flip_s
+            new = self.add_replica(rep.flip_to, now, name=rep.name, ready_at=now + rep.flip_s)
+            new.flipped = True
 
     def _stop_taking_work(self, rep: Replica) -> None:
         if rep in self._idle_prefill:
@@ -640,6 +651,7 @@ class Engine:
         rep = self._by_name.get(name)
         if rep is None or rep.state is State.GONE:
             raise KeyError(f"no live replica named {name}")
+        rep.flip_to = None  # taken away: it does not change role any more
         if rep.state is State.STARTING:
             self._gone(rep, now)
             return
@@ -675,8 +687,38 @@ class Engine:
         return list(self._live[role])
 
     def desired(self, role: Role) -> int:
-        """Replicas asked for: starting + ready (draining ones are on their way out)."""
-        return sum(1 for r in self._live[role] if r.state in (State.STARTING, State.READY))
+        """Replicas asked for: starting + ready, and those draining from the other pool
+        to join this one (``flip``); other draining ones are on their way out."""
+        return sum(1 for r in self._live[role] if r.state in (State.STARTING, State.READY)) + len(
+            self._flipping_to(role)
+        )
+
+    def _flipping_to(self, role: Role) -> list[Replica]:
+        other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
+        return [r for r in self._live[other] if r.flip_to is role]
+
+    def flip(self, source: Role, n: int, now: float, reconfigure_s: float) -> int:
+        """Move ``n`` ready replicas of ``source`` to the other pool (a role change, no
+        cold start; docs/models.md §5a): the ones holding the least work stop taking
+        new work at once, and each, once empty (decode: its sequences finished;
+        prefill: its batch done), serves the other pool ``reconfigure_s`` later. It is
+        billed throughout, in one pool then the other. Returns how many flip (at most
+        the ready ones)."""
+        self.run_until(now)
+        ready = sorted(
+            (r for r in self._live[source] if r.state is State.READY),
+            key=lambda r: (r.work, -r.ident),
+        )[: max(0, n)]
+        target = Role.DECODE if source is Role.PREFILL else Role.PREFILL
+        for rep in ready:
+            self._stop_taking_work(rep)
+            rep.state = State.DRAINING
+            rep.flip_to, rep.flip_s = target, reconfigure_s
+            if rep.work == 0:
+                self._gone(rep, now)
+        self._dispatch_prefill(now)
+        self._dispatch_decode(now)
+        return len(ready)
 
     def ready(self, role: Role) -> int:
         return sum(1 for r in self._live[role] if r.state is State.READY)
@@ -687,15 +729,17 @@ class Engine:
 
     def scale_to(self, role: Role, n: int, now: float) -> None:
         """Ask for ``n`` replicas of ``role``. Up: new replicas start now and serve after
-        the start-up time. Down: cancel starting replicas first (newest first), then
-        drain the ready ones holding the least work (pod-deletion-cost, newest first
-        among equals); a draining replica takes no new work and is gone when its work
-        is done."""
+        the start-up time (replicas flipping in from the other pool count as asked
+        for). Down: cancel starting replicas first (newest first), then the flips in
+        (they drain away instead of joining), then drain the ready ones holding the
+        least work (pod-deletion-cost, newest first among equals); a draining replica
+        takes no new work and is gone when its work is done."""
         self.run_until(now)
         live = [r for r in self._live[role] if r.state in (State.STARTING, State.READY)]
-        for _ in range(n - len(live)):
+        joining = self._flipping_to(role)
+        for _ in range(n - len(live) - len(joining)):
             self.add_replica(role, now)
-        remove = len(live) - n
+        remove = len(live) + len(joining) - n
         if remove <= 0:
             return
         starting = sorted(
@@ -704,6 +748,9 @@ class Engine:
         for rep in starting[:remove]:
             self._gone(rep, now)
         remove -= min(remove, len(starting))
+        for rep in joining[:remove]:
+            rep.flip_to = None  # drains away instead of joining
+        remove -= min(remove, len(joining))
         ready = sorted(
             (r for r in live if r.state is State.READY), key=lambda r: (r.work, -r.ident)
         )

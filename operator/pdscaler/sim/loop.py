@@ -59,16 +59,21 @@ class LoopConfig:
     #: prefill pool's completions (False: the fall-back, which a backlog caps at the
     #: pool's throughput).
     arrivals: bool = True
+    #: The engine's TRUE role-change time, from a replica empty in one pool to serving
+    #: in the other (``Engine.flip``; a controller that flips has its own estimate).
+    reconfigure_s: float = 9.0
 
 
 @dataclass(frozen=True)
 class Action:
-    """One applied change of one pool's desired replicas."""
+    """One applied change of one pool's desired replicas; ``flipped`` of the change are
+    replicas changing role (taken from, or given to, the other pool)."""
 
     time: float
     role: Role
     before: int
     after: int
+    flipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -129,13 +134,24 @@ class _Recorder:
         return Timeline(*cols)
 
 
-def _apply(engine: Engine, target: Target, now: float, rec: _Recorder) -> None:
+def _apply(
+    engine: Engine, target: Target, now: float, rec: _Recorder, reconfigure_s: float
+) -> None:
+    """Flips first (their replicas then count in the pool they join), then scales."""
     scaled_up = False
+    before = {r: engine.desired(r) for r in (Role.PREFILL, Role.DECODE)}
+    moved = {Role.PREFILL: 0, Role.DECODE: 0}
+    if target.flip is not None:
+        flip = target.flip
+        moved[flip.source] = moved[flip.target] = engine.flip(
+            flip.source, flip.count, now, reconfigure_s
+        )
     for role, want in ((Role.PREFILL, target.prefill), (Role.DECODE, target.decode)):
-        have = engine.desired(role)
-        if want != have:
+        have = before[role]
+        if want != engine.desired(role):
             engine.scale_to(role, want, now)
-            rec.actions.append(Action(now, role, have, want))
+        if want != have:
+            rec.actions.append(Action(now, role, have, want, moved[role]))
             scaled_up = scaled_up or want > have
     if rec.actions and rec.actions[-1].time == now:
         rec.notes.append((now, target.note))
@@ -187,7 +203,7 @@ def run(
                 view = View(now, snapshot(prom, now, spec, arrivals=cfg.arrivals), *_pools(engine))
                 target = controller.tick(view)
                 if target is not None:
-                    _apply(engine, target, now, rec)
+                    _apply(engine, target, now, rec, cfg.reconfigure_s)
             rec.row(engine, now)
             next_tick += interval
             if progress is not None:

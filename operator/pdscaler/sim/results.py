@@ -108,6 +108,8 @@ class Summary:
     #: Requests no pool size serves: their context (prompt + output) does not fit one
     #: decode replica's KV; answered with an error on arrival (counted as SLO misses).
     unservable: int = 0
+    #: Replicas moved between the pools by a role change (``Engine.flip``).
+    role_flips: int = 0
 
     def to_json(self, oracle_gpu_hours: float | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {k: _json_number(v) for k, v in asdict(self).items()}
@@ -145,6 +147,7 @@ def summarize(run: Run) -> Summary:
         reversals=reversals(run.actions),
         slo_attainment_settled=settled_attainment(t.arrival, ok),
         unservable=t.unservable,
+        role_flips=sum(a.flipped for a in run.actions if a.role is Role.PREFILL),
     )
 
 
