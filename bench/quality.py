@@ -20,7 +20,11 @@ the baselines): the conversation trace with prompts mapped onto 8k-16k tokens
 (``scenarios.long_context``) with a length-aware TTFT SLO of 2 s + 0.1 ms per prompt
 token; a decode replica holds ``EngineParams.decode_kv_tokens`` = 100,000 KV tokens
 (Llama-2-7B fp16: 2 x 32 layers x 4,096 x 2 bytes = 0.5 MB per token; ~60 GB of an
-A100-80GB after the 14 GB of weights and activations; vLLM, SOSP'23, §6).
+A100-80GB after the 14 GB of weights and activations; vLLM, SOSP'23, §6); and the
+demo's mix shift (``scenarios.mix_shift``, ``MIX_MINUTES`` per segment: chat, then long
+documents, then a chat burst), the case role flips are for (docs/models.md §5a): the
+token ratio swings ~25x towards prefill and back, so one pool's surplus is the other's
+shortfall. Its seeds are the scenario's own Poisson draws.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from pdscaler.sim.loop import LoopConfig, run
 from pdscaler.sim.plot import render_png
 from pdscaler.sim.profiles import with_measured_profile
 from pdscaler.sim.results import summarize
-from pdscaler.sim.scenarios import jitter, long_context
+from pdscaler.sim.scenarios import jitter, long_context, mix_shift
 from pdscaler.sim.setup import sim_spec
 from pdscaler.sim.traces import Trace, load_trace, scale_rate
 from pdscaler.spec import PDDeploymentSpec
@@ -67,6 +71,8 @@ TARGET_ORACLE_RATIO = 1.2
 CASE_POLICIES: tuple[str, ...] = tuple(p for p in POLICIES if p != "static-mean")
 #: How the policies are labelled in the reports.
 LABELS = {"hpa-queue": "hpa-naive (1-64, target 2)"}
+#: Minutes per segment of the held-out mix-shift case (chat, long documents, chat burst).
+MIX_MINUTES = 10.0
 #: Held-out TTFT SLO: base + seconds per prompt token.
 HELD_OUT_TTFT_PER_TOKEN = 1e-4
 
@@ -134,11 +140,19 @@ class Group:
         return f"{self.trace}{'-long' if self.long else ''} {self.scale:g}x"
 
     @property
+    def held_out(self) -> bool:
+        """Not tuned on: the long-context conversation and the mix shift."""
+        return self.long or self.trace == "mix"
+
+    @property
     def slug(self) -> str:
         return f"{self.trace}{'-long' if self.long else ''}-{self.scale:g}x"
 
 
 def load(group: Group, plan: Plan, seed: int) -> Trace:
+    if group.trace == "mix":
+        mixed = mix_shift(minutes=MIX_MINUTES, seed=seed)
+        return mixed if plan.duration is None else mixed.window(0.0, plan.duration)
     trace = load_trace(TRACE_FILES[group.trace])
     if plan.duration is not None and plan.duration < trace.span:
         trace = trace.window(0.0, plan.duration)
@@ -221,9 +235,10 @@ def run_case(
         c = cfg
         if "engine" in patch:
             c = replace(c, params=replace(c.params, **patch["engine"]))
+        if "flips" in patch:
+            c = replace(c, flips=FlipOptions(**patch["flips"]))
         spec = patched(c.spec, patch.get("spec", {}))
-        flips = FlipOptions(**patch["flips"]) if "flips" in patch else None
-        ctrl = PdscalerController(spec, flips=flips)
+        ctrl = PdscalerController(spec, flips=c.flips)
         ctrl.name = label
         s = summarize(run(trace, ctrl, c))
         doc["policies"][label] = s.to_json(comp.oracle.gpu_hours)
@@ -247,6 +262,7 @@ def groups(plan: Plan) -> list[Group]:
     if plan.held_out:
         st = plan.held_out_startups or plan.startups
         out.append(Group("conv", 1.0, True, st, plan.seeds))
+        out.append(Group("mix", 1.0, False, st, plan.seeds))
     return out
 
 
@@ -280,7 +296,7 @@ def run_matrix(
                     "group": g.slug,
                     "trace": g.trace,
                     "scale": g.scale,
-                    "held_out": g.long,
+                    "held_out": g.held_out,
                     "startup_s": st,
                     "seeds": [],
                 },
@@ -594,9 +610,12 @@ def report(doc: dict[str, Any], command: str) -> str:
         out += [
             "## Held out (not tuned on)",
             "",
-            "Conversation trace, prompts mapped by rank onto 8k-16k tokens, TTFT SLO 2 s + "
-            "0.1 ms per prompt token, decode replica KV 100,000 tokens (Llama-2-7B fp16, "
-            "0.5 MB/token, ~60 GB of an A100-80GB).",
+            "conv-long: the conversation trace, prompts mapped by rank onto 8k-16k tokens, "
+            "TTFT SLO 2 s + 0.1 ms per prompt token, decode replica KV 100,000 tokens "
+            "(Llama-2-7B fp16, 0.5 MB/token, ~60 GB of an A100-80GB). mix: the demo's mix "
+            f"shift, {MIX_MINUTES:g} minutes each of chat (20 req/s, 1,000 in / 250 out), "
+            "long documents (10 req/s, 6,000 / 60) and a chat burst (40 req/s), the case "
+            "role flips are for (the `pdscaler + role flips` ablation row).",
             "",
             table(SUMMARY_HEADERS, held),
             "",

@@ -25,6 +25,7 @@ is the SLO-feasible clairvoyant schedule (``pdscaler.sim.compare.feasible_oracle
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -43,6 +44,7 @@ from pdscaler.sim.plot import render_png
 from pdscaler.sim.profiles import with_measured_profile
 from pdscaler.sim.setup import DECODE_PRIOR_TPS, PREFILL_PRIOR_TPS, sim_spec
 from pdscaler.sim.traces import Trace, load_trace, scale_rate
+from pdscaler.types import FlipOptions
 
 #: Console width when stdout is not a terminal (rich would assume 80 and wrap the table).
 WIDE = 132
@@ -199,6 +201,19 @@ def cmd_simulate(
             "before deploying, docs/models.md 2d), or size with the constant priors alone.",
         ),
     ] = True,
+    role_flips: Annotated[
+        bool,
+        typer.Option(
+            "--role-flips/--no-role-flips",
+            help="Let pdscaler move ready replicas between the pools by a role change "
+            "(both pools on the same hardware, the engine's KV connector in both roles; "
+            "docs/models.md 5a). Offline only: the operator does not flip yet.",
+        ),
+    ] = False,
+    reconfigure: Annotated[
+        float,
+        typer.Option(help="Role change time, seconds, from a replica empty to serving."),
+    ] = 9.0,
     utilization: Annotated[float, typer.Option(help="Target utilisation of both pools.")] = 0.7,
     max_replicas: Annotated[int, typer.Option(help="Max replicas per pool.")] = 64,
     interval: Annotated[str, typer.Option(help="Scaling interval (duration).")] = "15s",
@@ -227,6 +242,8 @@ def cmd_simulate(
         _positive(name, value)
     if duration is not None:
         _positive("--duration", duration)
+    if not 0 <= reconfigure < math.inf:
+        fail(f"--reconfigure must be a finite number of seconds >= 0, got {reconfigure:g}")
     if queue not in QUEUE_DISCIPLINES:
         fail(f"--queue must be one of {', '.join(QUEUE_DISCIPLINES)}, got {queue!r}")
     if not ttft_slo_per_token >= 0:
@@ -264,7 +281,13 @@ def cmd_simulate(
         spec = with_measured_profile(spec, params)
     data = load(trace, rate_scale, duration, seed)
     cfg = LoopConfig(
-        spec=spec, params=params, startup_s=startup, seed=seed, ttft_per_token_s=ttft_slo_per_token
+        spec=spec,
+        params=params,
+        startup_s=startup,
+        seed=seed,
+        ttft_per_token_s=ttft_slo_per_token,
+        reconfigure_s=reconfigure,
+        flips=FlipOptions(reconfigure_seconds=reconfigure) if role_flips else None,
     )
     err_console = Console(stderr=True)
     started = time.perf_counter()
@@ -283,7 +306,12 @@ def cmd_simulate(
             names,
             cfg,
             progress=lambda n, f: bar.update(tasks[n], completed=f),
-            meta={"rate_scale": rate_scale, "source": str(trace), "profile": profile},
+            meta={
+                "rate_scale": rate_scale,
+                "source": str(trace),
+                "profile": profile,
+                "role_flips": role_flips,
+            },
         )
     elapsed = time.perf_counter() - started
     doc: dict[str, Any] = result.to_json()

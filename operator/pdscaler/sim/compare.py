@@ -137,7 +137,7 @@ def controller(
         return DynamoPlannerController(spec, cfg.params, tuned.dynamo)
 
     makers: dict[str, Callable[[], Controller]] = {
-        "pdscaler": lambda: PdscalerController(spec, decide),
+        "pdscaler": lambda: PdscalerController(spec, decide, cfg.flips),
         "static-best": static_best,
         "hpa-tuned": hpa_tuned,
         "dynamo-planner": dynamo_tuned,

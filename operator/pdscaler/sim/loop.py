@@ -29,7 +29,7 @@ from pdscaler.sim.prom import PromView
 from pdscaler.sim.setup import warm_start
 from pdscaler.sim.traces import Trace
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import PoolObservation, Role
+from pdscaler.types import FlipOptions, PoolObservation, Role
 
 Progress = Callable[[float], None]
 
@@ -60,8 +60,10 @@ class LoopConfig:
     #: pool's throughput).
     arrivals: bool = True
     #: The engine's TRUE role-change time, from a replica empty in one pool to serving
-    #: in the other (``Engine.flip``; a controller that flips has its own estimate).
+    #: in the other (``Engine.flip``), and the role changes offered to pdscaler, with its
+    #: estimate of their cost (None: it only scales, as the live operator does today).
     reconfigure_s: float = 9.0
+    flips: FlipOptions | None = None
 
 
 @dataclass(frozen=True)
