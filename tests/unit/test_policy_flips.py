@@ -55,7 +55,10 @@ def test_prefill_takes_the_decode_replicas_decode_no_longer_needs() -> None:
     assert (flip.source, flip.target, flip.count) == (Role.DECODE, Role.PREFILL, 6)
     assert (flip.seconds, flip.cold_start_seconds) == pytest.approx((24.0, 60.0))
     assert (with_flips.prefill, with_flips.decode) == (20, 18)
-    assert "6 decode replicas change role to prefill: serving in ~24s" in with_flips.message
+    assert (
+        "6 decode replicas change role to prefill: serving in ~24s (a new one in ~60s), "
+        "within the 60s drain deadline" in with_flips.message
+    )
     assert with_flips.memory.recommendations[-1][2] == 18  # the next flip waits a window
     without = decide(inp)
     assert without.flip is None

@@ -45,7 +45,10 @@ def explain(tick: Tick) -> tuple[Action, Role | None, str]:
     notes = _limit_notes(tick) + infeasible(tick) + _set_aside(tick) + _headroom(tick)
     if tick.flip is not None:
         f = tick.flip
-        notes.append(reasons.flipped(f.source, f.target, f.count, f.seconds, f.cold_start_seconds))
+        deadline = tick.inp.spec.slo.recovery_seconds
+        notes.append(
+            reasons.flipped(f.source, f.target, f.count, f.seconds, f.cold_start_seconds, deadline)
+        )
     if tick.grown:
         return _explain_up(tick, notes)
     if tick.shrunk:
