@@ -83,6 +83,7 @@ import bisect
 import heapq
 import itertools
 import math
+import operator
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -438,8 +439,8 @@ class Sample:
     decode_kv_capacity_tokens: float = 0.0
 
 
-def _reserved(rep: Replica) -> int:
-    return rep.kv_reserved
+#: A decode replica's reserved KV tokens (the key ``_pick_decode`` minimises).
+_reserved = operator.attrgetter("kv_reserved")
 
 
 def _no_cost(_: int) -> float:
@@ -469,7 +470,7 @@ class _Queue:
         return len(self._on_time) + len(self._late)
 
     def __bool__(self) -> bool:
-        return bool(self._on_time) or bool(self._late)
+        return bool(self._on_time or self._late)
 
     def append(self, i: int) -> None:
         self._on_time.append(i)
@@ -765,19 +766,21 @@ class Engine:
         """Process every arrival and event up to and including time ``t``."""
         arr = self._arr
         events = self._events
+        inf = math.inf
+        kv_limit = self.p.decode_kv_tokens  # ``EngineParams.fits``, inlined (hot loop)
+        ready_ev, prefill_ev, handoff_ev = int(_Ev.READY), int(_Ev.PREFILL_DONE), int(_Ev.HANDOFF)
         while True:
-            n = len(arr)
-            next_ev = events[0][0] if events else math.inf
-            next_arr = arr[self._next_arrival] if self._next_arrival < n else math.inf
-            nxt = min(next_ev, next_arr)
-            if nxt > t or nxt == math.inf:
+            next_ev = events[0][0] if events else inf
+            next_arr = arr[self._next_arrival] if self._next_arrival < len(arr) else inf
+            nxt = next_ev if next_ev <= next_arr else next_arr
+            if nxt > t or nxt == inf:
                 break
             if next_arr <= next_ev:
                 i = self._next_arrival
                 self._next_arrival += 1
                 self.now = next_arr
                 self._c_arrived += 1
-                if not self.p.fits(self._prompt[i], self._out[i]):
+                if self._prompt[i] + self._out[i] > kv_limit:
                     self._reject(i, next_arr)
                     continue
                 self._pf_queue.append(i)
@@ -786,18 +789,18 @@ class Engine:
                 continue
             ev_t, _, kind, a, b = heapq.heappop(events)
             self.now = ev_t
-            if kind == _Ev.READY:
-                rep = self.replicas[a]
-                if rep.state is State.STARTING:
-                    self._make_ready(rep)
-            elif kind == _Ev.PREFILL_DONE:
-                rep = self.replicas[a]
-                if b == rep.version:
-                    self._prefill_done(rep, ev_t)
-            elif kind == _Ev.HANDOFF:
+            if kind == handoff_ev:
                 self._handoff[a] = ev_t
                 self._dc_queue.append(a)
                 self._dispatch_decode(ev_t)
+            elif kind == prefill_ev:
+                rep = self.replicas[a]
+                if b == rep.version:
+                    self._prefill_done(rep, ev_t)
+            elif kind == ready_ev:
+                rep = self.replicas[a]
+                if rep.state is State.STARTING:
+                    self._make_ready(rep)
             else:
                 rep = self.replicas[a]
                 if b == rep.version:
