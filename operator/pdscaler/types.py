@@ -20,6 +20,11 @@ class Role(StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
 
+    @property
+    def other(self) -> Role:
+        """The other pool: ``Role.PREFILL.other`` is ``Role.DECODE``."""
+        return Role.DECODE if self is Role.PREFILL else Role.PREFILL
+
 
 class RateSource(StrEnum):
     """What ``MetricsSnapshot.request_rate`` counts: requests ARRIVING (the routers'
@@ -340,7 +345,7 @@ class Flip:
 
     @property
     def target(self) -> Role:
-        return Role.PREFILL if self.source is Role.DECODE else Role.DECODE
+        return self.source.other
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ def _greedy(
 ) -> int:
     """Add replicas (in place) to the worse-utilised pool that can still grow and whose
     next replica fits; ties to ``first``. Returns the GPUs left."""
-    other = Role.DECODE if first is Role.PREFILL else Role.PREFILL
+    other = first.other
     while True:
         growable = [r for r in (first, other) if counts[r] < caps[r] and gpus[r] <= left]
         if not growable:

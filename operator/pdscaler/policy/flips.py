@@ -24,15 +24,11 @@ change (the 1 new one is the only added GPU).
 from __future__ import annotations
 
 from pdscaler.policy.sizing import PoolFacts
-from pdscaler.policy.stabilize import MAX_DOWN_FRACTION, Record
+from pdscaler.policy.stabilize import MAX_DOWN_FRACTION, Record, prune
 from pdscaler.policy.tick import ROLES
 from pdscaler.types import Flip, FlipOptions, Role, TickInput
 
 _COLUMN = {Role.PREFILL: 1, Role.DECODE: 2}
-
-
-def other(role: Role) -> Role:
-    return Role.DECODE if role is Role.PREFILL else Role.PREFILL
 
 
 def flip_seconds(facts: PoolFacts, tpot: float, reconfigure: float) -> float:
@@ -54,12 +50,10 @@ def surplus(
     seconds (the records are a step function: the newest at or before the window start
     holds into it). 0 until the records cover the window. Decode at 20, records 16, 17,
     16 over 60 s: 3."""
-    start = now - window
-    if not records or records[0][0] > start:
+    kept = prune(records, now, window)
+    if not kept or kept[0][0] > now - window:
         return 0
-    anchor = max((r for r in records if r[0] <= start), key=lambda r: r[0])
-    values = [int(r[_COLUMN[role]]) for r in records if r[0] > start] + [int(anchor[_COLUMN[role]])]
-    return max(0, current - max(values))
+    return max(0, current - max(int(r[_COLUMN[role]]) for r in kept))
 
 
 def plan_flip(
@@ -84,7 +78,7 @@ def plan_flip(
         return None
     window = min(opts.window_seconds, spec.scaling.scale_down_stabilization_seconds)
     for target in ROLES:
-        source = other(target)
+        source = target.other
         grow = final[target] - facts[target].current
         if grow <= 0 or final[source] > facts[source].current or (gaps or {}).get(source):
             continue

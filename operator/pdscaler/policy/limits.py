@@ -154,7 +154,7 @@ def keep_gapped(inp: TickInput, split: Split, gaps: dict[Role, tuple[str, ...]])
         if out[role] >= floor:
             continue
         out[role] = floor
-        other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
+        other = role.other
         room = split.budget_gpus - floor * spec.pool(role).gpus_per_replica
         fits = room // spec.pool(other).gpus_per_replica
         held = max(

@@ -443,6 +443,12 @@ class Sample:
 _reserved = operator.attrgetter("kv_reserved")
 
 
+def _least_work_first(rep: Replica) -> tuple[int, int]:
+    """The order replicas leave a pool in (drained or flipped): the least work held
+    first, the newest among equals."""
+    return (rep.work, -rep.ident)
+
+
 def _no_cost(_: int) -> float:
     return 0.0
 
@@ -695,8 +701,7 @@ class Engine:
         )
 
     def _flipping_to(self, role: Role) -> list[Replica]:
-        other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
-        return [r for r in self._live[other] if r.flip_to is role]
+        return [r for r in self._live[role.other] if r.flip_to is role]
 
     def flip(self, source: Role, n: int, now: float, reconfigure_s: float) -> int:
         """Move ``n`` ready replicas of ``source`` to the other pool (a role change, no
@@ -708,9 +713,9 @@ class Engine:
         self.run_until(now)
         ready = sorted(
             (r for r in self._live[source] if r.state is State.READY),
-            key=lambda r: (r.work, -r.ident),
+            key=_least_work_first,
         )[: max(0, n)]
-        target = Role.DECODE if source is Role.PREFILL else Role.PREFILL
+        target = source.other
         for rep in ready:
             self._stop_taking_work(rep)
             rep.state = State.DRAINING
@@ -752,9 +757,7 @@ class Engine:
         for rep in joining[:remove]:
             rep.flip_to = None  # drains away instead of joining
         remove -= min(remove, len(joining))
-        ready = sorted(
-            (r for r in live if r.state is State.READY), key=lambda r: (r.work, -r.ident)
-        )
+        ready = sorted((r for r in live if r.state is State.READY), key=_least_work_first)
         for rep in ready[:remove]:
             self._stop_taking_work(rep)
             rep.state = State.DRAINING
