@@ -89,8 +89,10 @@ def quality_part(doc: dict[str, Any]) -> list[str]:
         "(replayed, it meets 99% or the feasibility ceiling); `x oracle` is a ratio to it. "
         "pdscaler and the Dynamo-style planner are given the engine's measured capacity "
         "profile (pdscaler without it: the `no profile` ablation in quality.md). "
-        "The tuned baselines were tuned on seed 0; the held-out case (prompts of 8k-16k "
-        "tokens, length-aware TTFT) was tuned on by nobody. "
+        "The tuned baselines were tuned on seed 0; the held-out cases were tuned on by "
+        "nobody: conv-long (prompts of 8k-16k tokens, length-aware TTFT) and mix (the "
+        "demo's mix shift, 10 minutes each of chat, long documents and a chat burst, the "
+        "case role flips are for: the `pdscaler + role flips` row in quality.md). "
         + (cuts.strip() + " " if cuts else "")
         + "Start-up "
         f"{SUMMARY_STARTUP:g} s here; every case in "
