@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from typing import Any
 
 from pdlab.lab import Lab
 from pdscaler import manifests, naming
@@ -35,6 +36,24 @@ from support.opkit import (
 
 NAME = "chat"
 REV = manifests.spec_revision(spec_of(pdd_manifest(NAME, "http://unused")))
+
+
+def status_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What differs between two statuses, for a failure message: each changed field as
+    (before, after), the conditions by type."""
+    out: dict[str, Any] = {}
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if key == "conditions":
+            by_type = {c["type"]: c for c in old or []}
+            changed = [
+                (by_type.get(c["type"]), c) for c in new or [] if by_type.get(c["type"]) != c
+            ]
+            if changed:
+                out[key] = changed
+        elif old != new:
+            out[key] = (old, new)
+    return out
 
 
 def resource_versions(kube: Kube, namespace: str) -> dict[str, str]:
@@ -123,9 +142,12 @@ def test_pdd_creates_ready_cell_with_status_then_converges_with_zero_writes(
             )
             before_writes = rt.kube.audit.count
             before_versions = resource_versions(kube, namespace)
+            before_status = get_pdd(kube, namespace, NAME).get("status") or {}
             ticks = rt.ticks
             wait_for(lambda: rt.ticks >= ticks + 3, 30, "3 more ticks")
-            assert rt.kube.audit.since(before_writes) == []
+            written = rt.kube.audit.since(before_writes)
+            after_status = get_pdd(kube, namespace, NAME).get("status") or {}
+            assert written == [], (written, status_changes(before_status, after_status))
             assert resource_versions(kube, namespace) == before_versions
 
             delete_pdd_and_wait(kube, namespace, NAME)
