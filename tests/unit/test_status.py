@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pdscaler import status as st
+from pdscaler.policy.stabilize import prune
 from pdscaler.spec import Condition, PDDeploymentSpec, PDDeploymentStatus
 from pdscaler.types import (
     ConditionReason,
@@ -197,6 +198,24 @@ def test_memory_stable_across_ticks() -> None:
     once = st.memory_to_status(mem, 145.0, 300.0)
     again = st.memory_to_status(st.memory_from_status(once, 160.0), 160.0, 300.0)
     assert once == again
+
+
+def test_memory_stable_once_the_window_is_covered() -> None:
+    """A steady recommendation persists the same memory every tick, also after the
+    stabilization window is covered (the anchor is where the steady value began, not
+    the newest record at or before the window start, which moves every tick: a status
+    write per tick on a converged PDDeployment; CI saw it in the lab at window 20 s)."""
+    records: tuple[tuple[float, int, int], ...] = ((990.0, 2, 3),)
+    persisted = []
+    for i in range(40):
+        now = 1000.0 + 2 * i
+        records = prune((*records, (now, 1, 1)), now, 20.0)
+        persisted.append(st.memory_to_status(PolicyMemory(recommendations=records), now, 20.0))
+    assert persisted[-1]["recommendations"] == [[1000, 1, 1]]
+    assert all(p == persisted[-1] for p in persisted[10:]), persisted[10:]
+    # The window still reads as covered, with the steady value only.
+    assert records[0][0] <= records[-1][0] - 20.0
+    assert {r[1:] for r in records} == {(1, 1)}
 
 
 def test_repeated_scale_to_same_target_keeps_last_decision() -> None:

@@ -38,13 +38,23 @@ Record = tuple[float, int, int]
 
 
 def prune(records: Sequence[Record], now: float, window: float) -> tuple[Record, ...]:
-    """Records inside ``(now - window, now]`` plus the anchor (the newest at or before
-    the window start). Window 300 at now 1000: records at 600, 690, 710, 1000 -> 690
-    (anchor), 710, 1000."""
+    """Records inside ``(now - window, now]`` plus the anchor: the newest record at or
+    before the window start, dated from where its value began (the earliest of the run
+    of equal records it ends). Window 300 at now 1000: records (600, 4, 4), (690, 5, 4),
+    (700, 5, 4), (710, 6, 4), (1000, 6, 4) -> (690, 5, 4) (anchor), (710, 6, 4),
+    (1000, 6, 4).
+
+    Why the run start: the anchor's value is all the window reads of it, but its date is
+    persisted (``status.memory_to_status``). The newest record before the start moves
+    every tick, so a steady PDDeployment would rewrite its status every tick once its
+    window is covered; where the steady value began does not move."""
     start = now - window
     ordered = sorted((r for r in records if r[0] <= now), key=lambda r: r[0])
-    anchor = [r for r in ordered if r[0] <= start][-1:]
-    return tuple(anchor) + tuple(r for r in ordered if r[0] > start)
+    before = [r for r in ordered if r[0] <= start]
+    first = len(before) - 1
+    while first > 0 and before[first - 1][1:] == before[first][1:]:
+        first -= 1
+    return tuple(before[first : first + 1]) + tuple(r for r in ordered if r[0] > start)
 
 
 #: Why a scale-down was withheld (``Stabilized.held_by``).
