@@ -322,13 +322,14 @@ class PolicyMemory:
 class FlipOptions:
     """What a role change costs where the actuator supports one (both pools on the same
     hardware and parallelism, the engine's KV connector in both roles, e.g. vLLM's
-    ``kv_role: kv_both``): ``reconfigure_seconds`` from the replica leaving one pool
-    empty until it serves the other (docs/models.md §5: no weights move, the software
-    preparation is the floor, ~9 s); ``window_seconds`` how long a pool's
+    ``kv_role: kv_both``): ``reconfigure_seconds``, what pdscaler expects from the
+    replica leaving one pool empty until it serves the other (None: the reconfiguration
+    model's floor, ``models.migration.SOFTWARE_PREP_SECONDS``, 9 s: no weights move,
+    docs/models.md §5); ``window_seconds`` how long a pool's
     recommendations must have stayed below what it runs before it gives replicas away
     (so a replica flipped in is not flipped back on the next dip)."""
 
-    reconfigure_seconds: float = 9.0
+    reconfigure_seconds: float | None = None
     window_seconds: float = 60.0
 
 

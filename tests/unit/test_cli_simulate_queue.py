@@ -63,6 +63,12 @@ def test_role_flips_are_off_by_default_and_flip_on_a_mix_shift(tmp_path: Path) -
     assert (off["meta"]["role_flips"], on["meta"]["role_flips"]) == (False, True)
     assert off["policies"]["pdscaler"]["role_flips"] == 0
     assert on["policies"]["pdscaler"]["role_flips"] > 0
+    # --reconfigure is the engine's true time, not pdscaler's estimate: at 400 s, above
+    # the 300 s start-up, a policy that knew it would never flip; it plans with 9 s.
+    slow = as_json(tmp_path, *common, "--role-flips", "--reconfigure", "400")
+    assert slow["meta"]["reconfigure_seconds"] == 400
+    assert slow["policies"]["pdscaler"]["role_flips"] > 0
+    assert slow["policies"]["pdscaler"] != on["policies"]["pdscaler"]
     result = simulate(tmp_path, *common, "--role-flips", "--reconfigure", "-1")
     assert result.exit_code == 2
     assert "--reconfigure must be a finite number of seconds >= 0" in result.output

@@ -28,7 +28,8 @@ SHORT_PREFILL = snapshot(ttft=3.0, tpot=0.03, prefill_queue=140.0)
 #: Decode ran 24 until 70 s ago, and has been recommended 18 since: the 5-minute
 #: stabilization window still holds it at 24, the 60-second flip window does not.
 RECENT = PolicyMemory(recommendations=((NOW - 400.0, 14, 24), (NOW - 70.0, 14, 18)))
-FLIPS = FlipOptions(reconfigure_seconds=9.0, window_seconds=60.0)
+#: The defaults: the reconfiguration model's 9 s floor, a 60 s flip window.
+FLIPS = FlipOptions()
 
 
 def flipping(inp: TickInput, **changes: Any) -> TickInput:
@@ -54,6 +55,8 @@ def test_prefill_takes_the_decode_replicas_decode_no_longer_needs() -> None:
     assert flip is not None
     assert (flip.source, flip.target, flip.count) == (Role.DECODE, Role.PREFILL, 6)
     assert (flip.seconds, flip.cold_start_seconds) == pytest.approx((24.0, 60.0))
+    assert chat_flip(chat_spec(), flips=FlipOptions(reconfigure_seconds=30.0)) is not None
+    assert chat_flip(chat_spec(), flips=FlipOptions(reconfigure_seconds=50.0)) is None
     assert (with_flips.prefill, with_flips.decode) == (20, 18)
     assert (
         "6 decode replicas change role to prefill: serving in ~24s (a new one in ~60s), "

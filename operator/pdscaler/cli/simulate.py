@@ -37,6 +37,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pdscaler.cli.common import OneLineCommand, fail, percent
+from pdscaler.models.migration import SOFTWARE_PREP_SECONDS
 from pdscaler.sim.compare import KNOWN, Comparison, compare, parse_policies
 from pdscaler.sim.engine import QUEUE_DISCIPLINES, EngineParams
 from pdscaler.sim.loop import LoopConfig
@@ -212,8 +213,12 @@ def cmd_simulate(
     ] = False,
     reconfigure: Annotated[
         float,
-        typer.Option(help="Role change time, seconds, from a replica empty to serving."),
-    ] = 9.0,
+        typer.Option(
+            help="The simulated engine's role change time, seconds, from a replica empty "
+            "to serving; pdscaler plans with the model's floor (docs/models.md 5) whatever "
+            "this is, as it would live."
+        ),
+    ] = SOFTWARE_PREP_SECONDS,
     utilization: Annotated[float, typer.Option(help="Target utilisation of both pools.")] = 0.7,
     max_replicas: Annotated[int, typer.Option(help="Max replicas per pool.")] = 64,
     interval: Annotated[str, typer.Option(help="Scaling interval (duration).")] = "15s",
@@ -287,7 +292,7 @@ def cmd_simulate(
         seed=seed,
         ttft_per_token_s=ttft_slo_per_token,
         reconfigure_s=reconfigure,
-        flips=FlipOptions(reconfigure_seconds=reconfigure) if role_flips else None,
+        flips=FlipOptions() if role_flips else None,
     )
     err_console = Console(stderr=True)
     started = time.perf_counter()
@@ -311,6 +316,7 @@ def cmd_simulate(
                 "source": str(trace),
                 "profile": profile,
                 "role_flips": role_flips,
+                "reconfigure_seconds": reconfigure,
             },
         )
     elapsed = time.perf_counter() - started

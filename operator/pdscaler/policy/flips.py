@@ -23,6 +23,7 @@ change (the 1 new one is the only added GPU).
 
 from __future__ import annotations
 
+from pdscaler.models.migration import SOFTWARE_PREP_SECONDS
 from pdscaler.policy.sizing import PoolFacts
 from pdscaler.policy.stabilize import MAX_DOWN_FRACTION, Record, prune
 from pdscaler.policy.tick import ROLES
@@ -77,6 +78,9 @@ def plan_flip(
     if spec.prefill.gpus_per_replica != spec.decode.gpus_per_replica:
         return None
     window = min(opts.window_seconds, spec.scaling.scale_down_stabilization_seconds)
+    reconfigure = opts.reconfigure_seconds
+    if reconfigure is None:
+        reconfigure = SOFTWARE_PREP_SECONDS
     for target in ROLES:
         source = target.other
         grow = final[target] - facts[target].current
@@ -85,7 +89,7 @@ def plan_flip(
         have = facts[source].current
         spare = min(surplus(source, have, records, inp.now, window), int(have * MAX_DOWN_FRACTION))
         count = min(grow, spare, facts[source].ready)
-        seconds = flip_seconds(facts[source], tpot, opts.reconfigure_seconds)
+        seconds = flip_seconds(facts[source], tpot, reconfigure)
         if count > 0 and seconds < startup:
             return Flip(source, count, seconds, startup)
     return None

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pdscaler.models.migration import SOFTWARE_PREP_SECONDS
 from pdscaler.sim.controllers import Controller, Target, View
 from pdscaler.sim.engine import Engine, EngineParams, FloatArray, RequestTimes
 from pdscaler.sim.observe import pool_observation, snapshot
@@ -60,9 +61,10 @@ class LoopConfig:
     #: pool's throughput).
     arrivals: bool = True
     #: The engine's TRUE role-change time, from a replica empty in one pool to serving
-    #: in the other (``Engine.flip``), and the role changes offered to pdscaler, with its
-    #: estimate of their cost (None: it only scales, as the live operator does today).
-    reconfigure_s: float = 9.0
+    #: in the other (``Engine.flip``; the model's floor by default), and the role changes
+    #: offered to pdscaler, with its own estimate of their cost, which need not be the
+    #: truth (None: it only scales, as the live operator does today).
+    reconfigure_s: float = SOFTWARE_PREP_SECONDS
     flips: FlipOptions | None = None
 
 
