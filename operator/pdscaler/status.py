@@ -317,8 +317,21 @@ def slo_unreachable(inp: StatusInput) -> Condition:
     is off: spec.scaling.burstHeadroom holds up to 58 prefill replicas for them (x3.0),
     38 more (38 GPUs) than now``); else False, ``SLOWithinReach``. While it stays True
     for the same reason the message is the one it turned True with: the figures move
-    every tick, and a status write per tick is churn."""
+    every tick, and a status write per tick is churn. For the same reason, once True it
+    stays True for a scale-down stabilization window (a bursty p95 crosses the SLO on
+    and off from tick to tick): True at 10:00 with a 5-minute window, no breach at
+    10:03 -> still True, since 10:00; no breach at 10:05 -> False."""
     why = inp.decision.slo_unreachable
+    previous = inp.previous.conditions if inp.previous else None
+    was = next((c for c in previous or [] if c.type == ConditionType.SLO_UNREACHABLE), None)
+    hold = inp.spec.scaling.scale_down_stabilization_seconds
+    if (
+        why is None
+        and was is not None
+        and was.status == "True"
+        and inp.now - was.last_transition_time.timestamp() < hold
+    ):
+        return was.model_copy(update={"observed_generation": inp.generation})
     if why is None:
         return _condition(
             inp,
@@ -327,17 +340,8 @@ def slo_unreachable(inp: StatusInput) -> Condition:
             ConditionReason.SLO_WITHIN_REACH,
             MSG_SLO_WITHIN_REACH,
         )
-    previous = inp.previous.conditions if inp.previous else None
-    message = next(
-        (
-            c.message
-            for c in previous or []
-            if c.type == ConditionType.SLO_UNREACHABLE
-            and c.status == "True"
-            and c.reason == why.reason
-        ),
-        why.message,
-    )
+    same = was is not None and was.status == "True" and was.reason == why.reason
+    message = was.message if was is not None and same else why.message
     return _condition(inp, ConditionType.SLO_UNREACHABLE, True, why.reason, message)
 
 

@@ -296,3 +296,22 @@ def test_slo_unreachable_carries_the_decisions_reason_and_sentence() -> None:
     assert (c3.reason, c3.message) == ("BurstHeadroomCapped", capped.message)
     ok = cond(st.build_status(inp()), "SLOUnreachable")
     assert (ok.status, ok.reason) == ("False", "SLOWithinReach")
+
+
+def test_slo_unreachable_holds_true_for_a_stabilization_window() -> None:
+    """Bursty TTFT crosses the SLO on and off from tick to tick: the condition, once True,
+    stays True (same reason, same message) until a whole scale-down stabilization window
+    (300 s here) has passed since it turned True, so a flapping p95 costs at most one
+    status write pair per window, not one per tick. Then a tick without a breach turns
+    it False."""
+    why = Unreachable(ConditionReason.BURST_HEADROOM_OFF, "TTFT p95 3.0s ...: 38 more")
+    on = st.build_status(inp(decision=replace(SCALE, slo_unreachable=why), now=1000.0))
+    calm = replace(SCALE, slo_unreachable=None)
+    held = st.build_status(inp(decision=calm, previous=on, now=1200.0))
+    c = cond(held, "SLOUnreachable")
+    assert (c.status, c.reason, c.message) == ("True", "BurstHeadroomOff", why.message)
+    assert c.last_transition_time == cond(on, "SLOUnreachable").last_transition_time
+    released = cond(
+        st.build_status(inp(decision=calm, previous=held, now=1300.0)), "SLOUnreachable"
+    )
+    assert (released.status, released.reason) == ("False", "SLOWithinReach")
