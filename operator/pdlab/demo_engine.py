@@ -57,11 +57,8 @@ class StartedPods(PodLister):
 
     def list(self) -> list[PodInfo]:
         assert self.namespace is not None  # the demo's: one namespace
-        items = self._api.list_namespaced_pod(
-            self.namespace, label_selector=self.selector, _request_timeout=10
-        ).items
         out: list[PodInfo] = []
-        for pod in items:
+        for pod in self._pods.items():
             info = to_info(pod)
             if info is None:
                 continue

@@ -209,14 +209,83 @@ def _sglang_series(stats: PodStats, labels: Mapping[str, str]) -> dict[str, str]
     }
 
 
-#: The dialects a pod's page speaks: (metric table, series of one pod).
-DIALECTS = {"vllm": (METRICS, _series), "sglang": (SGLANG_METRICS, _sglang_series)}
+#: NVIDIA Dynamo's frontend names (lib/runtime/src/metrics/prometheus_names.rs, module
+#: frontend_service; what the ``dynamo`` preset reads R, the lengths, TTFT and ITL from):
+#: name -> (type, help).
+DYNAMO_FRONTEND_METRICS: dict[str, tuple[str, str]] = {
+    "dynamo_frontend_requests": ("counter", "Total number of LLM requests processed"),
+    "dynamo_frontend_input_sequence_tokens": ("histogram", "Input sequence length in tokens"),
+    "dynamo_frontend_output_sequence_tokens": ("histogram", "Output sequence length in tokens"),
+    "dynamo_frontend_time_to_first_token_seconds": (
+        "histogram",
+        "Time to first token in seconds",
+    ),
+    "dynamo_frontend_inter_token_latency_seconds": (
+        "histogram",
+        "Inter-token latency in seconds",
+    ),
+}
+
+
+def _dynamo_frontend_series(stats: PodStats, labels: Mapping[str, str]) -> dict[str, str]:
+    """The sample lines of Dynamo's frontend for one PDDeployment, from ``stats`` of the
+    whole deployment as the frontend sees it (``request_success``: requests answered;
+    the per-request token sums; ``ttft_*``: arrival -> first token; ``itl_*``: every
+    token after the first), as ``engine_sim.frontend_stats`` sums them."""
+    base = {"model": MODEL_NAME, **labels}
+    ok = stats.request_success
+    inf = (math.inf,)
+    return {
+        "dynamo_frontend_requests": _sample(
+            "dynamo_frontend_requests_total",
+            {**base, "request_type": "stream", "status": "success"},
+            ok,
+        ),
+        "dynamo_frontend_input_sequence_tokens": histogram(
+            "dynamo_frontend_input_sequence_tokens",
+            inf,
+            [ok],
+            stats.request_prompt_tokens_sum,
+            base,
+        ),
+        "dynamo_frontend_output_sequence_tokens": histogram(
+            "dynamo_frontend_output_sequence_tokens",
+            inf,
+            [ok],
+            stats.request_generation_tokens_sum,
+            base,
+        ),
+        "dynamo_frontend_time_to_first_token_seconds": histogram(
+            "dynamo_frontend_time_to_first_token_seconds",
+            TTFT_BUCKETS,
+            stats.ttft_counts,
+            stats.ttft_sum,
+            base,
+        ),
+        "dynamo_frontend_inter_token_latency_seconds": histogram(
+            "dynamo_frontend_inter_token_latency_seconds",
+            TPOT_BUCKETS,
+            stats.itl_counts,
+            stats.itl_sum,
+            base,
+        ),
+    }
+
+
+#: The dialects a page speaks: (metric table, series of one pod). ``dynamo-frontend``
+#: is a Dynamo frontend pod's page (one per PDDeployment, not per engine pod).
+DIALECTS = {
+    "vllm": (METRICS, _series),
+    "sglang": (SGLANG_METRICS, _sglang_series),
+    "dynamo-frontend": (DYNAMO_FRONTEND_METRICS, _dynamo_frontend_series),
+}
 
 
 def render_pods(pods: Sequence[tuple[PodStats, Mapping[str, str]]], dialect: str = "vllm") -> str:
     """One exposition page for several pods (each with its own labels), grouped by
     metric with one ``# HELP``/``# TYPE`` header each, as the format requires; in vLLM's
-    names, or SGLang's (``dialect="sglang"``)."""
+    names, SGLang's (``dialect="sglang"``) or Dynamo's frontend's
+    (``dialect="dynamo-frontend"``)."""
     table, series_of = DIALECTS[dialect]
     per_pod = [series_of(stats, labels) for stats, labels in pods]
     out: list[str] = []

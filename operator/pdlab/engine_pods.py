@@ -2,7 +2,8 @@
 
 Owns: listing the pods labelled ``pdscaler.io/name`` + ``pdscaler.io/role`` (optionally
 one namespace, one PDDeployment) with the ``kubernetes`` client and the lab's admin
-kubeconfig, and the readiness predicate. Must not: change anything in the cluster, or
+kubeconfig, the readiness predicate, and the same for a stack's own frontend pods
+(``pdscaler.io/role=frontend``: ``FrontendLister``). Must not: change anything in the cluster, or
 know about the serving model.
 
 A pod counts as serving when its phase is Running, its ``Ready`` condition is True and
@@ -28,6 +29,10 @@ from pdscaler.types import Role
 SPEC_HASH_ANNOTATION = "pdscaler.io/spec-hash"
 #: The engine's port when the pod declares none (vLLM's default).
 DEFAULT_PORT = 8000
+#: The role label value of a stack's own frontend pods (Dynamo's, with ``router.type:
+#: external``): not a pool, but the ``dynamo`` preset reads R, the lengths and the
+#: latencies from it (docs/operator.md, "Scraping the engines").
+FRONTEND_ROLE = "frontend"
 
 
 @dataclass(frozen=True)
@@ -137,33 +142,104 @@ def to_info(pod: Any) -> PodInfo | None:
     )
 
 
+@dataclass(frozen=True)
+class FrontendInfo:
+    """A Ready pod of a stack's own frontend (``pdscaler.io/role=frontend``, e.g.
+    Dynamo's): where it is served and whose series it shows (``deployment``, its
+    ``pdscaler.io/name``). ``dynamo-chat-frontend-x`` at 127.64.0.12:8000 of
+    ``serving/dynamo-chat`` -> ``FrontendInfo("serving", "dynamo-chat-frontend-x",
+    "dynamo-chat", "127.64.0.12", 8000)``."""
+
+    namespace: str
+    name: str
+    deployment: str
+    ip: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+
+def to_frontend(pod: Any) -> FrontendInfo | None:
+    """A FrontendInfo for a Ready frontend pod with an IP, else None (a
+    kubernetes-client V1Pod)."""
+    labels = pod.metadata.labels or {}
+    if labels.get(LABEL_ROLE) != FRONTEND_ROLE or not labels.get(LABEL_NAME):
+        return None
+    if not is_serving(pod) or not pod.status.pod_ip:
+        return None
+    return FrontendInfo(
+        pod.metadata.namespace,
+        pod.metadata.name,
+        labels[LABEL_NAME],
+        pod.status.pod_ip,
+        engine_port(pod),
+    )
+
+
+class _Pods:
+    """The pods matching one label selector (optionally in one namespace): one API call
+    per ``items()``."""
+
+    def __init__(self, kubeconfig: Path, namespace: str | None, selector: str) -> None:
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        self._api = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.selector = selector
+
+    def items(self) -> list[Any]:
+        if self.namespace:
+            return list(
+                self._api.list_namespaced_pod(
+                    self.namespace, label_selector=self.selector, _request_timeout=10
+                ).items
+            )
+        return list(
+            self._api.list_pod_for_all_namespaces(
+                label_selector=self.selector, _request_timeout=10
+            ).items
+        )
+
+
+def _owner(name: str | None) -> str:
+    """The selector term of one PDDeployment's pods (any PDDeployment's: None)."""
+    return f"{LABEL_NAME}={name}" if name else LABEL_NAME
+
+
 class PodLister:
     """``list()`` the pool pods; one API call per poll."""
 
     def __init__(
         self, kubeconfig: Path, namespace: str | None = None, name: str | None = None
     ) -> None:
-        api_client = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-        self._api = client.CoreV1Api(api_client)
+        self._pods = _Pods(kubeconfig, namespace, f"{_owner(name)},{LABEL_ROLE}")
         self.namespace = namespace
-        selector = f"{LABEL_NAME}={name}" if name else LABEL_NAME
-        self.selector = f"{selector},{LABEL_ROLE}"
 
     def list(self) -> list[PodInfo]:
         """Every pool pod (ready or not) matching the namespace/name filter."""
-        if self.namespace:
-            items = self._api.list_namespaced_pod(
-                self.namespace, label_selector=self.selector, _request_timeout=10
-            ).items
-        else:
-            items = self._api.list_pod_for_all_namespaces(
-                label_selector=self.selector, _request_timeout=10
-            ).items
-        return [info for info in (to_info(p) for p in items) if info is not None]
+        return [info for info in (to_info(p) for p in self._pods.items()) if info is not None]
+
+
+class FrontendLister:
+    """``list()`` the Ready frontend pods (``pdlab.engine_frontend`` serves them); one API
+    call per poll."""
+
+    def __init__(
+        self, kubeconfig: Path, namespace: str | None = None, name: str | None = None
+    ) -> None:
+        self._pods = _Pods(kubeconfig, namespace, f"{_owner(name)},{LABEL_ROLE}={FRONTEND_ROLE}")
+
+    def list(self) -> list[FrontendInfo]:
+        return [f for f in (to_frontend(p) for p in self._pods.items()) if f is not None]
 
 
 class PodSource(Protocol):
     def list(self) -> list[PodInfo]: ...
+
+
+class FrontendSource(Protocol):
+    def list(self) -> list[FrontendInfo]: ...
 
 
 class LingeringPods:

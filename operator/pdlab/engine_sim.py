@@ -6,7 +6,9 @@ Owns: serving every Ready prefill and decode pod at its pod IP and port
 second), and, optionally, synthetic load: one serving model (``pdscaler.sim.engine.Engine``)
 per PDDeployment advanced in wall-clock time, its replicas the Ready pods, replaying a
 scenario (``pdlab.scenarios``) or a real trace; a pod's ``/metrics`` then shows the sum
-of its real requests' series and its share of the synthetic load. Must not: change
+of its real requests' series and its share of the synthetic load; and each Ready frontend
+pod of a stack (``pdscaler.io/role=frontend``, Dynamo's) shows its PDDeployment's
+synthetic load in Dynamo's frontend names (``pdlab.engine_frontend``). Must not: change
 anything in the cluster, or decide anything about scaling (the operator does, from
 Prometheus only). Prometheus finds the pods itself (Kubernetes service discovery).
 
@@ -52,8 +54,9 @@ import numpy as np
 import numpy.typing as npt
 
 from pdlab import scenarios
-from pdlab.engine_expo import render_pods
-from pdlab.engine_pods import PodInfo, PodSource
+from pdlab.engine_expo import render_pod, render_pods
+from pdlab.engine_frontend import FrontendServers
+from pdlab.engine_pods import FrontendSource, PodInfo, PodSource
 from pdlab.engine_serve import PodServers
 from pdscaler.metricsql import PROM_NAME, PROM_NAMESPACE, PROM_POD, PROM_ROLE
 from pdscaler.sim.engine import (
@@ -174,6 +177,27 @@ class DeploymentSim:
                 out[(self.namespace, pod)] = st
         return out
 
+    def frontend_stats(self) -> PodStats | None:
+        """The deployment's series as a frontend in front of it counts them (Dynamo's,
+        ``pdlab.engine_frontend``), from the last scrape of the model (None before
+        one): requests answered with their prompt and output token sums (decode's
+        finished requests), TTFT arrival -> first token, and decode's inter-token
+        latencies. Counters over every pod the pools ever had, so they never go back
+        when a pod leaves."""
+        if not self.samples:
+            return None
+        s = self.samples[-1]
+        d = s.decode
+        return PodStats(
+            request_success=d.request_success,
+            request_prompt_tokens_sum=d.request_prompt_tokens_sum,
+            request_generation_tokens_sum=d.request_generation_tokens_sum,
+            ttft_counts=[float(c) for c in s.client_ttft_hist],
+            ttft_sum=s.client_ttft_sum,
+            itl_counts=list(d.itl_counts),
+            itl_sum=d.itl_sum,
+        )
+
     def combined(self) -> Labelled:
         """(stats, labels) of every serving pod, for the human-readable /metrics."""
         stats = {rep.name: rep.stats for role in Role for rep in self.engine.pool(role)}
@@ -247,6 +271,8 @@ class Pages:
     synthetic: dict[tuple[str, str], PodStats] = field(default_factory=dict)
     combined: Labelled = field(default_factory=list)
     status: bytes = b"{}"
+    #: (namespace, PDDeployment) -> its frontend's series (``frontend_stats``)
+    frontend: dict[tuple[str, str], PodStats] = field(default_factory=dict)
 
 
 class EngineSim:
@@ -254,6 +280,9 @@ class EngineSim:
 
     ``make_workload`` None: no synthetic load, the pods serve only real requests.
     ``serve`` False: no pod servers (the synthetic model alone, e.g. in unit tests).
+    ``frontends``: where a stack's frontend pods are listed (``pdscaler.io/role=
+    frontend``); each Ready one is served its PDDeployment's ``dynamo_frontend_*``
+    series (``pdlab.engine_frontend``).
     """
 
     def __init__(
@@ -267,8 +296,10 @@ class EngineSim:
         step_s: float = 0.5,
         poll_s: float = 1.0,
         serve: bool = True,
+        frontends: FrontendSource | None = None,
     ) -> None:
         self.lister = lister
+        self.frontends = frontends
         self.make_workload = make_workload
         self.params = params
         self.port = port
@@ -282,6 +313,15 @@ class EngineSim:
         self.servers: PodServers | None = (
             PodServers(params, extra=self._synthetic, say=self._say) if serve else None
         )
+        self.frontend_servers: FrontendServers | None = (
+            FrontendServers(self.frontend_page) if serve and frontends is not None else None
+        )
+
+    def frontend_page(self, namespace: str, name: str) -> str:
+        """The ``dynamo_frontend_*`` page of ``namespace/name``'s frontend ("" while its
+        PDDeployment has no model or no scrape yet)."""
+        stats = self.pages.frontend.get((namespace, name))
+        return "" if stats is None else render_pod(stats, dialect="dynamo-frontend")
 
     def _synthetic(self, pod: PodInfo) -> PodStats | None:
         return self.pages.synthetic.get((pod.namespace, pod.name))
@@ -295,6 +335,9 @@ class EngineSim:
             by_dep.setdefault((p.namespace, p.deployment), []).append(p)
         if self.servers is not None:
             for line in self.servers.sync(pods):
+                self._say(line)
+        if self.frontends is not None and self.frontend_servers is not None:
+            for line in self.frontend_servers.sync(self.frontends.list()):
                 self._say(line)
         for key in by_dep:
             if self.make_workload is not None and key not in self.deployments:
@@ -316,9 +359,13 @@ class EngineSim:
     def step(self, mono: float) -> None:
         synthetic: dict[tuple[str, str], PodStats] = {}
         combined: Labelled = []
+        frontend: dict[tuple[str, str], PodStats] = {}
         status = []
         for dep in self.deployments.values():
             synthetic.update(dep.step(mono))
+            seen = dep.frontend_stats()
+            if seen is not None:
+                frontend[(dep.namespace, dep.name)] = seen
             combined.extend(dep.combined())
             status.append(dep.status())
             for line in dep.log:
@@ -332,7 +379,9 @@ class EngineSim:
                 for s in self.servers.servers.values()
             )
             doc["pairing_errors"] = self.servers.records.pairing_errors
-        self.pages = Pages(synthetic, combined, json.dumps(doc, default=_json_default).encode())
+        self.pages = Pages(
+            synthetic, combined, json.dumps(doc, default=_json_default).encode(), frontend
+        )
 
     def _live(self, synthetic: dict[tuple[str, str], PodStats]) -> Labelled:
         """(stats, labels) of every served pod: its real requests plus its synthetic load."""
@@ -343,9 +392,11 @@ class EngineSim:
         return out
 
     def close(self) -> None:
-        """Stop the pod servers."""
+        """Stop the pod and frontend servers."""
         if self.servers is not None:
             self.servers.close()
+        if self.frontend_servers is not None:
+            self.frontend_servers.close()
 
     def run(self, duration_s: float | None = None) -> None:
         """Poll and step until ``stop`` is set (or ``duration_s`` elapsed)."""
@@ -441,7 +492,7 @@ def workload(args: argparse.Namespace) -> tuple[Trace, scenarios.Scenario] | Non
 
 def main(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT (or ``--run-for``); 0 on a clean stop, 2 on bad flags."""
-    from pdlab.engine_pods import LingeringPods, PodLister
+    from pdlab.engine_pods import FrontendLister, LingeringPods, PodLister
     from pdlab.lab import Lab
 
     if not (args.rate_scale > 0 and math.isfinite(args.rate_scale)):
@@ -465,6 +516,7 @@ def main(args: argparse.Namespace) -> int:
         seed=args.seed,
         step_s=args.step,
         poll_s=args.poll,
+        frontends=FrontendLister(lab.kubeconfig, args.namespace, args.name),
     )
     what = "no synthetic load"
     if load is not None:

@@ -8,7 +8,7 @@ lab dir, `--web.enable-lifecycle`), and HTTP probes (`/-/ready`, `/api/v1/target
 list, or touch a system Prometheus.
 
 Prometheus finds engine pods as in a cluster: `role: pod` discovery, keep pods labelled
-`pdscaler.io/role=prefill|decode` with a port named `http` and router pods
+`pdscaler.io/role=prefill|decode` (or `frontend`) with a port named `http` and router pods
 (`pdscaler.io/role=router`) on their port named `metrics`, scrape `podIP:port/metrics`.
 A Ready kwok pod 127.64.0.7 of `chat` (prefill, revision r1) becomes the target
 `http://127.64.0.7:8000/metrics` with labels namespace, pod, pdscaler_io_name="chat",

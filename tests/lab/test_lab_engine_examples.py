@@ -1,8 +1,12 @@
 """The Dynamo example (deploy/examples/dynamo.yaml) applied to the lab, scaled down
 (small pools, pods Ready 1 s after creation, 1 s ticks): ``router.type: external``, so
-the pools are created and sized, and no router and no front Service; the lab's engines
-do not export Dynamo's frontend series (``dynamo_frontend_*``), so MetricsAvailable
-stays False and nothing scales down. The SGLang example (deploy/examples/sglang.yaml)
+the pools are created, and no router and no front Service; until the stack's frontend
+runs, nothing exports Dynamo's frontend series (``dynamo_frontend_*``), so
+MetricsAvailable stays False and nothing scales. Then a frontend pod labelled as
+docs/operator.md asks (``pdscaler.io/name``, ``pdscaler.io/role=frontend``), which the
+engine simulator stands in for (``pdlab.engine_frontend``), is scraped by the lab's
+Prometheus through the shipped discovery job, and its series size both pools. The
+SGLang example (deploy/examples/sglang.yaml)
 applied the same way, with the engine simulator serving its pods in SGLang's metric
 names: its cell gets an sglang-router, and SGLang's series size both pools.
 """
@@ -53,9 +57,48 @@ def scaled(path: str, namespace: str, prometheus_url: str) -> dict[str, Any]:
     return copy.deepcopy(doc)
 
 
-def test_the_dynamo_example_gets_pools_only_and_holds_without_frontend_series(
-    lab: Lab, kube: Kube, crd: str, namespace: str
+def frontend_deployment(name: str) -> dict[str, Any]:
+    """The stack's own frontend of PDDeployment ``name`` (Dynamo's ``python3 -m
+    dynamo.frontend``), labelled as docs/operator.md asks; on the lab's CPU node."""
+    labels = {naming.LABEL_NAME: name, naming.LABEL_ROLE: "frontend"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": f"{name}-frontend", "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {"pdscaler.io/startup-delay": "1s"},
+                },
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "frontend",
+                            "image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime",
+                            "command": ["python3", "-m", "dynamo.frontend"],
+                            "ports": [{"name": "http", "containerPort": 8000}],
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_the_dynamo_example_holds_without_its_frontend_then_is_sized_from_it(
+    lab: Lab, kube: Kube, crd: str, namespace: str, engines: None
 ) -> None:
+    """No frontend: the workers' vLLM series alone leave R, the lengths and the latencies
+    unknown (the preset reads them from the frontend): MetricsAvailable False, both
+    pools held at 1. With the frontend pod: MetricsAvailable True and both pools sized
+    up from its series (10.5 req/s of ~1,000 / ~200 tokens: N_P = 10.5 x 1,000 / (8,000
+    x 0.7) = ~1.9, N_D = 10.5 x 200 / (1,500 x 0.7) = ~2.0, at least 2 each once the
+    ratio model reads the frontend). The frontend Deployment is neither adopted nor
+    scaled."""
     doc = scaled("dynamo.yaml", namespace, lab.prometheus_url)
     name = doc["metadata"]["name"]
     rt = operator_runtime(lab)
@@ -72,6 +115,13 @@ def test_the_dynamo_example_gets_pools_only_and_holds_without_frontend_series(
             kube.core.read_namespaced_service(name, namespace)
         assert missing.value.status == 404
         assert all(total(kube, namespace, name, r) == 1 for r in Role)
+
+        kube.apps.create_namespaced_deployment(namespace, frontend_deployment(name))  # type: ignore[arg-type]
+        by_role = sized_from_engines(kube, namespace, name, "Dynamo's frontend series")
+        assert set(by_role) == {"prefill", "decode", "frontend"}  # by pdscaler.io/name
+        front = by_role["frontend"]
+        assert front["spec"]["replicas"] == 1
+        assert not front["metadata"].get("ownerReferences")
 
 
 @pytest.fixture

@@ -106,11 +106,11 @@ def test_pod_monitor_gives_the_labels_the_presets_select_on() -> None:
                    and r.get("action") == "keep"]  # fmt: skip
         return re.fullmatch(rule["regex"], role) is not None
 
-    roles = ("prefill", "decode", "router")
-    assert [keeps(engines, r) for r in roles] == [True, True, False]  # a router's http: no
-    assert [keeps(routers, r) for r in roles] == [False, False, True]
+    roles = ("prefill", "decode", "router", "frontend")  # frontend: a stack's own (Dynamo's)
+    assert [keeps(engines, r) for r in roles] == [True, True, False, True]  # router http: no
+    assert [keeps(routers, r) for r in roles] == [False, False, True, False]
     exprs = {e["key"]: e for e in pm["spec"]["selector"]["matchExpressions"]}
-    assert exprs["pdscaler.io/role"]["values"] == ["prefill", "decode", "router"]
+    assert exprs["pdscaler.io/role"]["values"] == ["prefill", "decode", "router", "frontend"]
     assert pm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}  # the default scope
     wide = template(*ALL_ON, "--set", "clusterWide=true", monitoring=True)
     assert one(wide, "PodMonitor")["spec"]["namespaceSelector"] == {"any": True}

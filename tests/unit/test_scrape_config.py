@@ -2,7 +2,8 @@
 which pods' ports become targets, by its keep/drop rules applied as Prometheus applies
 them (source labels joined by ``;``, the regex anchored), and the labels they get.
 Engines on their port named ``http``; the cells' routers on their port named
-``metrics`` (router.py, METRICS_PORT), where the arrival counter R is read from."""
+``metrics`` (router.py, METRICS_PORT), where the arrival counter R is read from; a
+stack's own frontend pods (``pdscaler.io/role=frontend``) like engines."""
 
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def target(role: str, port: str, scrape: str = "", phase: str = "Running") -> di
         (target("router", "metrics", phase="Pending"), False),
         (target("", "http"), False),  # not a pdscaler pod
         (target("frontend", "metrics"), False),
+        (target("frontend", "http"), True),  # a stack's own frontend, e.g. Dynamo's
+        (target("gateway", "http"), False),
     ],
 )
 def test_engines_on_http_and_routers_on_metrics_are_kept(

@@ -437,6 +437,8 @@ class Sample:
     decode_running_by_pod: dict[str, float]
     #: The smallest KV capacity the Ready decode pods export (0: none exports one).
     decode_kv_capacity_tokens: float = 0.0
+    #: The sum of the end-to-end TTFTs counted in ``client_ttft_hist``, seconds.
+    client_ttft_sum: float = 0.0
 
 
 #: A decode replica's reserved KV tokens (the key ``_pick_decode`` minimises).
@@ -549,6 +551,7 @@ class Engine:
         self._c_arrived = 0
         self._c_finished = 0
         self._client_ttft = _zeros(len(TTFT_BUCKETS))
+        self._client_ttft_sum = 0.0
         self.startup_samples: dict[Role, list[float]] = {Role.PREFILL: [], Role.DECODE: []}
         self.add_requests(arrival, prompt, output)
         for role, count in ((Role.PREFILL, initial[0]), (Role.DECODE, initial[1])):
@@ -955,6 +958,7 @@ class Engine:
             self._first[i] = first
             ttft = first - self._arr[i]
             self._client_ttft[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
+            self._client_ttft_sum += ttft
             decode_ttft = first - self._handoff[i]
             best.stats.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, decode_ttft)] += 1
             best.stats.ttft_sum += decode_ttft
@@ -1036,6 +1040,7 @@ class Engine:
             prefill=self._pool_sum(Role.PREFILL, stats),
             decode=self._pool_sum(Role.DECODE, stats),
             client_ttft_hist=np.array(self._client_ttft),
+            client_ttft_sum=self._client_ttft_sum,
             kv_usage=sum(kv) / len(kv) if kv else 0.0,
             prefill_ready=self.ready(Role.PREFILL),
             decode_ready=self.ready(Role.DECODE),
