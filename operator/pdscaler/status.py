@@ -323,14 +323,16 @@ def slo_unreachable(inp: StatusInput) -> Condition:
     10:03 -> still True, since 10:00; no breach at 10:05 -> False."""
     why = inp.decision.slo_unreachable
     previous = inp.previous.conditions if inp.previous else None
-    was = next((c for c in previous or [] if c.type == ConditionType.SLO_UNREACHABLE), None)
+    was = next(
+        (
+            c
+            for c in previous or []
+            if c.type == ConditionType.SLO_UNREACHABLE and c.status == "True"
+        ),
+        None,
+    )
     hold = inp.spec.scaling.scale_down_stabilization_seconds
-    if (
-        why is None
-        and was is not None
-        and was.status == "True"
-        and inp.now - was.last_transition_time.timestamp() < hold
-    ):
+    if why is None and was is not None and inp.now - was.last_transition_time.timestamp() < hold:
         return was.model_copy(update={"observed_generation": inp.generation})
     if why is None:
         return _condition(
@@ -340,8 +342,7 @@ def slo_unreachable(inp: StatusInput) -> Condition:
             ConditionReason.SLO_WITHIN_REACH,
             MSG_SLO_WITHIN_REACH,
         )
-    same = was is not None and was.status == "True" and was.reason == why.reason
-    message = was.message if was is not None and same else why.message
+    message = was.message if was is not None and was.reason == why.reason else why.message
     return _condition(inp, ConditionType.SLO_UNREACHABLE, True, why.reason, message)
 
 
