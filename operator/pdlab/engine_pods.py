@@ -3,8 +3,8 @@
 Owns: listing the pods labelled ``pdscaler.io/name`` + ``pdscaler.io/role`` (optionally
 one namespace, one PDDeployment) with the ``kubernetes`` client and the lab's admin
 kubeconfig, the readiness predicate, and the same for a stack's own frontend pods
-(``pdscaler.io/role=frontend``: ``FrontendLister``). Must not: change anything in the cluster, or
-know about the serving model.
+(``pdscaler.io/role=frontend``: ``FrontendLister``). Must not: change anything in the
+cluster, or know about the serving model.
 
 A pod counts as serving when its phase is Running, its ``Ready`` condition is True and
 it is not being deleted (``metadata.deletionTimestamp`` unset) and has a pod IP: the
