@@ -90,7 +90,10 @@ def _quantile(hist: str) -> str:
 # vllm:inter_token_latency_seconds"), for old releases only. Likewise
 # vllm:gpu_cache_usage_perc is the deprecated name of vllm:kv_cache_usage_perc, read
 # only when the new one is absent (old releases). `a or b` answers a's series when a
-# has any: the fall-backs never mix with the current names.
+# has any: the fall-backs never mix with the current names. A quantile over a window in
+# which its histogram observed nothing is NaN, and a NaN series is still a series: `(a
+# >= 0)` drops it, so a window in which no request FINISHED (outputs longer than the
+# window) falls back to the inter-token latency of the tokens streamed meanwhile.
 # R: ARRIVALS when the cells' routers answer, else completions. vllm:request_success_total
 # counts COMPLETIONS, which a growing backlog holds below demand. The arrivals come from
 # vllm-router (0.1.17, PD mode), scraped on its `metrics` port with the pod labels
@@ -110,8 +113,8 @@ VLLM = Preset(
     output_tokens=_mean("vllm:request_generation_tokens"),
     ttft=_quantile("vllm:time_to_first_token_seconds"),
     tpot=(
-        f"{_quantile('vllm:request_time_per_output_token_seconds')}"
-        f" or {_quantile('vllm:inter_token_latency_seconds')}"
+        f"({_quantile('vllm:request_time_per_output_token_seconds')} >= 0)"
+        f" or ({_quantile('vllm:inter_token_latency_seconds')} >= 0)"
         f" or {_quantile('vllm:time_per_output_token_seconds')}"
     ),
     queue_depth="sum(vllm:num_requests_waiting{selector})",

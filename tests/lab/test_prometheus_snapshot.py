@@ -165,6 +165,32 @@ def test_nan_and_nothing_observed_are_unknown(lab: Lab, exporter: EngineExporter
     assert snap.request_rate == pytest.approx(2.0, rel=0.05)
 
 
+def test_tpot_falls_back_to_the_inter_token_latency_when_no_request_finished(
+    lab: Lab, exporter: EngineExporter, ns: str
+) -> None:
+    """Outputs that take longer than the metrics window: the per-request TPOT histogram
+    exists but observed nothing in the window (its quantile is NaN), while the
+    inter-token latency counts every token streamed. TPOT is then read from the
+    inter-token latency (30 ms), not unknown: a NaN answer must not stop the preset's
+    fall-back (`a or b` alone answers a's NaN series)."""
+    exporter.set_pool(
+        ns, "chat", PREFILL, ["chat-p-0"], PodLoad(rate=2, prompt_tokens=100, output_tokens=1)
+    )
+    exporter.set_pool(
+        ns,
+        "chat",
+        DECODE,
+        ["chat-d-0"],
+        PodLoad(rate=2, prompt_tokens=100, output_tokens=50, tpot=0.03, request_tpot=False),
+    )
+    exporter.wait_scraped(times=FILL_WINDOW)
+
+    snap = snapshot(lab, ns, "chat")
+
+    assert snap.decode.latency_seconds == pytest.approx(0.03, rel=0.01)
+    assert not [p for p in snap.problems if p.startswith("decode.latency")], snap.problems
+
+
 def test_a_name_that_tries_to_inject_promql_matches_only_itself(
     lab: Lab, exporter: EngineExporter, ns: str
 ) -> None:

@@ -85,7 +85,9 @@ class PodLoad:
     request; ``ttft`` (seconds, one observation per request) and ``tpot`` (seconds per
     output token, one observation per output token): None = nothing observed (the
     quantile is NaN in Prometheus); gauges ``waiting``, ``running``, ``kv_usage`` (0..1)
-    may be NaN to test how NaN answers are read.
+    may be NaN to test how NaN answers are read. ``request_tpot`` False: the per-request
+    TPOT histogram observes nothing while the inter-token latency counts every token
+    (no request finished in the window: outputs that take longer than the window).
     """
 
     rate: float = 0.0
@@ -96,6 +98,7 @@ class PodLoad:
     waiting: float = 0.0
     running: float = 0.0
     kv_usage: float = 0.0
+    request_tpot: bool = True
 
 
 def split(load: PodLoad, pods: int) -> PodLoad:
@@ -189,7 +192,8 @@ class _Pod:
             self.hist["ttft"].observe(self.load.ttft, n)
         if self.load.tpot is not None:
             self.hist["tpot"].observe(self.load.tpot, n * self.load.output_tokens)
-            self.hist["request_tpot"].observe(self.load.tpot, n)
+            if self.load.request_tpot:
+                self.hist["request_tpot"].observe(self.load.tpot, n)
 
 
 def merge(loads: Sequence[PodLoad]) -> PodLoad:
