@@ -640,7 +640,7 @@ def report(doc: dict[str, Any], command: str) -> str:
         "in every case at start-up "
         + " and ".join(f"{t:g}" for t in plan.get("ablation_startups", ()))
         + " s, against the plain `pdscaler` row (SLO met, GPU-h; seed means): "
-        + (", ".join(plan["ablations"]) if plan["ablations"] else "none in this run.")
+        + (", ".join(plan["ablations"]) + "." if plan["ablations"] else "none in this run.")
         + (
             f" The role flips' engines take {FLIP_ENGINE_SECONDS:g} s to change a replica's "
             f"role, twice the {SOFTWARE_PREP_SECONDS:g} s pdscaler plans with."
