@@ -19,14 +19,13 @@ PDDeployment's synthetic load are answered.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
 from pdlab.engine_pods import FrontendInfo
+from pdlab.loop_thread import LoopThread
 
 #: (namespace, PDDeployment) -> the frontend's exposition page ("" before any series).
 Page = Callable[[str, str], str]
@@ -39,14 +38,11 @@ class FrontendServers:
     def __init__(self, page: Page) -> None:
         self.page = page
         self.runners: dict[tuple[str, str], tuple[FrontendInfo, web.AppRunner]] = {}
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="frontends", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("frontends")
 
     def sync(self, frontends: Sequence[FrontendInfo], timeout: float = 10.0) -> list[str]:
         """Serve exactly ``frontends``; lines saying what changed."""
-        fut = asyncio.run_coroutine_threadsafe(self._sync(list(frontends)), self.loop)
-        return fut.result(timeout)
+        return self._loop.run(self._sync(list(frontends)), timeout)
 
     async def _sync(self, frontends: list[FrontendInfo]) -> list[str]:
         said: list[str] = []
@@ -87,5 +83,4 @@ class FrontendServers:
         """Stop every server and the loop."""
         with contextlib.suppress(Exception):
             self.sync([])
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
+        self._loop.stop()

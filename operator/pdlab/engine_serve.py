@@ -62,6 +62,7 @@ from aiohttp import web
 
 from pdlab.engine_expo import MODEL_NAME, render_pod
 from pdlab.engine_pods import PodInfo
+from pdlab.loop_thread import LoopThread
 from pdscaler.sim.engine import TPOT_BUCKETS, TTFT_BUCKETS, EngineParams, PodStats
 from pdscaler.types import Role
 
@@ -637,9 +638,7 @@ class PodServers:
         self.known_ids: dict[str, PodInfo] = {}
         self.known_addr: dict[str, PodInfo] = {}
         self._draining: set[asyncio.Task[None]] = set()
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="pods", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("pods")
 
     def lookup(self, kv: dict[str, Any]) -> PodInfo | None:
         """The prefill pod named by NixlConnector params (engine id, else host:port)."""
@@ -650,8 +649,7 @@ class PodServers:
 
     def sync(self, pods: Sequence[PodInfo], timeout: float = 10.0) -> list[str]:
         """Serve exactly the Ready pods among ``pods``; lines saying what changed."""
-        fut = asyncio.run_coroutine_threadsafe(self._sync(list(pods)), self.loop)
-        return fut.result(timeout)
+        return self._loop.run(self._sync(list(pods)), timeout)
 
     async def _sync(self, pods: list[PodInfo]) -> list[str]:
         said: list[str] = []
@@ -687,5 +685,4 @@ class PodServers:
         """Stop every server and the loop."""
         with contextlib.suppress(Exception):
             self.sync([])
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
+        self._loop.stop()
