@@ -8,10 +8,10 @@ by their role label."""
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from kubernetes import client
 
 from pdlab import scenarios
 from pdlab.engine_expo import render_pod
@@ -59,27 +59,32 @@ def run_deployment() -> DeploymentSim:
     return dep
 
 
-def pod(role: str, name: str, ready: bool = True) -> SimpleNamespace:
-    """A kubernetes-client V1Pod, the fields the listers read."""
-    cond = SimpleNamespace(type="Ready", status="True" if ready else "False")
-    port = SimpleNamespace(name="http", container_port=8000)
-    return SimpleNamespace(
-        metadata=SimpleNamespace(
+def pod(role: str, name: str, ready: bool = True) -> client.V1Pod:
+    """A V1Pod as the kubernetes client lists it, with the fields the listers read."""
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
             name=name,
             namespace="serving",
             labels={"pdscaler.io/name": "dynamo-chat", "pdscaler.io/role": role},
             annotations={},
             uid=f"uid-{name}",
-            deletion_timestamp=None,
         ),
-        spec=SimpleNamespace(
+        spec=client.V1PodSpec(
             containers=[
-                SimpleNamespace(
-                    name="engine", ports=[port], image="img", command=[], args=[], lifecycle=None
+                client.V1Container(
+                    name="engine",
+                    image="img",
+                    command=[],
+                    args=[],
+                    ports=[client.V1ContainerPort(name="http", container_port=8000)],
                 )
             ]
         ),
-        status=SimpleNamespace(phase="Running", conditions=[cond], pod_ip="127.64.0.9"),
+        status=client.V1PodStatus(
+            phase="Running",
+            conditions=[client.V1PodCondition(type="Ready", status="True" if ready else "False")],
+            pod_ip="127.64.0.9",
+        ),
     )
 
 
