@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from pdscaler.models.profile import capacity_at, decode_context
+from pdscaler.models.profile import capacity_at, decode_context, prompt_for_context
 from pdscaler.policy.refine import carry
 from pdscaler.spec import MSG_PROFILE_UNIQUE, PoolSpec
 from pdscaler.status import memory_from_status, memory_to_status
@@ -62,6 +62,8 @@ def test_a_read_lies_between_its_neighbours(points: list[tuple[int, float]], x: 
 
 def test_decode_context_is_prompt_plus_half_the_output() -> None:
     assert decode_context(1155, 211) == 1260.5
+    assert prompt_for_context(1260.5, 211) == 1155
+    assert prompt_for_context(decode_context(7000, 350), 350) == 7000
 
 
 def test_the_correction_carries_to_the_next_mix() -> None:

@@ -51,3 +51,10 @@ def decode_context(prompt_tokens: float, output_tokens: float) -> float:
     """The mean context a decode sequence holds while it runs, the x of a decode
     profile: ``L_p + L_d / 2``. 1,155 + 211 -> 1,260.5."""
     return prompt_tokens + output_tokens / 2.0
+
+
+def prompt_for_context(context_tokens: float, output_tokens: float) -> float:
+    """The prompt whose sequences hold a mean decode context of ``context_tokens``, the
+    inverse of ``decode_context``: ``context - L_d / 2``. 1,260.5 with 211 output
+    tokens -> 1,155."""
+    return context_tokens - output_tokens / 2.0

@@ -93,7 +93,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from pdscaler.models.profile import decode_context
+from pdscaler.models.profile import decode_context, prompt_for_context
 from pdscaler.types import Role
 
 #: vLLM's TTFT histogram buckets (``vllm:time_to_first_token_seconds``), seconds.
@@ -249,7 +249,7 @@ class EngineParams:
         (at least 1). Cap 50 ms, 256 output tokens: 1,024 (prompt 896, 86 sequences by
         the KV, step 12 + 8.6 + 22.0 = 42.6 ms) 2,018 tokens/s; 8,192 (12, 37.8 ms) 318;
         65,536 (1, 12 + 0.1 + 16.4 = 28.5 ms) 35.1."""
-        prompt = max(1.0, context_tokens - output_tokens / 2.0)
+        prompt = max(1.0, prompt_for_context(context_tokens, output_tokens))
         return self.decode_tps(prompt, output_tokens, tpot_cap)
 
 
