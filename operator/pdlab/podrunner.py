@@ -1,4 +1,11 @@
-"""The lab's kubelet for router pods: run a router pod's container as a local process.
+"""The lab's kubelet for router pods (and, for ``helm test``, the chart's pods): run a
+pod's container as a local process.
+
+Which pods, and which executables they may run, is a ``Workload``: ``ROUTERS`` (the
+default, below) or ``PDSCALER_CHART`` (the chart's operator pod and its ``helm test``
+pod, ``pdscaler`` only: the image's entrypoint; ``--metrics-address`` bound to the pod
+IP). A container that exits under ``restartPolicy: Never`` ends its pod: the runner
+writes the phase, Succeeded on exit 0, else Failed.
 
 Owns: for every Running pod labelled ``pdscaler.io/role=router`` (in the namespaces it is
 given, on the lab's API server), starting the pod's router container ``command`` +
@@ -41,7 +48,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,13 +97,50 @@ def resolve(command: Sequence[str], args: Sequence[str]) -> list[str]:
     return [str(found), *full[1:]]
 
 
-HOST_FLAGS = ("--host", "--prometheus-host")
+#: The entrypoint of the operator's image (Dockerfile ``ENTRYPOINT ["pdscaler"]``).
+PDSCALER_ENTRYPOINT = ("pdscaler",)
 
 
-def with_host(argv: Sequence[str], ip: str) -> list[str]:
-    """Every bind address (``--host X``, ``--host=X``, and the metrics server's
-    ``--prometheus-host``) replaced by the pod IP; ``--host <ip>`` added if missing.
-    In a pod, 0.0.0.0 is the pod's own address; on the lab host it would be everyone's."""
+def resolve_pdscaler(command: Sequence[str], args: Sequence[str]) -> list[str]:
+    """The argv of a container of the chart's pods (the operator, its ``helm test``),
+    run from the operator's image: its entrypoint ``pdscaler`` (this checkout's, in the
+    virtualenv) when ``command`` is empty, as the image would; only ``pdscaler`` may be
+    run. ``[], ["healthcheck", URL]`` -> ``[<venv>/bin/pdscaler, "healthcheck", URL]``."""
+    full = [*(command or PDSCALER_ENTRYPOINT), *args]
+    if Path(full[0]).name != PDSCALER_ENTRYPOINT[0]:
+        raise NotAllowedError(f"{full[0]!r} is not the operator image's pdscaler")
+    found = Path(sys.executable).parent / PDSCALER_ENTRYPOINT[0]
+    if not found.exists():
+        raise NotAllowedError(f"{found} is not installed (pip install -e .)")
+    return [str(found), *full[1:]]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Which pods a runner runs and how: the pods matching ``selector``, their argv from
+    ``resolve`` (the allow-list), each bind-address flag of ``host_flags`` set to the pod
+    IP, and ``--host <ip>`` added when ``add_host`` and the argv gives none."""
+
+    selector: str
+    resolve: Callable[[Sequence[str], Sequence[str]], list[str]]
+    host_flags: tuple[str, ...]
+    add_host: bool
+
+
+ROUTERS = Workload(f"{LABEL_ROLE}={ROUTER_ROLE}", resolve, ("--host", "--prometheus-host"), True)
+#: The chart's pods: the operator (binding its metrics at the pod IP) and its helm test.
+PDSCALER_CHART = Workload("app.kubernetes.io/name=pdscaler", resolve_pdscaler,
+                          ("--metrics-address",), False)  # fmt: skip
+HOST_FLAGS = ROUTERS.host_flags
+
+
+def with_host(
+    argv: Sequence[str], ip: str, flags: Sequence[str] = HOST_FLAGS, add: bool = True
+) -> list[str]:
+    """Every bind address of ``flags`` (``--host X``, ``--host=X``, and the metrics
+    server's ``--prometheus-host``) replaced by the pod IP; ``--host <ip>`` added if
+    missing (``add``). In a pod, 0.0.0.0 is the pod's own address; on the lab host it
+    would be everyone's."""
     out: list[str] = []
     found = False
     skip = False
@@ -105,16 +149,16 @@ def with_host(argv: Sequence[str], ip: str) -> list[str]:
             skip = False
             continue
         flag = arg.split("=", 1)[0]
-        if flag in HOST_FLAGS and "=" in arg:
+        if flag in flags and "=" in arg:
             out.append(f"{flag}={ip}")
-        elif arg in HOST_FLAGS and i + 1 < len(argv):
+        elif arg in flags and i + 1 < len(argv):
             out += [arg, ip]
             skip = True
         else:
             out.append(arg)
             continue
         found = found or flag == "--host"
-    return out if found else [*out, "--host", ip]
+    return out if found or not add else [*out, "--host", ip]
 
 
 def container_of(pod: Any) -> Any:
@@ -124,10 +168,26 @@ def container_of(pod: Any) -> Any:
     return (named or containers)[0]
 
 
-def literal_env(container: Any) -> dict[str, str]:
-    """The container's ``env`` entries with literal values (``valueFrom`` is not
-    resolved in the lab)."""
-    return {e.name: e.value for e in container.env or [] if e.value is not None}
+#: The downward-API fields the lab resolves in ``env[].valueFrom.fieldRef``.
+FIELD_REFS: dict[str, Callable[[Any], str | None]] = {
+    "metadata.name": lambda pod: pod.metadata.name,
+    "metadata.namespace": lambda pod: pod.metadata.namespace,
+    "status.podIP": lambda pod: pod.status.pod_ip,
+    "spec.serviceAccountName": lambda pod: pod.spec.service_account_name,
+}
+
+
+def container_env(container: Any, pod: Any) -> dict[str, str]:
+    """The container's ``env``: literal values, and ``valueFrom.fieldRef`` of the
+    fields in ``FIELD_REFS`` (``POD_NAME`` from ``metadata.name``), as the kubelet fills
+    them; other ``valueFrom`` sources (Secrets, ConfigMaps) are not resolved in the lab."""
+    out: dict[str, str] = {}
+    for e in container.env or []:
+        ref = e.value_from.field_ref if e.value_from is not None else None
+        value = e.value if ref is None else FIELD_REFS.get(ref.field_path, lambda _p: None)(pod)
+        if value is not None:
+            out[e.name] = str(value)
+    return out
 
 
 @dataclass
@@ -151,6 +211,8 @@ class PodRunner:
         log_dir: Path,
         namespaces: Sequence[str] | None = None,
         *,
+        workload: Workload = ROUTERS,
+        env: Mapping[str, str] | None = None,
         poll_s: float = 1.0,
         say: Callable[[str], None] | None = None,
     ) -> None:
@@ -159,17 +221,22 @@ class PodRunner:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.namespaces = list(namespaces) if namespaces else None
+        self.workload = workload
+        self.env = dict(env or {})
         self.poll_s = poll_s
         self.say: Callable[[str], None] = say or (lambda _line: None)
         self.running: dict[tuple[str, str], Running] = {}
         self.draining: list[Running] = []
         self.refused: dict[tuple[str, str], str] = {}
+        #: uid -> exit code of the pods whose container ended for good (restartPolicy
+        #: Never, or OnFailure with exit 0): their phase is Succeeded or Failed
+        self.finished: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def _pods(self) -> list[Any]:
-        selector = f"{LABEL_ROLE}={ROUTER_ROLE}"
+        selector = self.workload.selector
         if self.namespaces is None:
             return list(
                 self._api.list_pod_for_all_namespaces(
@@ -198,6 +265,8 @@ class PodRunner:
                 pod = wanted.get(key)
                 if run.proc.poll() is not None:
                     self._stop_one(run, "exited")
+                    if pod is not None and pod.metadata.uid == run.uid:
+                        self._exited(pod, run.proc.returncode)
                 elif pod is None or pod.metadata.uid != run.uid:
                     # as the kubelet: SIGTERM only after the pod left its Service's endpoints
                     # and the requests it holds had time to finish (a grace period)
@@ -207,7 +276,8 @@ class PodRunner:
                     timer.daemon = True
                     timer.start()
             for key, pod in wanted.items():
-                if key not in self.running and key not in self.refused:
+                done = pod.metadata.uid in self.finished
+                if key not in self.running and key not in self.refused and not done:
                     self._start_one(key, pod)
             for key in [k for k in self.refused if k not in wanted]:
                 del self.refused[key]
@@ -215,18 +285,22 @@ class PodRunner:
     def _start_one(self, key: tuple[str, str], pod: Any) -> None:
         container = container_of(pod)
         try:
-            argv = resolve(container.command or [], container.args or [])
+            argv = self.workload.resolve(container.command or [], container.args or [])
         except NotAllowedError as err:
             self.refused[key] = str(err)
             self.say(f"pod {key[0]}/{key[1]}: not run: {err}")
             return
-        argv = with_host(argv, pod.status.pod_ip)
-        try:
-            identity = self._identity(pod, key)
-        except Exception as err:  # the ServiceAccount may not exist yet: retry next poll
-            self.say(f"pod {key[0]}/{key[1]}: no token for its ServiceAccount yet: {err}")
-            return
-        env = {**os.environ, **literal_env(container), "KUBECONFIG": str(identity)}
+        work = self.workload
+        argv = with_host(argv, pod.status.pod_ip, work.host_flags, work.add_host)
+        env = {**os.environ, **self.env, **container_env(container, pod)}
+        if pod.spec.automount_service_account_token is not False:
+            try:
+                env["KUBECONFIG"] = str(self._identity(pod, key))
+            except Exception as err:  # the ServiceAccount may not exist yet: retry next poll
+                self.say(f"pod {key[0]}/{key[1]}: no token for its ServiceAccount yet: {err}")
+                return
+        else:  # as the kubelet: no token mounted, so no identity at all
+            env.pop("KUBECONFIG", None)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{key[0]}_{key[1]}.log"
         with log.open("ab") as fh:
@@ -243,6 +317,35 @@ class PodRunner:
         self.running[key] = Running(key, pod.metadata.uid, pod.status.pod_ip, argv, proc, log)
         self.say(f"pod {key[0]}/{key[1]}: started {Path(argv[0]).name} (pid {proc.pid}) at "
                  f"{pod.status.pod_ip}; log {log}")  # fmt: skip
+
+    def _exited(self, pod: Any, code: int) -> None:
+        """As the kubelet, once a container exits: restarted (next poll) under
+        restartPolicy Always, or OnFailure with a failure; else the pod is done, its
+        phase Succeeded (exit 0) or Failed, written to its status (``helm test`` waits
+        for that phase)."""
+        policy = pod.spec.restart_policy or "Always"
+        if policy == "Always" or (policy == "OnFailure" and code != 0):
+            return
+        self.finished[pod.metadata.uid] = code
+        name = container_of(pod).name
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        state = {"terminated": {"exitCode": code, "finishedAt": now,
+                                "reason": "Completed" if code == 0 else "Error"}}  # fmt: skip
+        phase = "Succeeded" if code == 0 else "Failed"
+        body = {"status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+            "containerStatuses": [{"name": name, "image": container_of(pod).image,
+                                   "imageID": "", "ready": False, "restartCount": 0,
+                                   "state": state}],
+        }}  # fmt: skip
+        namespace, pod_name = pod.metadata.namespace, pod.metadata.name
+        try:
+            self._api.patch_namespaced_pod_status(pod_name, namespace, body, _request_timeout=10)
+        except client.ApiException as err:  # deleted meanwhile: nothing to report
+            self.say(f"pod {namespace}/{pod_name}: status not written: {err.reason}")
+            return
+        self.say(f"pod {namespace}/{pod_name}: {phase} (exit code {code})")
 
     def _identity(self, pod: Any, key: tuple[str, str]) -> Path:
         """A kubeconfig for the pod's ServiceAccount (a fresh one-hour token)."""

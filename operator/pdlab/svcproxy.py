@@ -153,6 +153,34 @@ def ready_endpoints(slices: list[Any], port: str | int | None = None) -> list[st
     return sorted(set(out))
 
 
+def service_endpoints(
+    core: Any,
+    discovery: Any,
+    namespace: str,
+    service: str,
+    port: str | int | None = None,
+    probe: Callable[[Any], bool] | None = None,
+) -> list[str]:
+    """The ready ``podIP:targetPort`` endpoints of Service ``namespace/service`` now, as
+    kube-proxy would send to them: from its EndpointSlices (``ready_endpoints``) when
+    they list any, else its selector resolved against the namespace's pods
+    (``selected_endpoints``, loopback pod IPs: module docstring). ``core``/``discovery``:
+    kubernetes-client CoreV1Api and DiscoveryV1Api."""
+    slices = discovery.list_namespaced_endpoint_slice(
+        namespace, label_selector=f"{SERVICE_NAME_LABEL}={service}", _request_timeout=5
+    ).items
+    found = ready_endpoints(slices, port)
+    if found:
+        return found
+    svc = core.read_namespaced_service(service, namespace, _request_timeout=5)
+    wanted = (svc.spec.selector if svc.spec else None) or {}
+    if not wanted:
+        return []
+    selector = ",".join(f"{k}={v}" for k, v in wanted.items())
+    pods = core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=5).items
+    return selected_endpoints(svc, pods, port, probe)
+
+
 class SvcProxy:
     """Forward ``127.0.0.1:port`` to the Ready endpoints of one Service (docstring)."""
 
@@ -189,26 +217,9 @@ class SvcProxy:
     # ----- endpoints
     def refresh(self) -> list[str]:
         """Read the Service's EndpointSlices now; the ready endpoints."""
-        slices = self._api.list_namespaced_endpoint_slice(
-            self.namespace,
-            label_selector=f"{SERVICE_NAME_LABEL}={self.service}",
-            _request_timeout=5,
-        ).items
-        found = ready_endpoints(slices, self.service_port)
-        if not found:  # loopback pod IPs: no EndpointSlice can list them (docstring)
-            service = self._core.read_namespaced_service(
-                self.service, self.namespace, _request_timeout=5
-            )
-            wanted = (service.spec.selector if service.spec else None) or {}
-            selector = ",".join(f"{k}={v}" for k, v in wanted.items())
-            pods = (
-                self._core.list_namespaced_pod(
-                    self.namespace, label_selector=selector, _request_timeout=5
-                ).items
-                if selector
-                else []
-            )
-            found = selected_endpoints(service, pods, self.service_port, self._probes)
+        found = service_endpoints(
+            self._core, self._api, self.namespace, self.service, self.service_port, self._probes
+        )
         with self._lock:
             if found != self._endpoints:
                 self.say(f"{self.namespace}/{self.service} endpoints: {found or 'none'}")

@@ -12,12 +12,9 @@
 * ``kubectl get pdd`` shows the Ready column: the API server's Table answer has a Ready
   column holding the Ready condition's status.
 
-What is not run here: ``helm test``. The lab's kwok moves pods to Running and Ready but
-runs no containers (only the router pods get a process, from operator/pdlab/podrunner.py,
-and only for allow-listed router executables), and it has no stage to Succeeded, so a
-test pod never completes and ``helm test`` could only time out. The test pod's script is
-run against a real /healthz in tests/unit/test_chart_render.py instead; here its
-manifest is accepted by the API server (server-side dry run).
+``helm test`` itself runs in tests/lab/test_lab_helm_test.py, against the chart's own
+operator pod (run by pdlab.podrunner); here the test pod's manifest is accepted by the
+API server (server-side dry run).
 """
 
 from __future__ import annotations
@@ -144,7 +141,7 @@ def test_monitoring_objects_are_created_and_stored_as_rendered(
                 expected["namespaceSelector"] = {"matchNames": [namespace]}
             assert missing(expected, stored["spec"]) == [], kind
         # the helm test pod is a valid Pod for this API server (it is created by
-        # `helm test` only; see the module docstring for why it is not run)
+        # `helm test` only; run in test_lab_helm_test.py)
         pods = [d for d in yaml.safe_load_all(_helm(
             lab, "template", release, str(CHART), "-n", namespace, "--kube-version", KUBE,
             "-s", "templates/tests/test-healthz.yaml")) if d]  # fmt: skip

@@ -4,7 +4,7 @@ AND the cluster serves their kind, the PodMonitor gives the engine series exactl
 labels the metrics presets select on, the CRD template is crds/ with Helm's metadata,
 and the pod-level knobs (pull secrets, annotations, labels, env, extra arguments,
 topology spread, disruption budget, NetworkPolicy, the ``helm test`` pod) land where
-Kubernetes reads them. The test pod's own script is run against a real /healthz.
+Kubernetes reads them. The test pod's own command is run against a real /healthz.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def test_network_policy_opens_only_the_metrics_port() -> None:
     assert "from" not in anywhere["spec"]["ingress"][0]
 
 
-def test_the_helm_test_pod_asks_healthz_and_its_script_works() -> None:
+def test_the_helm_test_pod_asks_healthz_and_its_command_works() -> None:
     docs = template()
     pod = one(docs, "Pod")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
@@ -198,24 +198,25 @@ def test_the_helm_test_pod_asks_healthz_and_its_script_works() -> None:
         container["image"]
         == one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     )
+    assert "command" not in container  # the image's entrypoint, `pdscaler`
     svc = one(docs, "Service")
     port = svc["spec"]["ports"][0]["port"]
-    url = container["command"][-1]
+    verb, url = container["args"]
+    assert verb == "healthcheck"
     assert url == f"http://{svc['metadata']['name']}.{NAMESPACE}.svc:{port}/healthz"
     assert f"{RELEASE}-pdscaler-metrics" in url
-    # the pod's script, as is, against a real /healthz (healthy, then unhealthy)
+    # the pod's command, as is, against a real /healthz (healthy, then unhealthy)
     healthy = [True]
     server = MetricsServer(Telemetry(), 0, healthy=lambda: healthy[0]).start()
     try:
         local = f"http://127.0.0.1:{server.port}/healthz"
-        argv = [sys.executable, *container["command"][1:-1], local]
-        assert container["command"][0] == "python"
+        argv = [sys.executable, "-m", "pdscaler", verb, local]
         ok = subprocess.run(argv, capture_output=True, text=True, timeout=30)
         assert ok.returncode == 0, ok.stderr
         assert ok.stdout.strip() == "200 ok"
         healthy[0] = False
         bad = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-        assert bad.returncode != 0  # 503: urlopen raises, the pod fails, helm test fails
+        assert bad.returncode == 1, bad.stderr  # 503: the pod fails, helm test fails
     finally:
         server.stop()
     assert "Pod" not in kinds(template("--set", "tests.enabled=false"))

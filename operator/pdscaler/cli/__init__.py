@@ -9,7 +9,8 @@ through ``register(app)``:
 * ``plan``      (``cli/plan.py``): the capacity calculators of docs/models.md;
 * ``simulate``  (``cli/simulate.py``): replay a trace against the policy and baselines;
 * ``run``       (``cli/run.py``): start the operator;
-* ``explain``   (``cli/explain.py``): the last decision of a PDDeployment, readable.
+* ``explain``   (``cli/explain.py``): the last decision of a PDDeployment, readable;
+* ``healthcheck`` (``cli/healthcheck.py``): GET an operator's ``/healthz`` (helm test).
 
 ``simulate`` is loaded only when it is asked for (or listed by ``--help``): it needs
 numpy and matplotlib, the ``pdscaler[sim]`` extra, which the operator image leaves
@@ -28,11 +29,11 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from pdscaler.cli import explain, plan, run
+from pdscaler.cli import explain, healthcheck, plan, run
 from pdscaler.cli.common import USAGE_EXIT, usage_line
 
 #: Registered at once, in this order (``simulate`` is listed first, loaded lazily).
-SUBCOMMAND_MODULES = (plan, run, explain)
+SUBCOMMAND_MODULES = (plan, run, explain, healthcheck)
 LAZY_SUBCOMMANDS = {"simulate": ("pdscaler.cli.simulate", 0)}  # name -> (module, position)
 SIM_EXTRA_HINT = (
     "pdscaler simulate needs the simulator extra (numpy, matplotlib): pip install 'pdscaler[sim]'"
