@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lint test unit drill lab-build lab-up lab-down lab-status demo bench fmt clean
+.PHONY: help venv lint test unit drill lab-build lab-up lab-down lab-status demo bench dashboard-preview fmt clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -58,6 +58,10 @@ demo: $(STAMP) lab-build ## The main job: lab + operator + traffic scenario, poo
 bench: $(STAMP) ## Decision-quality and overhead benchmarks: tables in bench/results/
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.readme
+
+dashboard-preview: $(STAMP) lab-build ## Redraw docs/img/dashboard-preview.png from the dashboard's queries in the lab
+	PDSCALER_DASHBOARD_PREVIEW=$(CURDIR)/docs/img/dashboard-preview.png \
+	  $(BIN)/pytest -q tests/lab/test_lab_grafana_dashboard.py
 
 clean: ## Remove the virtualenv and caches (not the lab binary cache)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

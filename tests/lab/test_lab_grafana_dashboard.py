@@ -8,16 +8,24 @@ plus a static job for the in-process operator's ``/metrics``). The operator read
 lab's Prometheus as usual; the dashboard's expressions are asked of the test's, with the
 template variables substituted (``$namespace``, ``$name``; Grafana's
 ``$__rate_interval`` -> 30s and ``$__range`` -> 5m).
+
+Then the same expressions are asked for their range since the PDDeployment was made and
+drawn as the dashboard lays them out (``pdlab.dashboard_preview``): into the test's
+directory, or into ``$PDSCALER_DASHBOARD_PREVIEW`` (``make dashboard-preview`` draws the
+README's docs/img/dashboard-preview.png this way).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pdlab import dashboard_preview
 from pdlab.lab import Lab
 from pdscaler.prometheus import MetricsUnavailableError, PrometheusClient
 from pdscaler.telemetry import MetricsServer
@@ -35,21 +43,19 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "pdscal
 NAME = "chat"
 
 
+def variables(namespace: str) -> dict[str, str]:
+    """The template variables as Grafana would fill them for this test's PDDeployment."""
+    return {"namespace": namespace, "name": NAME, "__rate_interval": "30s", "__range": "5m"}
+
+
 def dashboard_queries(namespace: str) -> dict[str, str]:
     """Panel title / legend -> the expression with the template variables filled."""
-    doc = json.loads(DASHBOARD.read_text())
-    out = {}
-    for panel in doc["panels"]:
-        for target in panel.get("targets", []):
-            expr = (
-                target["expr"]
-                .replace("$namespace", namespace)
-                .replace("$name", NAME)
-                .replace("$__rate_interval", "30s")
-                .replace("$__range", "5m")
-            )
-            out[f"{panel['title']} / {target['legendFormat']}"] = expr
-    return out
+    board = dashboard_preview.panels(json.loads(DASHBOARD.read_text()))
+    return {
+        f"{panel.title} / {fmt}": dashboard_preview.fill(expr, variables(namespace))
+        for panel in board
+        for fmt, expr in panel.targets
+    }
 
 
 def engine_pods(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +79,7 @@ def test_every_dashboard_expression_returns_series(
     try:
         job = static_job("pdscaler-operator", f"127.0.0.1:{server.port}")
         with own_prometheus(lab, tmp_path, jobs=[job]) as url, engine_simulator(namespace, load):
+            created = time.time()
             create_pdd(kube, namespace, engine_pods(pdd_manifest(NAME, lab.prometheus_url)))
             with ticking(rt, namespace, NAME, period=1.0):
                 wait_condition(kube, namespace, NAME, "MetricsAvailable", "True", 90)
@@ -96,5 +103,15 @@ def test_every_dashboard_expression_returns_series(
                     wait_for(all_answer, 90, "every dashboard expression answering series")
                 except AssertionError:
                     raise AssertionError(f"no series: {json.dumps(empty, indent=1)}") from None
+                time.sleep(20)  # some history for the preview's lines
+                board = dashboard_preview.panels(json.loads(DASHBOARD.read_text()))
+                dashboard_preview.fetch(url, board, variables(namespace), created, time.time())
+                out = Path(os.environ.get("PDSCALER_DASHBOARD_PREVIEW") or tmp_path / "p.png")
+                drawn = dashboard_preview.render(board, out, "Engine simulator: chat at 0.05x.")
+                assert drawn == len([p for p in board if p.kind != "row"])
+                lines = [p for p in board if p.kind in ("timeseries", "state-timeline")]
+                assert all(any(len(v) >= 2 for v in p.series.values()) for p in lines), [
+                    (p.title, {k: len(v) for k, v in p.series.items()}) for p in lines
+                ]
     finally:
         server.stop()
