@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 
 from pdlab.lab import Lab
-from support.chartkit import CHART, KUBE, lab_helm
+from support.chartkit import CHART, KUBE, install_watching, lab_helm
 from support.labkit import Kube, rbac_allows, wait_for
 from support.opkit import create_pdd, delete_pdd_and_wait, get_pdd, pdd_manifest
 
@@ -93,12 +93,8 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
     lab: Lab, kube: Kube, crd: str, namespace: str, tmp_path: Path
 ) -> None:
     release = f"pds-{namespace[-6:]}"
-    # crds.install=false: the `crd` fixture owns the CRD here (the chart's CRD template
-    # is tested in test_lab_chart_monitoring.py)
-    lab_helm(
-        "install", release, str(CHART), "-n", namespace,
-        "--set", f"watchNamespaces={{{namespace}}}", "--set", "crds.install=false", lab=lab,
-    )  # fmt: skip
+    # the chart's CRD template is tested in test_lab_chart_monitoring.py
+    install_watching(lab, release, namespace)
     try:
         deployment = kube.apps.read_namespaced_deployment(f"{release}-pdscaler", namespace)
         pod = deployment.spec.template.spec

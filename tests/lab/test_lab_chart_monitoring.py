@@ -29,15 +29,14 @@ from typing import Any, cast
 import yaml
 from kubernetes.client import ApiException
 
-from pdlab.config import REPO_DIR, helm_path, monitoring_crds_dir, read_versions
+from pdlab.config import helm_path, monitoring_crds_dir
 from pdlab.kubeclient import apply_crd, crd_established, wait_until
 from pdlab.lab import Lab
 from pdscaler.spec import GROUP, PLURAL, VERSION
+from support.chartkit import CHART, KUBE, install_watching, lab_helm
 from support.labkit import Kube
 from support.opkit import create_pdd, pdd_manifest
 
-CHART = REPO_DIR / "charts" / "pdscaler"
-KUBE = read_versions()["KUBE_VERSION"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
 MONITORS = [
     "--set", "monitoring.serviceMonitor.enabled=true",
@@ -49,12 +48,7 @@ KINDS = {"ServiceMonitor": "servicemonitors", "PodMonitor": "podmonitors",
 
 
 def _helm(lab: Lab, *args: str) -> str:
-    helm = helm_path()
-    assert helm.exists(), f"{helm} missing: run `make lab-build`"
-    argv = [str(helm), *args, "--kubeconfig", str(lab.kubeconfig)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr or done.stdout}"
-    return done.stdout
+    return lab_helm(*args, lab=lab)
 
 
 def _install_monitoring_crds(kube: Kube) -> None:
@@ -122,9 +116,7 @@ def test_monitoring_objects_are_created_and_stored_as_rendered(
         )
         if d
     }
-    notes = _helm(lab, "install", release, str(CHART), "-n", namespace,
-                  "--set", "crds.install=false", "--set", f"watchNamespaces={{{namespace}}}",
-                  *MONITORS)  # fmt: skip
+    notes = install_watching(lab, release, namespace, *MONITORS)
     try:
         assert "WARNING" not in notes, notes  # every kind was found by discovery
         assert f"helm test {release}" in notes

@@ -38,7 +38,7 @@ from pdlab.podrunner import (
     with_host,
 )
 from pdlab.svcdns import ClusterHttpProxy, service_of
-from support.chartkit import CHART, lab_helm
+from support.chartkit import install_watching, lab_helm
 from support.labkit import Kube, wait_for
 
 
@@ -52,10 +52,7 @@ def test_helm_test_passes_against_the_running_operator_and_fails_without_it(
     lab: Lab, kube: Kube, crd: str, namespace: str, tmp_path: Path
 ) -> None:
     release = f"pds-{namespace[-6:]}"
-    lab_helm(
-        "install", release, str(CHART), "-n", namespace,
-        "--set", f"watchNamespaces={{{namespace}}}", "--set", "crds.install=false", lab=lab,
-    )  # fmt: skip
+    install_watching(lab, release, namespace)
     said: list[str] = []
     try:
         with (

@@ -66,6 +66,15 @@ def lab_helm(*args: str, lab: Lab | None = None) -> str:
     return done.stdout
 
 
+def install_watching(lab: Lab, release: str, namespace: str, *args: str) -> str:
+    """``helm install <release>`` of the chart into ``namespace``, watching only it, the
+    CRD left to the lab tests' ``crd`` fixture (``crds.install=false``); its NOTES."""
+    return lab_helm(
+        "install", release, str(CHART), "-n", namespace, "--set", "crds.install=false",
+        "--set", f"watchNamespaces={{{namespace}}}", *args, lab=lab,
+    )  # fmt: skip
+
+
 def template(*args: str, monitoring: bool = False) -> list[dict[str, Any]]:
     """``helm template`` of the chart (release ``pds`` in ``pdscaler-system``), parsed;
     ``monitoring``: the cluster serves the monitoring.coreos.com/v1 kinds."""
