@@ -11,13 +11,14 @@ Windows: metrics 10 s, stabilization 20 s (15 s in the scale-down test), recover
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pdlab.lab import Lab
 from pdscaler import models
 from pdscaler.prometheus import PrometheusClient, read_snapshot
 from pdscaler.reconcile import Runtime
-from pdscaler.types import Role
+from pdscaler.types import MetricsSnapshot, Role
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
@@ -106,6 +107,21 @@ def wait_policy_holds(rt: Runtime, namespace: str, name: str, seconds: float) ->
     return wait_for(held, 90 + seconds, f"{name}: the policy holding for {seconds:g}s")
 
 
+def wait_window(
+    lab: Lab, kube: Kube, namespace: str, names: Sequence[str],
+    holds: Callable[[MetricsSnapshot], bool], what: str,
+) -> None:  # fmt: skip
+    """Wait (60 s at most) until Prometheus' window, read as the operator reads it
+    (``read_snapshot`` of each PDDeployment's spec), ``holds`` for every one of ``names``."""
+    client = PrometheusClient(lab.prometheus_url)
+    specs = {n: spec_of(get_pdd(kube, namespace, n)) for n in names}
+
+    def all_hold() -> bool:
+        return all(holds(read_snapshot(client, specs[n], namespace, n, time.time())) for n in names)
+
+    wait_for(all_hold, 60, what)
+
+
 def test_rate_rise_scales_decode_by_the_drain_model(
     lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
 ) -> None:
@@ -140,14 +156,11 @@ def test_rate_rise_scales_decode_by_the_drain_model(
         ) == (1, 1)
     serve(exporter, namespace, name, rate=4.0, prompt=200, output=500, tpot=0.08,
           decode_waiting=200)  # fmt: skip
-    client = PrometheusClient(lab.prometheus_url)
-    spec_now = spec_of(get_pdd(kube, namespace, name))
-
-    def step_in_window() -> bool:
-        s = read_snapshot(client, spec_now, namespace, name, time.time())
-        return abs((s.request_rate or 0) - 4.0) < 0.1 and s.decode.queue_depth == 200
-
-    wait_for(step_in_window, 60, "Prometheus' window holds 4 req/s and the decode queue")
+    wait_window(
+        lab, kube, namespace, [name],
+        lambda s: abs((s.request_rate or 0) - 4.0) < 0.1 and s.decode.queue_depth == 200,
+        "Prometheus' window holds 4 req/s and the decode queue",
+    )  # fmt: skip
     rt.tick(namespace, name)
     ld = last_decision(kube, namespace, name)
     assert ld["pool"] == "decode"
@@ -261,14 +274,10 @@ def test_recommend_mode_publishes_the_same_decision_and_writes_no_deployment(
         )
     for n in names:
         serve(exporter, namespace, n, rate=2.0, prompt=500, output=1500, tpot=0.03)
-    client = PrometheusClient(lab.prometheus_url)
-    spec = spec_of(get_pdd(kube, namespace, "rec"))
-
-    def settled() -> bool:
-        snaps = [read_snapshot(client, spec, namespace, n, time.time()) for n in names]
-        return all(abs((s.output_tokens or 0) - 1500) < 15 for s in snaps)
-
-    wait_for(settled, 60, "Prometheus' window holds 1500-token outputs for both")
+    wait_window(
+        lab, kube, namespace, names, lambda s: abs((s.output_tokens or 0) - 1500) < 15,
+        "Prometheus' window holds 1500-token outputs for both",
+    )  # fmt: skip
     before = {
         d["metadata"]["name"]: (d["spec"]["replicas"], d["metadata"]["resourceVersion"])
         for d in deployments(kube, namespace, "rec")
