@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from kubernetes import client, config
 
 from pdscaler.naming import LABEL_NAME, LABEL_REVISION, LABEL_ROLE, LABEL_VERSION
+from pdscaler.router import DEFAULT_BOOTSTRAP_PORT, bootstrap_port
 from pdscaler.types import Role
 
 #: The pod annotation naming the configuration a pod runs (its KV compatibility).
@@ -61,6 +62,9 @@ class PodInfo:
     prestop_s: float = 0.0
     #: the metric names its /metrics speaks (``engine_dialect``): ``vllm`` or ``sglang``
     dialect: str = "vllm"
+    #: the port an SGLang prefill's bootstrap (KV hand-off) server binds: its engine's
+    #: ``--disaggregation-bootstrap-port``, else 8998 (``engine_words``)
+    bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT
 
     @property
     def engine_id(self) -> str:
@@ -94,16 +98,20 @@ def prestop_seconds(pod: Any) -> float:
     return float(sleep.seconds) if sleep is not None and sleep.seconds else 0.0
 
 
-def engine_dialect(pod: Any) -> str:
-    """``sglang`` when the engine container (the one named ``engine``, else the first)
-    runs SGLang (``sglang`` in its image, command or args: ``python3 -m
-    sglang.launch_server``), else ``vllm`` (a kubernetes-client V1Pod)."""
+def engine_words(pod: Any) -> list[str]:
+    """The engine container's (the one named ``engine``, else the first) image,
+    command and args (a kubernetes-client V1Pod); [] without a container."""
     containers = sorted(pod.spec.containers or [], key=lambda c: c.name != "engine")
     if not containers:
-        return "vllm"
+        return []
     c = containers[0]
-    words = [c.image or "", *(c.command or []), *(c.args or [])]
-    return "sglang" if any("sglang" in w for w in words) else "vllm"
+    return [c.image or "", *(c.command or []), *(c.args or [])]
+
+
+def engine_dialect(pod: Any) -> str:
+    """``sglang`` when the engine container runs SGLang (``sglang`` in its image,
+    command or args: ``python3 -m sglang.launch_server``), else ``vllm``."""
+    return "sglang" if any("sglang" in w for w in engine_words(pod)) else "vllm"
 
 
 def is_serving(pod: Any) -> bool:
@@ -139,6 +147,7 @@ def to_info(pod: Any) -> PodInfo | None:
         uid=pod.metadata.uid or "",
         prestop_s=prestop_seconds(pod),
         dialect=engine_dialect(pod),
+        bootstrap_port=bootstrap_port(engine_words(pod)),
     )
 
 

@@ -37,6 +37,15 @@ an unknown one, or a prefill pod of another cell (namespace, PDDeployment, revis
 config differ) is served as vLLM would (prefilled locally) and recorded as a pairing
 error; so is a whole request served by a prefill pod.
 
+SGLang's P/D protocol (``pdlab.engine_sglang``; pods whose engine runs SGLang also
+serve ``POST /generate``, ``GET /get_server_info``, ``/get_model_info`` and
+``/health_generate``): sglang-router sends the same body to a prefill and a decode pod
+at once with ``bootstrap_host``/``bootstrap_port``/``bootstrap_room``; the prefill leg
+is prefilled and answered with one token, the decode leg waits for that room's prefill
+at the pod serving that bootstrap address, pays the KV transfer and decodes. Both legs
+are recorded with ``bootstrap_room`` (and request id ``room-<room>``); the same pairing
+errors apply.
+
     servers = PodServers(EngineParams())
     servers.sync([pod_p, pod_d])          # PodInfo of Ready pods: serve them
     # POST http://127.64.0.1:8000/v1/completions {"prompt": "hi", "max_tokens": 4}
@@ -56,10 +65,11 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
+from pdlab import engine_sglang as sgl
 from pdlab.engine_expo import MODEL_NAME, render_pod
 from pdlab.engine_pods import PodInfo
 from pdlab.loop_thread import LoopThread
@@ -67,6 +77,8 @@ from pdscaler.sim.engine import TPOT_BUCKETS, TTFT_BUCKETS, EngineParams, PodSta
 from pdscaler.types import Role
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: The answer's shape: OpenAI completions, OpenAI chat, or SGLang's native /generate.
+Api = Literal["completion", "chat", "generate"]
 #: How long a pod that left keeps serving the requests it holds (a grace period).
 DRAIN_SECONDS = 60.0
 
@@ -369,6 +381,11 @@ class PodServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
+        if self.pod.dialect == "sglang":  # SGLang's own routes (pdlab.engine_sglang)
+            app.router.add_post("/generate", self.generate)
+            app.router.add_get("/get_server_info", self.server_info)
+            app.router.add_get("/get_model_info", self.model_info)
+            app.router.add_get("/health_generate", self.health)
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self.runner.setup()
         self.site = web.TCPSite(self.runner, self.pod.ip, self.pod.port, reuse_address=True)
@@ -401,6 +418,12 @@ class PodServer:
         card = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "pdlab"}
         return web.json_response({"object": "list", "data": [card]})
 
+    async def server_info(self, _req: web.Request) -> web.Response:
+        return web.json_response(sgl.server_info(self.pod))
+
+    async def model_info(self, _req: web.Request) -> web.Response:
+        return web.json_response(sgl.model_info())
+
     async def metrics(self, _req: web.Request) -> web.Response:
         stats = self.stats.plus(self.owner.extra(self.pod))
         return web.Response(
@@ -424,12 +447,16 @@ class PodServer:
     # ----- generation
     async def completions(self, req: web.Request) -> web.StreamResponse:
         body = await req.json()
-        return await self._generate(req, body, count_tokens(body.get("prompt", "")), chat=False)
+        return await self._generate(req, body, count_tokens(body.get("prompt", "")), "completion")
 
     async def chat(self, req: web.Request) -> web.StreamResponse:
         body = await req.json()
         prompt = count_tokens(chat_prompt(body.get("messages")))
-        return await self._generate(req, body, prompt, chat=True)
+        return await self._generate(req, body, prompt, "chat")
+
+    async def generate(self, req: web.Request) -> web.StreamResponse:
+        body = await req.json()
+        return await self._generate(req, body, count_tokens(sgl.generate_prompt(body)), "generate")
 
     def _kv_out(self, prompt: int) -> dict[str, Any]:
         blocks = -(-prompt // BLOCK_TOKENS)
@@ -443,13 +470,29 @@ class PodServer:
             "tp_size": 1,
         }
 
+    async def _source(
+        self, kv_in: dict[str, Any], boot: sgl.Bootstrap | None
+    ) -> tuple[PodInfo | None, str]:
+        """The prefill pod whose KV a decode request reads (SGLang's bootstrap room, or
+        vLLM's NixlConnector params), else None and why."""
+        if boot is not None:
+            return await sgl.find_prefill(self.owner.bootstraps, self.owner.rooms, boot)
+        if kv_in.get("do_remote_prefill"):
+            return self.owner.lookup(kv_in), "names an unknown prefill"
+        return None, "no KV hand-off: prefilled locally"
+
     async def _generate(
-        self, req: web.Request, body: dict[str, Any], prompt: int, *, chat: bool
+        self, req: web.Request, body: dict[str, Any], prompt: int, api: Api
     ) -> web.StreamResponse:
         t0 = time.monotonic()
-        rid = req.headers.get("X-Request-Id") or f"cmpl-{uuid.uuid4().hex}"
         kv_in = body.get("kv_transfer_params") or {}
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+        boot = sgl.bootstrap(body, self.pod.bootstrap_port)
+        rid = req.headers.get("X-Request-Id") or (
+            f"room-{boot.room}" if boot is not None else f"cmpl-{uuid.uuid4().hex}"
+        )
+        max_tokens = (
+            body.get("max_tokens") or body.get("max_completion_tokens") or sgl.max_new_tokens(body)
+        )
         output = int(max_tokens) if max_tokens else DEFAULT_MAX_TOKENS
         record: dict[str, Any] = {
             "request_id": rid,
@@ -458,12 +501,17 @@ class PodServer:
             "deployment": self.pod.deployment,
             "prompt_tokens": prompt,
         }
+        if boot is not None:
+            record["bootstrap_room"] = boot.room
         params = self.owner.params
         kv_out: dict[str, Any] | None = None
-        if self.pod.role is Role.PREFILL and kv_in.get("do_remote_decode"):
+        if self.pod.role is Role.PREFILL and (boot is not None or kv_in.get("do_remote_decode")):
             output = 1
             await self.prefill.prefill(prompt)
-            kv_out = self._kv_out(prompt)
+            if boot is not None:  # SGLang: the room's KV is ready at this pod
+                self.owner.rooms.prefilled(self.pod.engine_id, boot.room)
+            else:
+                kv_out = self._kv_out(prompt)
             record.update(kind="prefill", ok=True, pairing_error=False, kv_transfer=False)
             record.update(_pod_fields("prefill", self.pod), **_pod_fields("decode", None))
             tokens: AsyncIterator[int] = _one_token()
@@ -474,12 +522,11 @@ class PodServer:
             record.update(_pod_fields("prefill", self.pod), **_pod_fields("decode", self.pod))
             record["error"] = "served whole by a prefill pod (no decode hand-off)"
         else:
-            source = self.owner.lookup(kv_in) if kv_in.get("do_remote_prefill") else None
+            source, why = await self._source(kv_in, boot)
             record.update(kind="decode", kv_transfer=source is not None)
             record.update(_pod_fields("prefill", source), **_pod_fields("decode", self.pod))
             if source is None:
-                why = "names an unknown prefill" if kv_in.get("do_remote_prefill") else None
-                record["error"] = why or "no KV hand-off: prefilled locally"
+                record["error"] = why
                 await asyncio.sleep(params.prefill_seconds(prompt, prompt * prompt))
             elif not same_cell(source, self.pod):
                 record["error"] = (
@@ -510,14 +557,14 @@ class PodServer:
             if body.get("stream"):
                 timed = _first_token_timed(tokens, record, t0)
                 return await self._stream(
-                    req, body, rid, prompt, output, timed, chat, kv_out, finish
+                    req, body, rid, prompt, output, timed, api, kv_out, finish
                 )
             n = 0
             async for n in tokens:
                 if n == 1:
                     record["ttft_s"] = time.monotonic() - t0
             text = "".join(_token_text(i) for i in range(1, n + 1))
-            return web.json_response(self._answer(rid, body, prompt, n, text, chat, kv_out))
+            return web.json_response(self._answer(rid, body, prompt, n, text, api, kv_out))
         finally:
             finish()
 
@@ -528,9 +575,12 @@ class PodServer:
         prompt: int,
         n: int,
         text: str,
-        chat: bool,
+        api: Api,
         kv_out: dict[str, Any] | None,
     ) -> dict[str, Any]:
+        if api == "generate":
+            return sgl.generate_doc(rid, prompt, n, text, last=True)
+        chat = api == "chat"
         choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
@@ -554,12 +604,13 @@ class PodServer:
         prompt: int,
         output: int,
         tokens: AsyncIterator[int],
-        chat: bool,
+        api: Api,
         kv_out: dict[str, Any] | None,
         finish: Callable[[], None],
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(req)
+        chat = api == "chat"
         model = body.get("model") or MODEL_NAME
         kind = "chat.completion.chunk" if chat else "text_completion"
         base = {"id": rid, "object": kind, "created": int(time.time()), "model": model}
@@ -574,6 +625,10 @@ class PodServer:
         n = 0
         async for n in tokens:
             last = n >= output
+            if api == "generate":  # SGLang streams the text so far
+                text = "".join(_token_text(i) for i in range(1, n + 1))
+                await send(sgl.generate_doc(rid, prompt, n, text, last))
+                continue
             choice: dict[str, Any] = {"index": 0, "logprobs": None}
             if chat:
                 choice["delta"] = {"content": _token_text(n)}
@@ -585,7 +640,7 @@ class PodServer:
                 chunk["kv_transfer_params"] = kv_out
             await send(chunk)
         opts = body.get("stream_options") or {}
-        if opts.get("include_usage"):
+        if opts.get("include_usage") and api != "generate":
             await send({**base, "choices": [], "usage": _usage(prompt, n)})
         finish()
         await send("[DONE]")
@@ -637,6 +692,9 @@ class PodServers:
         #: names its cell when its KV hand-off arrives)
         self.known_ids: dict[str, PodInfo] = {}
         self.known_addr: dict[str, PodInfo] = {}
+        #: SGLang's hand-off: prefill pods by bootstrap address, and their rooms
+        self.bootstraps: dict[str, PodInfo] = {}
+        self.rooms = sgl.Rooms()
         self._draining: set[asyncio.Task[None]] = set()
         self._loop = LoopThread("pods")
 
@@ -673,6 +731,8 @@ class PodServers:
             self.servers[key] = server
             self.known_ids[pod.engine_id] = pod
             self.known_addr[pod.address] = pod
+            if pod.role is Role.PREFILL:
+                self.bootstraps[f"{pod.ip}:{pod.bootstrap_port}"] = pod
             said.append(f"{pod.role.value} pod {key[1]} serving at http://{pod.address}")
         return said
 

@@ -23,6 +23,9 @@ Rules the builders enforce, whatever the user's template says:
 * every pod asks for ``gpusPerReplica`` ``nvidia.com/gpu`` (limits = requests) and
   tolerates the usual ``nvidia.com/gpu`` node taint;
 * template labels/annotations pass through (``pdscaler.io/startup-delay`` for the lab);
+  with sglang-router, prefill pods carry ``sglang.ai/bootstrap-port`` (the port their
+  engine's ``--disaggregation-bootstrap-port`` binds, 8998 by default): the router's
+  discovery reads it and hands it to the decode with each request;
 * a pool pod being deleted keeps serving for ``drain_seconds`` before its engine gets
   SIGTERM (a ``preStop`` sleep on the engine container added to the template's grace
   period, unless the template has a preStop hook): a router may have paired a request
@@ -309,6 +312,8 @@ def _pod_template(
     if not any(t.get("key") == GPU_RESOURCE for t in tolerations):
         tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
     _with_drain(pod, engine, drain_seconds(spec))
+    if role is Role.PREFILL:  # the template's own value wins
+        tpl_meta["annotations"] = {**router.prefill_annotations(spec, engine), **annotations}
     return tpl
 
 

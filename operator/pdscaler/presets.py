@@ -147,6 +147,18 @@ VLLM = Preset(
 # required (absent: unknown); the hand-off queues count 0 when a server exports none
 # (not in PD mode, or a release without them).
 # Token means come from the counters: the per-request token histograms are optional.
+# R: ARRIVALS when the cells' routers answer, else completions. The arrivals come from
+# sglang-router (0.3.2, PD mode; its Rust gateway names its series smg_*), scraped on
+# its `metrics` port (--prometheus-port 29000) with the pod labels; observed against
+# the real router:
+#   smg_router_requests_total{router_type="http",backend_type="pd",model,endpoint
+#             (completions|chat|generate),streaming} +1 ONCE per request when it arrives
+#             (an in-flight request is counted); a body the router rejects (400) is not;
+#   smg_worker_selection_total{worker_type="prefill"|"decode"} +1 per worker picked
+#             (one prefill and one decode per request);
+#   smg_http_requests_total{method,path} counts every HTTP request, the readiness and
+#             liveness probes and the rejected bodies included: not arrivals.
+# So R = the requests counter summed over all series (no "/ 2").
 _SGLANG_HANDOFF = (
     "sglang:num_prefill_prealloc_queue_reqs|sglang:num_prefill_bootstrap_queue_reqs"
     "|sglang:num_decode_prealloc_queue_reqs|sglang:num_decode_transfer_queue_reqs"
@@ -171,6 +183,7 @@ SGLANG = Preset(
     decode_tokens_per_second=_rate("sglang:generation_tokens_total"),
     kv_usage="avg(sglang:token_usage{selector})",
     running_by_pod="sum by (pod) (sglang:num_running_reqs{selector})",
+    arrival_rate=_rate("smg_router_requests_total"),
 )
 
 # Dynamo, names from lib/runtime/src/metrics/prometheus_names.rs (module frontend_service,
@@ -222,6 +235,7 @@ RATE_SOURCES: Mapping[str, str] = {
 #: What R counts when the preset's ``arrival_rate`` answered (presets that have one).
 ARRIVAL_SOURCES: Mapping[str, str] = {
     "vllm": "arriving requests/s (vllm_router_processed_requests_total / 2, cell routers)",
+    "sglang": "arriving requests/s (smg_router_requests_total, cell routers)",
 }
 
 

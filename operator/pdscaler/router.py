@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pdscaler import naming
@@ -52,6 +52,15 @@ COMMANDS: dict[str, list[str]] = {
 }
 PD_FLAG = {"vllm-router": "--vllm-pd-disaggregation", "sglang-router": "--pd-disaggregation"}
 METRICS_PORT = 29000
+#: The pod annotation sglang-router's Kubernetes discovery reads a prefill pod's KV
+#: bootstrap port from (``bootstrap_port_annotation`` of sglang-router 0.3.2; without
+#: it the router sends ``bootstrap_port: null`` and each decode falls back to its OWN
+#: ``--disaggregation-bootstrap-port``).
+BOOTSTRAP_ANNOTATION = "sglang.ai/bootstrap-port"
+#: SGLang's flag for the port its prefill server's bootstrap (KV hand-off) server binds.
+BOOTSTRAP_FLAG = "--disaggregation-bootstrap-port"
+#: ``--disaggregation-bootstrap-port``'s default (SGLang ServerArgs).
+DEFAULT_BOOTSTRAP_PORT = 8998
 
 
 def enabled(spec: PDDeploymentSpec) -> bool:
@@ -102,6 +111,36 @@ def router_args(meta: Meta, spec: PDDeploymentSpec, rev: str, engine_port: int) 
         str(METRICS_PORT),
         *(spec.router.args or []),
     ]
+
+
+def bootstrap_port(words: Sequence[str]) -> int:
+    """The bootstrap port an SGLang engine started with ``words`` (its command + args)
+    binds: ``--disaggregation-bootstrap-port N`` or ``=N``, else SGLang's default.
+
+    >>> bootstrap_port(["python3", "-m", "sglang.launch_server", f"{BOOTSTRAP_FLAG}=9001"])
+    9001
+    >>> bootstrap_port([BOOTSTRAP_FLAG, "9002"]), bootstrap_port(["--port", "30000"])
+    (9002, 8998)
+    """
+    for i, word in enumerate(words):
+        value = None
+        if word.startswith(BOOTSTRAP_FLAG + "="):
+            value = word.split("=", 1)[1]
+        elif word == BOOTSTRAP_FLAG and i + 1 < len(words):
+            value = words[i + 1]
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return DEFAULT_BOOTSTRAP_PORT
+
+
+def prefill_annotations(spec: PDDeploymentSpec, engine: Mapping[str, Any]) -> dict[str, str]:
+    """What the cell's router needs on a PREFILL pod: for sglang-router, the
+    ``sglang.ai/bootstrap-port`` of the engine container (``engine``: its manifest),
+    which its discovery hands to the decode with each request; nothing for the others."""
+    if spec.router_type != "sglang-router":
+        return {}
+    words = [str(w) for w in [*(engine.get("command") or []), *(engine.get("args") or [])]]
+    return {BOOTSTRAP_ANNOTATION: str(bootstrap_port(words))}
 
 
 def account_name(name: str) -> str:

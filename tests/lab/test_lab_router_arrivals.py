@@ -20,33 +20,18 @@ pod IP, with ``--prometheus-host/--prometheus-port 29000`` and a container port 
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
-from pdlab import prometheus
 from pdlab.lab import Lab
-from pdscaler import metricsql, router
+from pdscaler import router
 from pdscaler.presets import rate_source
 from pdscaler.spec import PDDeploymentSpec
 from support.labkit import Kube, wait_for
 from support.opkit import condition, get_pdd
+from support.router_counts import CountedLoad, router_targets, settled_total, wait_arrival_rate
 from support.served_chat import NAME, completion, scaled_chat, serving
 
 ARRIVALS = "load shape known; R = " + rate_source("vllm", arrivals=True)
-SCRAPE_S = 2.0  # the lab Prometheus' scrape interval
-
-
-def router_targets(lab: Lab, namespace: str) -> list[dict[str, Any]] | None:
-    """The namespace's router targets up, or None while there are none."""
-    ours = [
-        t
-        for t in prometheus.active_targets(lab.prometheus_url)
-        if t["labels"].get("namespace") == namespace
-        and t["labels"].get("pdscaler_io_role") == "router"
-        and t["health"] == "up"
-    ]
-    return ours or None
 
 
 def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
@@ -54,28 +39,10 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
 ) -> None:
     assert ARRIVALS.endswith("(vllm_router_processed_requests_total / 2, cell routers)")
     with serving(lab, kube, namespace) as (front, _control, _proxy):
-        sent = {"tried": 0, "ok": 0}
-
-        def one(max_tokens: int = 8) -> str | None:
-            sent["tried"] += 1
-            answer = completion(front, max_tokens=max_tokens)
-            sent["ok"] += answer is not None
-            return answer
-
-        wait_for(one, 120, "a streamed completion via the front")
-        # attempts before the path was up never reached a router: from here on, while
-        # the first success is counted (it reached one)
-        sent.update(tried=1, ok=1)
-        stop = threading.Event()
-
-        def load() -> None:  # a request every 0.2 s, so the window's rate stays > 0
-            while not stop.is_set():
-                one(max_tokens=4)
-                stop.wait(0.2)
-
-        sender = threading.Thread(target=load, daemon=True)
-        sender.start()
-        try:
+        # a request every 0.2 s, so the window's rate stays > 0
+        load = CountedLoad(lambda: completion(front, max_tokens=4))
+        load.first()
+        with load:
             # 1. the routers are targets on their metrics port, with the pod labels
             targets = wait_for(lambda: router_targets(lab, namespace), 90, "a router target up")
             for t in targets:
@@ -96,17 +63,7 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
             # 2. the preset's arrival query answers a positive rate
             doc = scaled_chat(namespace, lab.prometheus_url)
             spec = PDDeploymentSpec.model_validate(doc["spec"])
-            (q,) = [
-                q
-                for q in metricsql.build_queries(spec, namespace, NAME)
-                if q.key == metricsql.Key.ARRIVAL_RATE
-            ]
-
-            def positive() -> list[dict[str, Any]] | None:
-                got = lab.query(q.promql)
-                return got if got and float(got[0]["value"][1]) > 0 else None
-
-            rate = wait_for(positive, 60, f"a positive arrival rate from {q.promql}")
+            rate = wait_arrival_rate(lab, spec, namespace, NAME)
             assert len(rate) == 1
 
             # 3. the operator reads R as arrivals and says so
@@ -118,22 +75,10 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
                 return c
 
             wait_for(says_arrivals, 120, f"MetricsAvailable True saying {ARRIVALS!r}")
-        finally:
-            stop.set()
-            sender.join(30)
         # 4. the "/ 2" is the router's behaviour: its counter over 2 is the requests it
         # was sent (every one that succeeded at most, every one tried at least), once the
         # last scrape has the final counts
-        total = f"sum(vllm_router_processed_requests_total{sel}) / 2"
-
-        def settled() -> float | None:
-            first = lab.query(total)
-            time.sleep(2 * SCRAPE_S)
-            again = lab.query(total)
-            same = first and again and first[0]["value"][1] == again[0]["value"][1]
-            return float(again[0]["value"][1]) if same else None
-
-        counted = wait_for(settled, 60, "the routers' counters settled in Prometheus")
-        print(f"router counter / 2: {counted:g}; client: {sent}")
-        assert sent["ok"] <= counted <= sent["tried"], (counted, sent)
-        assert sent["ok"] >= 5, sent
+        counted = settled_total(lab, f"sum(vllm_router_processed_requests_total{sel}) / 2")
+        print(f"router counter / 2: {counted:g}; client: {load!r}")
+        assert load.ok <= counted <= load.tried, (counted, load)
+        assert load.ok >= 5, load

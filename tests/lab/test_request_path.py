@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import sys
 import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,37 +28,18 @@ from pdlab import prometheus
 from pdlab.lab import Lab
 from pdlab.podrunner import NotAllowedError, resolve, with_host
 from pdlab.svcproxy import ready_endpoints, selected_endpoints
-from pdscaler import router
-from pdscaler.objects import Meta
-from support.labkit import Kube, gpu_deployment, request_path, wait_for
-
-REPO = Path(__file__).resolve().parents[2]
-NAME = "chat"
-ROUTER_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-
-def cell_labels(rev: str, role: str) -> dict[str, str]:
-    return {
-        "pdscaler.io/name": NAME,
-        "pdscaler.io/role": role,
-        "pdscaler.io/revision": rev,
-        "pdscaler.io/version": f"v-{rev}",
-    }
-
-
-def _labelled(dep: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
-    dep["metadata"]["labels"] = dict(labels)
-    dep["spec"]["selector"] = {"matchLabels": dict(labels)}
-    dep["spec"]["template"]["metadata"]["labels"] = dict(labels)
-    return dep
-
-
-def engine_deployment(rev: str, role: str) -> dict[str, Any]:
-    """`chat-<rev>-<role>`: one GPU pod whose engine container serves port 8000 (http)."""
-    dep = gpu_deployment(f"{NAME}-{rev}-{role}", 1, startup_delay="1s")
-    engine = dep["spec"]["template"]["spec"]["containers"][0]
-    engine["ports"] = [{"name": "http", "containerPort": 8000}]
-    return _labelled(dep, cell_labels(rev, role))
+from support.labkit import Kube, request_path, wait_for
+from support.pd_cell import (
+    NAME,
+    create_router_identity,
+    engine_deployment,
+    front_service,
+    get_json,
+    pod_of,
+    post,
+    router_pod_deployment,
+    sse_chunks,
+)
 
 
 def router_deployment(namespace: str, rev: str) -> dict[str, Any]:
@@ -80,76 +60,7 @@ def router_deployment(namespace: str, rev: str) -> dict[str, Any]:
         "ports": [{"name": "http", "containerPort": 8000}],
         "env": [{"name": "RUST_LOG", "value": "info"}],
     }
-    labels = cell_labels(rev, "router")
-    dep = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": f"{NAME}-{rev}-router"},
-        "spec": {
-            "replicas": 1,
-            "template": {
-                "metadata": {"annotations": {"pdscaler.io/startup-delay": "1s"}},
-                "spec": {
-                    "serviceAccountName": router.account_name(NAME),
-                    "containers": [container],
-                    "tolerations": [ROUTER_TOLERATION],
-                    "terminationGracePeriodSeconds": 0,
-                },
-            },
-        },
-    }
-    return _labelled(dep, labels)
-
-
-def front_service() -> dict[str, Any]:
-    """`chat`: the routers of every serving cell."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": NAME},
-        "spec": {
-            "selector": {"pdscaler.io/name": NAME, "pdscaler.io/role": "router"},
-            "ports": [{"name": "http", "port": 8000, "targetPort": "http"}],
-        },
-    }
-
-
-def post(url: str, body: dict[str, Any], timeout: float = 20.0) -> tuple[int, str]:
-    req = urllib.request.Request(
-        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return resp.status, resp.read().decode()
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read())
-
-
-def pod_of(kube: Kube, namespace: str, rev: str, role: str) -> Any:
-    pods = kube.core.list_namespaced_pod(
-        namespace, label_selector=f"pdscaler.io/revision={rev},pdscaler.io/role={role}"
-    ).items
-    ready = [
-        p
-        for p in pods
-        if p.status is not None
-        and p.status.pod_ip
-        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-    ]
-    return ready[0] if ready else None
-
-
-def _create(kube: Kube, obj: dict[str, Any]) -> None:
-    """The routers' ServiceAccount, Role and RoleBinding, as the operator renders them."""
-    ns = obj["metadata"]["namespace"]
-    if obj["kind"] == "ServiceAccount":
-        kube.core.create_namespaced_service_account(ns, cast(Any, obj))
-    elif obj["kind"] == "Role":
-        kube.rbac.create_namespaced_role(ns, cast(Any, obj))
-    else:
-        kube.rbac.create_namespaced_role_binding(ns, cast(Any, obj))
+    return router_pod_deployment(rev, container)
 
 
 @pytest.fixture
@@ -159,9 +70,7 @@ def cell(lab: Lab, kube: Kube, namespace: str) -> Iterator[tuple[int, int]]:
     yields (front port, simulator control port)."""
     for rev, role in (("r1", "prefill"), ("r1", "decode"), ("r2", "prefill")):
         kube.apps.create_namespaced_deployment(namespace, cast(Any, engine_deployment(rev, role)))
-    for obj in router.router_identity(Meta(NAME, namespace, "no-owner")):
-        obj["metadata"].pop("ownerReferences")  # no PDDeployment here: nothing to own them
-        _create(kube, obj)
+    create_router_identity(kube, namespace)
     kube.apps.create_namespaced_deployment(namespace, cast(Any, router_deployment(namespace, "r1")))
     kube.core.create_namespaced_service(namespace, cast(Any, front_service()))
     with request_path(lab, namespace, NAME) as (front, control, _):
@@ -183,11 +92,7 @@ def test_a_streamed_completion_flows_router_prefill_decode_of_one_cell(
         return text if status == 200 and "[DONE]" in text else None
 
     text = wait_for(completion, 120, "a streamed completion through the front Service")
-    chunks = [
-        json.loads(line[6:])
-        for line in text.splitlines()
-        if line.startswith("data: ") and line != "data: [DONE]"
-    ]
+    chunks = sse_chunks(text)
     tokens = [c["choices"][0]["text"] for c in chunks if c.get("choices")]
     assert len(tokens) == 12
 

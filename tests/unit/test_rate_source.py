@@ -2,8 +2,9 @@
 series answer and falls back to the prefill pool's completions otherwise; the snapshot,
 the MetricsAvailable condition and the policy say and use which one answered.
 
-The counter and its meaning were observed against the real vllm-router 0.1.17 in PD
-mode (presets.py, the comment above ``VLLM``)."""
+The counters and their meaning were observed against the real vllm-router 0.1.17 and
+sglang-router 0.3.2 in PD mode (presets.py, the comments above ``VLLM`` and ``SGLANG``;
+tests/lab/test_sglang_router_path.py checks the SGLang one on the real router)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from pdscaler import metricsql as mq
 from pdscaler import status as st
 from pdscaler.policy.decide import arrival_rate
+from pdscaler.presets import rate_source
 from pdscaler.types import PolicyMemory, RateSource
 from support.builders import chat_spec, points, run, snapshot
 from support.prom_answers import NAME, NOW, NS, full_answers, one, spec, vector
@@ -55,9 +57,28 @@ def test_vllm_reads_arrivals_on_the_cells_routers() -> None:
     assert "vllm:request_success_total" in r.promql  # the completions are still asked
 
 
-@pytest.mark.parametrize("preset", ["sglang", "dynamo"])
-def test_presets_without_a_router_counter_ask_only_completions(preset: str) -> None:
-    keys = {q.key for q in mq.build_queries(spec(preset), NS, NAME)}
+def test_sglang_reads_arrivals_on_the_cells_routers() -> None:
+    """sglang-router counts each request once (not once per worker): no halving."""
+    queries = mq.build_queries(spec("sglang"), NS, NAME)
+    (q,) = [q for q in queries if q.key == mq.Key.ARRIVAL_RATE]
+    assert q.promql == f"sum(rate(smg_router_requests_total{ROUTER_SEL}[120s]))"
+    assert q.pool is None
+    (down,) = [q for q in queries if q.key == mq.Key.ROUTERS_DOWN]
+    assert down.promql == f"count(up{ROUTER_SEL} == 0)"
+    (r,) = [q for q in queries if q.key == mq.Key.REQUEST_RATE]
+    assert "sglang:num_requests_total" in r.promql  # the completions are still asked
+
+
+def test_the_sources_name_each_routers_counter() -> None:
+    assert rate_source("sglang", arrivals=True) == (
+        "arriving requests/s (smg_router_requests_total, cell routers)"
+    )
+    assert rate_source("sglang") == "finished requests/s (sglang:num_requests_total, prefill pool)"
+    assert rate_source("dynamo", arrivals=True) == rate_source("dynamo")
+
+
+def test_presets_without_a_router_counter_ask_only_completions() -> None:
+    keys = {q.key for q in mq.build_queries(spec("dynamo"), NS, NAME)}
     assert mq.Key.REQUEST_RATE in keys
     assert mq.Key.ARRIVAL_RATE not in keys
 
@@ -116,7 +137,7 @@ def test_stale_routers_give_completions() -> None:
 def test_routers_down_query_counts_the_routers_not_scraped() -> None:
     (q,) = [q for q in mq.build_queries(spec(), NS, NAME) if q.key == mq.Key.ROUTERS_DOWN]
     assert q.promql == f"count(up{ROUTER_SEL} == 0)"
-    keys = {q.key for q in mq.build_queries(spec("sglang"), NS, NAME)}
+    keys = {q.key for q in mq.build_queries(spec("dynamo"), NS, NAME)}
     assert mq.Key.ROUTERS_DOWN not in keys
 
 
