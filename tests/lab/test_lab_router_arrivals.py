@@ -26,9 +26,9 @@ from pdlab.lab import Lab
 from pdscaler import router
 from pdscaler.presets import rate_source
 from pdscaler.spec import PDDeploymentSpec
+from support import router_counts as rc
 from support.labkit import Kube, wait_for
 from support.opkit import condition, get_pdd
-from support.router_counts import CountedLoad, router_targets, settled_total, wait_arrival_rate
 from support.served_chat import NAME, completion, scaled_chat, serving
 
 ARRIVALS = "load shape known; R = " + rate_source("vllm", arrivals=True)
@@ -40,21 +40,18 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
     assert ARRIVALS.endswith("(vllm_router_processed_requests_total / 2, cell routers)")
     with serving(lab, kube, namespace) as (front, _control, _proxy):
         # a request every 0.2 s, so the window's rate stays > 0
-        load = CountedLoad(lambda: completion(front, max_tokens=4))
+        load = rc.CountedLoad(lambda: completion(front, max_tokens=4))
         load.first()
         with load:
             # 1. the routers are targets on their metrics port, with the pod labels
-            targets = wait_for(lambda: router_targets(lab, namespace), 90, "a router target up")
+            targets = wait_for(lambda: rc.router_targets(lab, namespace), 90, "a router target up")
             for t in targets:
                 assert t["scrapeUrl"].endswith(f":{router.METRICS_PORT}/metrics"), t
                 assert t["labels"]["pdscaler_io_name"] == NAME
                 assert t["labels"]["pod"].startswith(f"{NAME}-")
                 assert "-router-" in t["labels"]["pod"]
-            sel = f'{{namespace="{namespace}",pdscaler_io_name="{NAME}",pdscaler_io_role="router"}}'
-            series = wait_for(
-                lambda: lab.query(f"vllm_router_processed_requests_total{sel} > 0"),
-                60,
-                "the routers' arrival counter in Prometheus",
+            series = rc.wait_router_series(
+                lab, namespace, NAME, "vllm_router_processed_requests_total"
             )
             for s in series:
                 labels = s["metric"]
@@ -63,7 +60,7 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
             # 2. the preset's arrival query answers a positive rate
             doc = scaled_chat(namespace, lab.prometheus_url)
             spec = PDDeploymentSpec.model_validate(doc["spec"])
-            rate = wait_arrival_rate(lab, spec, namespace, NAME)
+            rate = rc.wait_arrival_rate(lab, spec, namespace, NAME)
             assert len(rate) == 1
 
             # 3. the operator reads R as arrivals and says so
@@ -78,7 +75,8 @@ def test_the_routers_arrival_counter_is_scraped_and_read_as_r(
         # 4. the "/ 2" is the router's behaviour: its counter over 2 is the requests it
         # was sent (every one that succeeded at most, every one tried at least), once the
         # last scrape has the final counts
-        counted = settled_total(lab, f"sum(vllm_router_processed_requests_total{sel}) / 2")
+        sel = rc.router_selector(namespace, NAME)
+        counted = rc.settled_total(lab, f"sum(vllm_router_processed_requests_total{sel}) / 2")
         print(f"router counter / 2: {counted:g}; client: {load!r}")
         assert load.ok <= counted <= load.tried, (counted, load)
         assert load.ok >= 5, load

@@ -46,7 +46,14 @@ from support.pd_cell import (
     post,
     sse_chunks,
 )
-from support.router_counts import CountedLoad, router_targets, settled_total, wait_arrival_rate
+from support.router_counts import (
+    CountedLoad,
+    router_selector,
+    router_targets,
+    settled_total,
+    wait_arrival_rate,
+    wait_router_series,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = 9001
@@ -183,16 +190,12 @@ def test_the_routers_arrival_counter_is_scraped_and_the_preset_reads_it(
         for t in targets:
             assert t["scrapeUrl"].endswith(f":{router.METRICS_PORT}/metrics"), t
             assert t["labels"]["pdscaler_io_revision"] == CELL_A.rev
-        sel = f'{{namespace="{namespace}",pdscaler_io_name="{NAME}",pdscaler_io_role="router"}}'
-        series = wait_for(
-            lambda: lab.query(f"smg_router_requests_total{sel} > 0"),
-            60,
-            "smg_router_requests_total",
-        )
+        series = wait_router_series(lab, namespace, NAME, "smg_router_requests_total")
         for s in series:
             assert s["metric"]["backend_type"] == "pd"
             assert s["metric"]["pod"].startswith(f"{NAME}-{CELL_A.rev}-router")
         wait_arrival_rate(lab, spec, namespace, NAME)
+    sel = router_selector(namespace, NAME)
     counted = settled_total(lab, f"sum(smg_router_requests_total{sel})")
     print(f"smg_router_requests_total: {counted:g}; client: {load!r}")
     assert load.ok <= counted <= load.tried, (counted, load)

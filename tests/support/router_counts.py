@@ -1,11 +1,11 @@
 """Reading a cell router's request counter through the lab's Prometheus, for the
 router lab tests (vllm-router's and sglang-router's arrival counters).
 
-Owns: the namespace's router targets up (``router_targets``), a background load that
-counts the requests it tried and those answered (``CountedLoad``), waiting for the
-preset's arrival query (``metricsql.Key.ARRIVAL_RATE``) to answer a positive rate, and
-reading a counter once the last scrape holds its final value (the same total twice, two
-scrape intervals apart). Must not: assert what the counter means
+Owns: the namespace's router targets up (``router_targets``) and router series, a
+background load that counts the requests it tried and those answered (``CountedLoad``),
+waiting for the preset's arrival query (``metricsql.Key.ARRIVAL_RATE``) to answer a
+positive rate, and reading a counter once the last scrape holds its final value (the
+same total twice, two scrape intervals apart). Must not: assert what the counter means
 (each test checks it against the requests its client sent).
 """
 
@@ -73,6 +73,17 @@ def router_targets(lab: Lab, namespace: str) -> list[dict[str, Any]] | None:
         and t["health"] == "up"
     ]
     return ours or None
+
+
+def router_selector(namespace: str, name: str) -> str:
+    """The label matcher of a PDDeployment's router series in the lab's Prometheus."""
+    return f'{{namespace="{namespace}",pdscaler_io_name="{name}",pdscaler_io_role="router"}}'
+
+
+def wait_router_series(lab: Lab, namespace: str, name: str, metric: str) -> list[dict[str, Any]]:
+    """The router series of ``metric`` once any is above 0 (60 s at most)."""
+    sel = router_selector(namespace, name)
+    return wait_for(lambda: lab.query(f"{metric}{sel} > 0"), 60, f"{metric} of the routers")
 
 
 def wait_arrival_rate(

@@ -18,8 +18,9 @@ import pytest
 
 from pdlab.engine_pods import PodInfo
 from pdlab.engine_serve import PodServers
-from pdscaler.sim.engine import TPOT_BUCKETS, EngineParams
+from pdscaler.sim.engine import TPOT_BUCKETS
 from pdscaler.types import Role
+from support.pod_servers import served
 
 PREFILL = PodInfo("ns", "chat-r1-prefill-0", "chat", Role.PREFILL, "v1", True,
                   ip="127.0.123.1", port=18000, revision="r1", uid="uid-p")  # fmt: skip
@@ -29,14 +30,8 @@ DECODE = PodInfo("ns", "chat-r1-decode-0", "chat", Role.DECODE, "v1", True,
 
 @pytest.fixture
 def servers() -> Iterator[PodServers]:
-    pods = PodServers(EngineParams())
-    try:
-        said = pods.sync([PREFILL, DECODE])
-        if any(line.startswith("cannot serve") for line in said):
-            pytest.skip(f"loopback addresses not bindable: {said}")
+    with served(PREFILL, DECODE) as pods:
         yield pods
-    finally:
-        pods.close()
 
 
 def post(pod: PodInfo, body: dict[str, Any]) -> str:

@@ -22,8 +22,8 @@ import pytest
 from pdlab import engine_sglang as sgl
 from pdlab.engine_pods import PodInfo
 from pdlab.engine_serve import PodServers
-from pdscaler.sim.engine import EngineParams
 from pdscaler.types import Role
+from support.pod_servers import served
 
 PREFILL = PodInfo("ns", "chat-r1-prefill-0", "chat", Role.PREFILL, "v1", True,
                   ip="127.0.125.1", port=18000, revision="r1", uid="uid-p",
@@ -37,14 +37,8 @@ VLLM = PodInfo("ns", "v-r1-decode-0", "v", Role.DECODE, "v1", True,
 
 @pytest.fixture
 def servers() -> Iterator[PodServers]:
-    pods = PodServers(EngineParams())
-    try:
-        said = pods.sync([PREFILL, DECODE, VLLM])
-        if any(line.startswith("cannot serve") for line in said):
-            pytest.skip(f"loopback addresses not bindable: {said}")
+    with served(PREFILL, DECODE, VLLM) as pods:
         yield pods
-    finally:
-        pods.close()
 
 
 def post(pod: PodInfo, path: str, body: dict[str, Any]) -> Any:
