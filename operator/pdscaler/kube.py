@@ -892,17 +892,31 @@ class Kube:
         return self._remember(kind, meta["namespace"], written)
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> Obj:
+        return self._patch_pod("annotate", namespace, name, {"annotations": dict(annotations)})
+
+    def relabel_pod(
+        self,
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+    ) -> Obj:
+        """A role flip: one merge patch of the pod's labels and annotations."""
+        meta = {"labels": dict(labels), "annotations": dict(annotations)}
+        return self._patch_pod("relabel", namespace, name, meta)
+
+    def _patch_pod(self, verb: str, namespace: str, name: str, meta: Obj) -> Obj:
         return self._remember(
             "Pod",
             namespace,
             self._write(
-                "annotate",
+                verb,
                 "Pod",
                 namespace,
                 name,
                 "PATCH",
                 _item("Pod", namespace, name),
-                body={"metadata": {"annotations": dict(annotations)}},
+                body={"metadata": meta},
                 content_type=MERGE_PATCH,
             ),
         )
@@ -988,6 +1002,8 @@ class Kube:
             self.apply(action.body, verb=action.verb.value)
         elif action.verb is Verb.ANNOTATE_POD:
             self.annotate_pod(namespace, action.name, action.annotations or {})
+        elif action.verb is Verb.RELABEL_POD:
+            self.relabel_pod(namespace, action.name, action.labels or {}, action.annotations or {})
         elif action.verb is Verb.DELETE:
             self.delete(action.kind, namespace, action.name, _uid_of(observed, action))
 

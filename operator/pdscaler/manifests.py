@@ -130,7 +130,15 @@ def kv_config(spec: PDDeploymentSpec) -> str:
     for role in Role:
         pool = spec.pool(role)
         parts[role.value] = {**kv_part(_engine_of(pool.template)), "gpus": pool.gpus_per_replica}
+    if spec.scaling.role_flips.enabled:  # a flip cell's Deployments select differently
+        parts["flips"] = True
     return _digest(parts)
+
+
+def flip_cell(spec: PDDeploymentSpec, cell: CellTarget) -> bool:
+    """Whether ``cell`` is rendered as a role-flip cell: the spec's own configuration
+    with ``scaling.roleFlips`` on (``naming.deployment_selector``)."""
+    return spec.scaling.role_flips.enabled and cell.config == kv_config(spec)
 
 
 def spec_cell(spec: PDDeploymentSpec, prefill: int = 0, decode: int = 0) -> CellTarget:
@@ -231,14 +239,20 @@ def _served(part: Mapping[str, Any]) -> Any:
     return _pruned(out)
 
 
-def pool_labels(name: str, role: Role, rev: str, version: str) -> dict[str, str]:
-    """Labels of a pool's Deployment and pods; the selector is name+role+revision."""
-    return {
+def pool_labels(
+    name: str, role: Role, rev: str, version: str, flips: bool = False
+) -> dict[str, str]:
+    """Labels of a pool's Deployment and pods; the selector is name+role+revision (in a
+    role-flip cell name+pool+revision, the pool label added)."""
+    labels = {
         naming.LABEL_NAME: name,
         naming.LABEL_ROLE: role.value,
         naming.LABEL_VERSION: naming.version_label(version),
         naming.LABEL_REVISION: rev,
     }
+    if flips:
+        labels[naming.LABEL_POOL] = role.value
+    return labels
 
 
 def engine_port(pool: PoolSpec) -> int:
@@ -289,7 +303,7 @@ def _pod_template(
     tpl = copy.deepcopy(pool.template)
     tpl_meta = tpl.setdefault("metadata", {})
     labels = dict(tpl_meta.get("labels") or {})
-    labels.update(pool_labels(meta.name, role, cell.rev, cell.version))
+    labels.update(pool_labels(meta.name, role, cell.rev, cell.version, flip_cell(spec, cell)))
     tpl_meta["labels"] = labels
     annotations = dict(tpl_meta.get("annotations") or {})
     annotations[naming.ANNOTATION_VERSION] = cell.version
@@ -324,7 +338,8 @@ def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: 
     the cluster for GPUs beyond the pool's size (the budget is the hard limit).
     """
     replicas = cell.replicas(role)
-    labels = pool_labels(meta.name, role, cell.rev, cell.version)
+    flips = flip_cell(spec, cell)
+    labels = pool_labels(meta.name, role, cell.rev, cell.version, flips)
     template = _pod_template(meta, spec, cell, role)
     obj: Manifest = {
         "apiVersion": "apps/v1",
@@ -338,7 +353,9 @@ def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: 
         },
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": naming.pool_selector(meta.name, role, cell.rev)},
+            "selector": {
+                "matchLabels": naming.deployment_selector(meta.name, role, cell.rev, flips)
+            },
             "strategy": {
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},

@@ -32,6 +32,9 @@ LABEL_NAME = f"{DOMAIN}/name"  # the PDDeployment's name
 LABEL_ROLE = f"{DOMAIN}/role"  # prefill | decode | router
 LABEL_VERSION = f"{DOMAIN}/version"  # engine version (the label-safe form)
 LABEL_REVISION = f"{DOMAIN}/revision"  # the cell's rev
+#: the pool whose Deployment made the pod, in a role-flip cell (``scaling.roleFlips``):
+#: its Deployment selects on it, so ``LABEL_ROLE`` (what the pod serves) may change
+LABEL_POOL = f"{DOMAIN}/pool"
 ANNOTATION_VERSION = f"{DOMAIN}/engine-version"  # the exact version string
 ANNOTATION_CONFIG = f"{DOMAIN}/engine-config"  # the cell's KV-config fingerprint
 ANNOTATION_ENGINE = f"{DOMAIN}/engine-hash"  # hash of the engine container as rendered
@@ -92,6 +95,14 @@ def router_name(name: str, rev: str) -> str:
 def pool_selector(name: str, role: Role, rev: str) -> dict[str, str]:
     """The labels selecting one pool of one cell (name + role + revision)."""
     return {LABEL_NAME: name, LABEL_ROLE: role.value, LABEL_REVISION: rev}
+
+
+def deployment_selector(name: str, role: Role, rev: str, flips: bool) -> dict[str, str]:
+    """What one pool's Deployment selects: ``pool_selector``, or in a role-flip cell
+    name + pool + revision (the role label is then free to change: a flip)."""
+    if not flips:
+        return pool_selector(name, role, rev)
+    return {LABEL_NAME: name, LABEL_POOL: role.value, LABEL_REVISION: rev}
 
 
 def version_label(version: str) -> str:

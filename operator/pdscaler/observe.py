@@ -133,10 +133,17 @@ class CellObservation:
     has_decode: bool = False
     image: str | None = None  # the engine image (without ``:version``), when readable
     config: str = ""  # the cell's engine-config fingerprint (``manifests.kv_config``)
+    #: its pool pods, each with the pool that made it and the role it serves
+    pods: tuple[PoolPod, ...] = ()
 
     def pool(self, role: Role) -> PoolObservation:
         pool: PoolObservation = getattr(self, role)
         return pool
+
+    @property
+    def flipped(self) -> tuple[PoolPod, ...]:
+        """Its live pods serving the other pool than the one that made them (flips)."""
+        return tuple(p for p in self.pods if p.owner is not p.serves and p.live)
 
     @property
     def ready(self) -> bool:
@@ -216,11 +223,9 @@ def cells(observed: Observed, uid: str) -> dict[str, CellObservation]:
         if not rev or role not in (Role.PREFILL.value, Role.DECODE.value) or not owned_by(dep, uid):
             continue
         deps.setdefault(rev, {})[Role(role)] = dep
-    pods: dict[tuple[str, str], list[Obj]] = {}
+    pods: dict[str, list[Obj]] = {}
     for pod in observed.pods:
-        lab = labels(pod)
-        key = (lab.get(naming.LABEL_REVISION, ""), lab.get(naming.LABEL_ROLE, ""))
-        pods.setdefault(key, []).append(pod)
+        pods.setdefault(labels(pod).get(naming.LABEL_REVISION, ""), []).append(pod)
     out: dict[str, CellObservation] = {}
     for rev, by_role in sorted(deps.items()):
         any_dep = next(iter(by_role.values()))
@@ -242,14 +247,13 @@ def cells(observed: Observed, uid: str) -> dict[str, CellObservation]:
         )
         created = [parse_time(_meta(d).get("creationTimestamp")) for d in by_role.values()]
         known = [c for c in created if c is not None]
+        mine = pool_pods(by_role, pods.get(rev, []))
         pools = {
             role: pool_observation(
-                _replicas(by_role[role]) if role in by_role else 0,
-                [
-                    p
-                    for p in pods.get((rev, role.value), [])
-                    if _owned_pod(p, _name(by_role[role]) if role in by_role else None)
-                ],
+                (_replicas(by_role[role]) if role in by_role else 0)
+                + sum(1 for p in mine if p.flipped_to(role) and p.live)
+                - sum(1 for p in mine if p.flipped_from(role) and p.live),
+                [p.pod for p in mine if p.serves is role],
             )
             for role in Role
         }
@@ -263,7 +267,50 @@ def cells(observed: Observed, uid: str) -> dict[str, CellObservation]:
             has_decode=Role.DECODE in by_role,
             image=image,
             config=config,
+            pods=tuple(mine),
         )
+    return out
+
+
+@dataclass(frozen=True)
+class PoolPod:
+    """A pod of one cell's pools: ``owner`` the pool whose Deployment made it (its
+    ReplicaSet), ``serves`` the role it is labelled with (what the routers and metrics
+    see). They differ only in a role-flip cell, for a flipped pod."""
+
+    pod: Obj
+    owner: Role
+    serves: Role
+
+    @property
+    def name(self) -> str:
+        return _name(self.pod)
+
+    @property
+    def live(self) -> bool:
+        return not terminating(self.pod)
+
+    def flipped_to(self, role: Role) -> bool:
+        return self.serves is role and self.owner is not role
+
+    def flipped_from(self, role: Role) -> bool:
+        return self.owner is role and self.serves is not role
+
+
+def pool_pods(by_role: Mapping[Role, Obj], pods: Iterable[Obj]) -> list[PoolPod]:
+    """The pods among ``pods`` that one of the cell's pool Deployments (``by_role``)
+    made (``_owned_pod``), with the role each serves (``pdscaler.io/role``); a pod
+    labelled neither prefill nor decode is none of them. In a cell without flips the two
+    always agree (the Deployment selects on the role)."""
+    out: list[PoolPod] = []
+    for pod in pods:
+        try:
+            serves = Role(labels(pod).get(naming.LABEL_ROLE, ""))
+        except ValueError:
+            continue
+        owner = next((r for r, dep in by_role.items() if _owned_pod(pod, _name(dep))), None)
+        if owner is not None:
+            out.append(PoolPod(pod, owner, serves))
     return out
 
 

@@ -39,6 +39,7 @@ class Verb(StrEnum):
     UPDATE = "update"  # the template/spec drifted: apply the whole desired object
     SCALE = "scale"  # only spec.replicas differs (body: the whole desired object, for apply)
     ANNOTATE_POD = "annotate-pod"  # pod-deletion-cost before a decode scale-down
+    RELABEL_POD = "relabel-pod"  # a role flip: the pod's role label (and its cost)
     DELETE = "delete"
     WARN = "warn"  # refused: not ours (no write)
 
@@ -53,6 +54,7 @@ class Action:
     body: Manifest | None = None
     replicas: int | None = None
     annotations: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
     message: str = ""
 
     @property
@@ -203,7 +205,14 @@ def _cost_annotations(
     want: Manifest, pods: Sequence[Manifest], running: Mapping[str, float]
 ) -> list[Action]:
     selector = want["spec"]["selector"]["matchLabels"]
-    mine = [p for p in pods if all(_labels(p).get(k) == v for k, v in selector.items())]
+    role = _labels(want).get(naming.LABEL_ROLE)
+    # a pod flipped to the other pool (role label changed) keeps the cost it was given
+    mine = [
+        p
+        for p in pods
+        if all(_labels(p).get(k) == v for k, v in selector.items())
+        and _labels(p).get(naming.LABEL_ROLE) == role
+    ]
     out: list[Action] = []
     for pod in mine:
         cost = deletion_costs([pod], running).get(_name(pod))

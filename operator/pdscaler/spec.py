@@ -81,6 +81,10 @@ MSG_BUDGET_FLOOR = (
     "scaling.maxGPUs must be at least prefill.replicas.min * prefill.gpusPerReplica"
     " + decode.replicas.min * decode.gpusPerReplica"
 )
+MSG_FLIPS_GPUS = (
+    "scaling.roleFlips.enabled needs prefill.gpusPerReplica equal to decode.gpusPerReplica"
+    " (a replica changes pool as it is)"
+)
 MSG_TEMPLATE_OBJECT = "template.metadata and template.spec must be of type object"
 MSG_QUERY_SCOPE = (
     "metrics.queries templates must select with {selector} or {matchers} and must not match"
@@ -128,6 +132,7 @@ CEL_MESSAGES = frozenset(
         MSG_QUERIES_FORBIDDEN,
         MSG_INTERVAL_MIN,
         MSG_BUDGET_FLOOR,
+        MSG_FLIPS_GPUS,
         MSG_QUERY_SCOPE,
         MSG_NAME_LENGTH,
         MSG_VERSION_LABEL,
@@ -432,6 +437,28 @@ class MetricsSpec(_Model):
         return parse_duration(self.window)
 
 
+class RoleFlipsSpec(_Model):
+    """Role flips as a second actuator (docs/design.md §4.2, docs/models.md §5a): a
+    pool that grows may take Ready replicas the other pool holds above its recent
+    recommendations by relabelling them (``pdscaler.io/role``: the routers and the
+    metrics follow it) instead of starting new ones. Only for engines that run their KV
+    connector in both roles (vLLM ``kv_role: kv_both``) with both pools on the same GPUs
+    per replica. Turning it on or off is a new revision (a same-version rollout): a
+    flip cell's Deployments select their pods by ``pdscaler.io/pool``, not by the role.
+    ``reconfigureSeconds``: what the engine takes to serve the other role once drained
+    (default: the reconfiguration model's 9 s); ``window``: how long a pool's
+    recommendations must stay below what it runs before it gives replicas away (at most
+    ``scaleDownStabilization``)."""
+
+    enabled: bool = False
+    reconfigure_seconds: float | None = Field(default=None, ge=0, le=3600)
+    window: Duration = "60s"
+
+    @property
+    def window_seconds(self) -> float:
+        return parse_duration(self.window)
+
+
 class ScalingSpec(_Model):
     """How and how often the pools are resized. ``burst_headroom``: hold extra prefill
     replicas for the short bursts the policy has seen in the arrivals (docs/models.md
@@ -442,6 +469,7 @@ class ScalingSpec(_Model):
     max_gpus: int = Field(default=64, ge=1, le=MAX_GPUS, alias="maxGPUs")
     scale_down_stabilization: Duration = "5m"
     burst_headroom: bool = False
+    role_flips: RoleFlipsSpec = RoleFlipsSpec()
 
     @model_validator(mode="after")
     def _check(self) -> ScalingSpec:
@@ -569,6 +597,16 @@ class PDDeploymentSpec(_Model):
         )
         if self.scaling.max_gpus < floor:
             raise ValueError(MSG_BUDGET_FLOOR)
+        return self
+
+    @model_validator(mode="after")
+    def _flips_need_equal_replicas(self) -> PDDeploymentSpec:
+        """A flipped replica keeps its GPUs: both pools must run the same count."""
+        if (
+            self.scaling.role_flips.enabled
+            and self.prefill.gpus_per_replica != self.decode.gpus_per_replica
+        ):
+            raise ValueError(MSG_FLIPS_GPUS)
         return self
 
 

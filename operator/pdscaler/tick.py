@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdscaler import manifests, naming, observe, rollout, router, status
+from pdscaler import manifests, naming, observe, roles, rollout, router, status
 from pdscaler.manifests import CellTarget, Meta
 from pdscaler.objects import stamp
 from pdscaler.plan import Action, Observed, Plan, Verb, owned_by, plan
@@ -39,6 +39,7 @@ from pdscaler.types import (
     ConditionReason,
     Decision,
     EventReason,
+    FlipOptions,
     MetricsSnapshot,
     PolicyMemory,
     PoolObservation,
@@ -153,19 +154,25 @@ def compute(facts: TickFacts) -> TickEffects:
             decode=decode_obs,
             memory=memory,
             rollout_in_progress=rollout.in_progress(spec, cells, roll),
+            flips=flip_options(spec),
         )
     )
     step = rollout.step(spec, cells, (decision.prefill, decision.decode), now, roll)
+    running = facts.metrics.decode.running_by_pod if facts.metrics else {}
+    targets, relabels = _with_flips(
+        spec, _with_routers(spec, step, cells, facts.observed), cells, decision, running
+    )
     desired = _freeze_other_versions(
-        manifests.desired_objects(owner, spec, _with_routers(spec, step, cells, facts.observed)),
+        manifests.desired_objects(owner, spec, targets),
         facts.observed,
         spec,
         owner.uid,
     )
     desired = _with_marks(desired, owner, step.state)
     desired, reverted, stuck = manifests.revert_drift(desired, list(facts.observed.deployments))
-    running = facts.metrics.decode.running_by_pod if facts.metrics else {}
     the_plan = plan(owner.uid, desired, facts.observed, running)
+    if relabels:  # a flip first: the Deployments' new replicas count the flipped pods
+        the_plan = dataclasses.replace(the_plan, actions=(*relabels, *the_plan.actions))
 
     auto = spec.scaling.mode == "Auto"
     # Recommend mode scaled nothing: the policy must not believe capacity is coming.
@@ -247,6 +254,37 @@ def _with_routers(
     return out
 
 
+def flip_options(spec: PDDeploymentSpec) -> FlipOptions | None:
+    """What the policy may flip with (``scaling.roleFlips``); None when it is off."""
+    flips = spec.scaling.role_flips
+    if not flips.enabled:
+        return None
+    return FlipOptions(
+        reconfigure_seconds=flips.reconfigure_seconds, window_seconds=flips.window_seconds
+    )
+
+
+def _with_flips(
+    spec: PDDeploymentSpec,
+    targets: list[CellTarget],
+    cells: Mapping[str, observe.CellObservation],
+    decision: Decision,
+    running: Mapping[str, float],
+) -> tuple[list[CellTarget], tuple[Action, ...]]:
+    """The cells' serving sizes as their Deployments' replicas, and the pod relabels of
+    this tick (``roles.carry_out``): the decision's flip happens in the spec's cell (the
+    policy flips only outside a rollout, when it is the one serving)."""
+    spec_rev = manifests.spec_revision(spec)
+    out: list[CellTarget] = []
+    relabels: list[Action] = []
+    for target in targets:
+        flip = decision.flip if target.rev == spec_rev else None
+        placed, actions = roles.carry_out(target, cells.get(target.rev), flip, running)
+        out.append(placed)
+        relabels.extend(actions)
+    return out, tuple(relabels)
+
+
 def _front(objs: Iterable[Obj], owner: Meta) -> Obj | None:
     """The front Service ``<name>`` among ``objs`` (controlled by ``owner``)."""
     for obj in objs:
@@ -311,6 +349,10 @@ def _action_events(the_plan: Plan) -> list[Event]:
     Replica changes are told by the decision's Event (its sentence has the numbers)."""
     out: list[Event] = []
     costs = [a for a in the_plan.writes if a.verb is Verb.ANNOTATE_POD]
+    flips = [a for a in the_plan.writes if a.verb is Verb.RELABEL_POD]
+    if flips:
+        pods = ", ".join(f"{a.name} {a.message}" for a in flips)
+        out.append(Event("Normal", EventReason.FLIPPED_ROLE, f"pod role changed: {pods}"))
     for action in the_plan.writes:
         reason = _VERB_REASON.get(action.verb)
         if reason is not None:

@@ -161,6 +161,7 @@ class EventReason(StrEnum):
     UPDATED = "Updated"
     DELETED = "Deleted"
     SET_DELETION_COST = "SetDeletionCost"
+    FLIPPED_ROLE = "FlippedRole"  # pods relabelled to the other pool (role flips)
     NOT_OWNED = "NotOwned"
     DRIFT_REVERTED = "DriftReverted"
     DRIFT_DETECTED = "DriftDetected"

@@ -29,10 +29,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -43,20 +41,13 @@ from pdscaler import naming
 from pdscaler.observe import is_ready, labels, terminating
 from support.labkit import Kube, rbac_allows, wait_for
 from support.opkit import patch_spec, pod_dicts
-from support.served_chat import NAME, completion, serving
+from support.served_chat import NAME, completion, records, serving
 
 
 @pytest.fixture
 def served(lab: Lab, kube: Kube, crd: str, namespace: str) -> Iterator[tuple[int, int, SvcProxy]]:
     with serving(lab, kube, namespace) as path:
         yield path
-
-
-def records(control: int, since: int = 0) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(
-        f"http://127.0.0.1:{control}/requests?since={since}", timeout=5
-    ) as resp:
-        return list(json.loads(resp.read())["records"])
 
 
 def ready_prefill_by_rev(kube: Kube, namespace: str) -> dict[str, int]:

@@ -140,6 +140,11 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "duration(self.interval) >= duration('1s')": lambda s: parse_duration(s["interval"]) >= 1.0,
     "self.scaling.maxGPUs >= self.prefill.replicas.min * self.prefill.gpusPerReplica + "
     "self.decode.replicas.min * self.decode.gpusPerReplica": _budget_floor,
+    "!self.scaling.roleFlips.enabled || "
+    "self.prefill.gpusPerReplica == self.decode.gpusPerReplica": lambda s: (
+        not s["scaling"]["roleFlips"]["enabled"]
+        or s["prefill"]["gpusPerReplica"] == s["decode"]["gpusPerReplica"]
+    ),
     "self.metadata.name.size() <= 28": lambda s: len(s["metadata"]["name"]) <= 28,
     "self.version.matches('[A-Za-z0-9]$')": lambda s: (
         re.search("[A-Za-z0-9]$", s["version"]) is not None

@@ -469,6 +469,19 @@ CASES: list[InvalidCase] = [
         pdspec.MSG_BUDGET_FLOOR,
         "spec",
     ),
+    # a flipped replica keeps its GPUs: flips need equal GPUs per replica
+    _cel(
+        "role-flips-with-unequal-gpus-per-replica",
+        both(
+            set_("spec.scaling.roleFlips", {"enabled": True}),
+            set_("spec.prefill.gpusPerReplica", 2),
+            set_("spec.scaling.maxGPUs", 16),
+        ),
+        "spec.scaling.roleFlips.enabled",
+        pdspec.MSG_FLIPS_GPUS,
+        "spec",
+    ),
+    _named("role-flips-window-without-unit", _pattern("spec.scaling.roleFlips.window", "60")),
     _named("max-gpus-zero", _ge("spec.scaling.maxGPUs", 0, 1)),
     _named("max-surge-gpus-zero", _ge("spec.rollout.maxSurgeGPUs", 0, 1)),
     # durations parse (and the interval is at least 1s)

@@ -52,12 +52,16 @@ def scaled_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def serving(
-    lab: Lab, kube: Kube, namespace: str, sim_args: Sequence[str] = ()
+    lab: Lab,
+    kube: Kube,
+    namespace: str,
+    sim_args: Sequence[str] = (),
+    doc: dict[str, Any] | None = None,
 ) -> Iterator[tuple[int, int, SvcProxy]]:
-    """The PDDeployment applied and the operator ticking; the engine simulator (with the
-    pod runner for router pods; ``sim_args`` added) and the front Service's proxy;
-    (front port, sim port, proxy)."""
-    create_pdd(kube, namespace, scaled_chat(namespace, lab.prometheus_url))
+    """The PDDeployment (``doc``, default ``scaled_chat``) applied and the operator
+    ticking; the engine simulator (with the pod runner for router pods; ``sim_args``
+    added) and the front Service's proxy; (front port, sim port, proxy)."""
+    create_pdd(kube, namespace, doc or scaled_chat(namespace, lab.prometheus_url))
     rt = operator_runtime(lab)
     with (
         request_path(lab, namespace, NAME, sim_args) as (front, control, proxy),
@@ -80,3 +84,11 @@ def completion(front: int, max_tokens: int = 8) -> str | None:
             return text if resp.status == 200 and "[DONE]" in text else None
     except OSError:
         return None
+
+
+def records(control: int, since: int = 0) -> list[dict[str, Any]]:
+    """The engine simulator's request records after ``since`` (its control port)."""
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{control}/requests?since={since}", timeout=5
+    ) as resp:
+        return list(json.loads(resp.read())["records"])

@@ -60,6 +60,9 @@ class SimCluster:
     def apply(self, writes: Iterable[Action], now: float) -> None:
         """Carry out a tick's writes as the API server would."""
         for action in writes:
+            if action.verb in (Verb.ANNOTATE_POD, Verb.RELABEL_POD):
+                self._patch_pod(action)
+                continue
             if action.kind not in ("Deployment", "Service"):
                 if action.verb is Verb.DELETE:
                     self.others.pop((action.kind, action.name), None)
@@ -78,12 +81,14 @@ class SimCluster:
                 store[action.name] = obj
             elif action.verb is Verb.DELETE:
                 store.pop(action.name, None)
-            elif action.verb is Verb.ANNOTATE_POD and action.name in self.pods:
-                meta = self.pods[action.name]["metadata"]
-                meta["annotations"] = {
-                    **(meta.get("annotations") or {}),
-                    **(action.annotations or {}),
-                }
+
+    def _patch_pod(self, action: Action) -> None:
+        """A merge patch of a pod's annotations and labels (a gone pod: nothing)."""
+        if action.name not in self.pods:
+            return
+        meta = self.pods[action.name]["metadata"]
+        meta["annotations"] = {**(meta.get("annotations") or {}), **(action.annotations or {})}
+        meta["labels"] = {**(meta.get("labels") or {}), **(action.labels or {})}
 
     def advance(self, now: float) -> None:
         """Reconcile pods to the Deployments' replicas and make old-enough pods Ready."""
