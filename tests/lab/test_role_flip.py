@@ -69,7 +69,10 @@ def deployment_replicas(kube: Kube, namespace: str) -> dict[str, int]:
     deps = kube.apps.list_namespaced_deployment(
         namespace, label_selector=f"{naming.LABEL_NAME}={NAME}"
     ).items
-    return {(d.metadata.labels or {})[naming.LABEL_ROLE]: int(d.spec.replicas or 0) for d in deps}
+    return {
+        ((d.metadata and d.metadata.labels) or {})[naming.LABEL_ROLE]: int(d.spec.replicas or 0)
+        for d in deps
+    }
 
 
 def test_a_surplus_decode_replica_flips_to_prefill_and_the_router_follows(
