@@ -16,7 +16,10 @@ replica (a third of 4) instead of starting it cold (engine pods take 6 s, a flip
   message says a replica changes role, and a ``FlippedRole`` Event names the pod;
 * the real router discovers the relabelled pod as a prefill worker: streamed completions
   through the front Service get their prefill from it, and no decode leg goes to it
-  once it serves prefill; every request's prefill and decode are of one revision.
+  once it serves prefill; every request's prefill and decode are of one revision;
+* decode then shrinks to 1 (stabilization cut to 1 s): the real ReplicaSet controller
+  deletes decode's own pods and keeps the flipped one (its deletion cost), so the decode
+  Deployment runs 2 (1 serving decode + the flipped pod) and prefill still serves 3.
 """
 
 from __future__ import annotations
@@ -153,3 +156,19 @@ def test_a_surplus_decode_replica_flips_to_prefill_and_the_router_follows(
     assert all(r["ok"] for r in recs), recs
     assert not [r for r in recs if r["decode_pod"] == name], "a decode leg on the flipped pod"
     assert all(r["prefill_revision"] == r["decode_revision"] for r in recs)
+
+    # decode shrinks (stabilization cut to 1 s): the real ReplicaSet controller removes
+    # decode's own pods and keeps the flipped one, whose cost is the highest
+    patch_spec(kube, namespace, NAME, {"scaling": {"scaleDownStabilization": "1s"}})
+    wait_for(
+        lambda: ready_by_role(kube, namespace).get("decode") == 1 or None,
+        90, "decode down to 1 serving pod",
+    )  # fmt: skip
+    wait_for(
+        lambda: deployment_replicas(kube, namespace)["decode"] == 2 or None,
+        30, "decode's Deployment at 2: 1 serving decode + the flipped pod",
+    )  # fmt: skip
+    kept = flipped()
+    assert kept is not None
+    assert kept["metadata"]["uid"] == decode_uids[name]
+    assert ready_by_role(kube, namespace)["prefill"] == 3
