@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdscaler import manifests, naming, observe, roles, tick
+from pdscaler import invariants, manifests, naming, observe, roles, tick
 from pdscaler.manifests import DELETION_COST_ANNOTATION, CellTarget
 from pdscaler.plan import Observed, Verb, plan
 from pdscaler.sim.cluster import SimCluster
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import Flip, Role
+from pdscaler.types import Flip, Role, RolloutPhase
 from support.tick_world import OWNER, run
 
 REV = "v1-abcde"
@@ -236,3 +236,60 @@ def test_flip_options_follow_the_spec() -> None:
         {**flip_spec().model_dump(by_alias=True), "scaling": {"interval": "5s", "maxGPUs": 16}}
     )
     assert tick.flip_options(off) is None
+
+
+def _flipped_cluster(state: dict[str, Any]) -> tuple[SimCluster, set[str]]:
+    """The cluster of the one-tick flip above, a few ticks after it: one decode pod
+    serves prefill; the names of decode's pods."""
+    cluster = SimCluster(startup_seconds=30.0)
+    run(cluster, flip_spec(), 1000.0, 20, state)
+    run(cluster, flip_spec(decode=1), 1100.0, 3, state)
+    run(cluster, flip_spec(decode=1, prefill=3), 1115.0, 8, state)
+    decode = {n for n, p in cluster.pods.items() if p["metadata"]["ownerName"].endswith("decode")}
+    serving = [
+        n for n in decode if cluster.pods[n]["metadata"]["labels"][naming.LABEL_ROLE] == "prefill"
+    ]
+    assert len(serving) == 1
+    return cluster, decode
+
+
+def test_an_operator_restarted_every_tick_after_a_flip_changes_nothing() -> None:
+    """The flip lives in the pods' labels: with the process memory dropped at every
+    tick (only the status and the cluster survive), 12 more ticks write nothing to the
+    pools (no replicas, no relabel) and no pool pod is made or removed."""
+    state: dict[str, Any] = {}
+    cluster, decode = _flipped_cluster(state)
+    pods = set(cluster.pods) - {n for n in cluster.pods if "-router-" in n}
+    later = run(cluster, flip_spec(decode=1, prefill=3), 1160.0, 12, state, restart_every=1)
+    pool = [
+        a
+        for fx in later
+        for a in fx.writes
+        if a.kind == "Pod" or (a.kind == "Deployment" and not a.name.endswith("-router"))
+    ]
+    assert pool == []
+    assert {n for n in cluster.pods if "-router-" not in n} == pods
+
+
+def test_a_rollout_from_a_cell_with_a_flipped_pod_keeps_the_invariants() -> None:
+    """v1 with one decode pod serving prefill, then the spec names v2: the rollout
+    builds cell v2 and retires v1, and at every tick no Ready prefill lacks a Ready
+    decode of its revision and capacity stays at the minimums. Nothing flips during
+    the rollout: the only relabel sends v1's flipped pod home to decode (cost 0, so its
+    Deployment's next scale-down takes it) once v1's prefill is sized below it."""
+    state: dict[str, Any] = {}
+    cluster, _ = _flipped_cluster(state)
+    v2 = flip_spec(decode=1, prefill=3).model_copy(
+        update={"engine": flip_spec().engine.model_copy(update={"version": "v2"})}
+    )
+    problems: list[str] = []
+    relabels: list[tuple[str, dict[str, str] | None]] = []
+    for i in range(80):
+        (fx,) = run(cluster, v2, 1160.0 + 5 * i, 1, state)
+        relabels += [(a.message, a.annotations) for a in fx.writes if a.verb is Verb.RELABEL_POD]
+        problems += invariants.violations(cluster.ready_pods(), v2, "chat", check_capacity=True)
+    assert problems == []
+    revs = {d["metadata"]["labels"][naming.LABEL_REVISION] for d in cluster.deployments.values()}
+    assert revs == {manifests.spec_revision(v2)}
+    assert fx.step.phase == RolloutPhase.COMPLETE
+    assert relabels == [("prefill->decode", {DELETION_COST_ANNOTATION: roles.HOME_COST})]
