@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from kubernetes import client, config
 
-from pdscaler.naming import LABEL_NAME, LABEL_REVISION, LABEL_ROLE, LABEL_VERSION
+from pdscaler.naming import LABEL_NAME, LABEL_POOL, LABEL_REVISION, LABEL_ROLE, LABEL_VERSION
 from pdscaler.router import DEFAULT_BOOTSTRAP_PORT, bootstrap_port
 from pdscaler.types import Role
 
@@ -65,6 +65,10 @@ class PodInfo:
     #: the port an SGLang prefill's bootstrap (KV hand-off) server binds: its engine's
     #: ``--disaggregation-bootstrap-port``, else 8998 (``engine_words``)
     bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT
+    #: a pod of a role-flip cell (labelled ``pdscaler.io/pool``): its engine runs the KV
+    #: connector in both roles (vLLM ``kv_role: kv_both``), so it serves either leg and
+    #: a change of its role label is no restart
+    kv_both: bool = False
 
     @property
     def engine_id(self) -> str:
@@ -148,6 +152,7 @@ def to_info(pod: Any) -> PodInfo | None:
         prestop_s=prestop_seconds(pod),
         dialect=engine_dialect(pod),
         bootstrap_port=bootstrap_port(engine_words(pod)),
+        kv_both=bool(labels.get(LABEL_POOL)),
     )
 
 

@@ -64,7 +64,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from aiohttp import web
@@ -390,8 +390,10 @@ class PodServer:
         await self.runner.setup()
         self.site = web.TCPSite(self.runner, self.pod.ip, self.pod.port, reuse_address=True)
         await self.site.start()
-        model = self.prefill.run() if self.pod.role is Role.PREFILL else self.decode.run()
-        self.tasks.append(asyncio.create_task(model))
+        if self.pod.kv_both or self.pod.role is Role.PREFILL:
+            self.tasks.append(asyncio.create_task(self.prefill.run()))
+        if self.pod.kv_both or self.pod.role is Role.DECODE:
+            self.tasks.append(asyncio.create_task(self.decode.run()))
 
     async def drain(self, timeout: float = DRAIN_SECONDS) -> None:
         """A pod that left: stop listening (no new request), let the requests it holds
@@ -481,6 +483,17 @@ class PodServer:
             return self.owner.lookup(kv_in), "names an unknown prefill"
         return None, "no KV hand-off: prefilled locally"
 
+    def _prefill_leg(self, kv_in: dict[str, Any], boot: sgl.Bootstrap | None) -> bool:
+        """Whether this request is a P/D prefill leg here: at a prefill pod, one that asks
+        for a remote decode (vLLM) or carries a bootstrap room (SGLang); at a ``kv_both``
+        engine (a role-flip cell) whatever its label, one that asks for a remote decode
+        (vLLM's router says which leg a request is)."""
+        if self.pod.kv_both and kv_in:
+            return bool(kv_in.get("do_remote_decode"))
+        return self.pod.role is Role.PREFILL and (
+            boot is not None or bool(kv_in.get("do_remote_decode"))
+        )
+
     async def _generate(
         self, req: web.Request, body: dict[str, Any], prompt: int, api: Api
     ) -> web.StreamResponse:
@@ -505,7 +518,7 @@ class PodServer:
             record["bootstrap_room"] = boot.room
         params = self.owner.params
         kv_out: dict[str, Any] | None = None
-        if self.pod.role is Role.PREFILL and (boot is not None or kv_in.get("do_remote_decode")):
+        if self._prefill_leg(kv_in, boot):
             output = 1
             await self.prefill.prefill(prompt)
             if boot is not None:  # SGLang: the room's KV is ready at this pod
@@ -515,7 +528,7 @@ class PodServer:
             record.update(kind="prefill", ok=True, pairing_error=False, kv_transfer=False)
             record.update(_pod_fields("prefill", self.pod), **_pod_fields("decode", None))
             tokens: AsyncIterator[int] = _one_token()
-        elif self.pod.role is Role.PREFILL:
+        elif self.pod.role is Role.PREFILL and not (self.pod.kv_both and kv_in):
             await self.prefill.prefill(prompt)
             tokens = _counted(output)
             record.update(kind="decode", ok=False, pairing_error=True, kv_transfer=False)
@@ -712,6 +725,13 @@ class PodServers:
     async def _sync(self, pods: list[PodInfo]) -> list[str]:
         said: list[str] = []
         ready = {(p.namespace, p.name): p for p in pods if p.ready and p.ip}
+        for key, server in self.servers.items():  # kv_both: a new role is no restart
+            now = ready.get(key)
+            if now is not None and now.kv_both and now == replace(server.pod, role=now.role):
+                if now.role is not server.pod.role:
+                    said.append(f"{server.pod.role.value} pod {key[1]} now serves {now.role.value}")
+                server.pod = now
+                self._known(now)
         for key in [k for k, s in self.servers.items() if ready.get(k) != s.pod]:
             server = self.servers.pop(key)
             task = asyncio.create_task(server.drain())
@@ -729,12 +749,16 @@ class PodServers:
                 await server.stop()
                 continue
             self.servers[key] = server
-            self.known_ids[pod.engine_id] = pod
-            self.known_addr[pod.address] = pod
-            if pod.role is Role.PREFILL:
-                self.bootstraps[f"{pod.ip}:{pod.bootstrap_port}"] = pod
+            self._known(pod)
             said.append(f"{pod.role.value} pod {key[1]} serving at http://{pod.address}")
         return said
+
+    def _known(self, pod: PodInfo) -> None:
+        """Remember a served pod by engine id and address (and a prefill's bootstrap)."""
+        self.known_ids[pod.engine_id] = pod
+        self.known_addr[pod.address] = pod
+        if pod.role is Role.PREFILL:
+            self.bootstraps[f"{pod.ip}:{pod.bootstrap_port}"] = pod
 
     def stats(self, namespace: str, pod: str) -> PodStats | None:
         """The live series of a served pod (None if not served)."""
