@@ -238,9 +238,9 @@ def test_flip_options_follow_the_spec() -> None:
     assert tick.flip_options(off) is None
 
 
-def _flipped_cluster(state: dict[str, Any]) -> tuple[SimCluster, set[str]]:
+def _flipped_cluster(state: dict[str, Any]) -> SimCluster:
     """The cluster of the one-tick flip above, a few ticks after it: one decode pod
-    serves prefill; the names of decode's pods."""
+    serves prefill."""
     cluster = SimCluster(startup_seconds=30.0)
     run(cluster, flip_spec(), 1000.0, 20, state)
     run(cluster, flip_spec(decode=1), 1100.0, 3, state)
@@ -250,7 +250,7 @@ def _flipped_cluster(state: dict[str, Any]) -> tuple[SimCluster, set[str]]:
         n for n in decode if cluster.pods[n]["metadata"]["labels"][naming.LABEL_ROLE] == "prefill"
     ]
     assert len(serving) == 1
-    return cluster, decode
+    return cluster
 
 
 def test_an_operator_restarted_every_tick_after_a_flip_changes_nothing() -> None:
@@ -258,7 +258,7 @@ def test_an_operator_restarted_every_tick_after_a_flip_changes_nothing() -> None
     tick (only the status and the cluster survive), 12 more ticks write nothing to the
     pools (no replicas, no relabel) and no pool pod is made or removed."""
     state: dict[str, Any] = {}
-    cluster, decode = _flipped_cluster(state)
+    cluster = _flipped_cluster(state)
     pods = set(cluster.pods) - {n for n in cluster.pods if "-router-" in n}
     later = run(cluster, flip_spec(decode=1, prefill=3), 1160.0, 12, state, restart_every=1)
     pool = [
@@ -278,7 +278,7 @@ def test_a_rollout_from_a_cell_with_a_flipped_pod_keeps_the_invariants() -> None
     the rollout: the only relabel sends v1's flipped pod home to decode (cost 0, so its
     Deployment's next scale-down takes it) once v1's prefill is sized below it."""
     state: dict[str, Any] = {}
-    cluster, _ = _flipped_cluster(state)
+    cluster = _flipped_cluster(state)
     v2 = flip_spec(decode=1, prefill=3).model_copy(
         update={"engine": flip_spec().engine.model_copy(update={"version": "v2"})}
     )
