@@ -137,7 +137,7 @@ def test_a_surplus_decode_replica_flips_to_prefill_and_the_router_follows(
     assert flips, [e.reason for e in events]
     assert f"{name} decode->prefill" in (flips[0].message or "")
     said = [e.message or "" for e in events]
-    assert any("change role to prefill" in m for m in said), said
+    assert any("1 decode replica changes role to prefill" in m for m in said), said
 
     # the real router serves prefill from the flipped pod, and no longer decodes on it
     start = (records(control) or [{"seq": 0}])[-1]["seq"]

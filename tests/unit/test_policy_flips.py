@@ -177,3 +177,13 @@ def test_the_loop_applies_a_flip_before_scaling() -> None:
     engine.run_until(109.0)
     assert engine.ready(Role.PREFILL) == 3
     assert not any(r.state is State.STARTING for r in engine.pool(Role.PREFILL))
+
+
+def test_the_flip_sentence_agrees_with_its_count() -> None:
+    from pdscaler.policy import reasons
+
+    one = reasons.flipped(Role.DECODE, Role.PREFILL, 1, 1.2, 6.0, 30.0)
+    assert one.startswith("1 decode replica changes role to prefill: serving in ~1s")
+    assert reasons.flipped(Role.PREFILL, Role.DECODE, 2, 40.0, 90.0, 30.0).startswith(
+        "2 prefill replicas change role to decode"
+    )

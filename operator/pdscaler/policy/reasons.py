@@ -232,11 +232,12 @@ def flipped(
     source: Role, target: Role, count: int, seconds: float, startup: float, deadline: float
 ) -> str:
     """``3 decode replicas change role to prefill: serving in ~19s (a new one in ~90s),
-    within the 60s drain deadline``; ``past`` when even the flip is later than it."""
-    many = "replicas" if count != 1 else "replica"
+    within the 60s drain deadline`` (``1 decode replica changes role ...``); ``past``
+    when even the flip is later than it."""
+    many = "replicas change" if count != 1 else "replica changes"
     where = "within" if seconds <= deadline else "past"
     return (
-        f"{count} {source.value} {many} change role to {target.value}: serving in "
+        f"{count} {source.value} {many} role to {target.value}: serving in "
         f"~{seconds:.0f}s (a new one in ~{startup:.0f}s), {where} the {deadline:.0f}s "
         "drain deadline"
     )
