@@ -5,6 +5,8 @@ PDDeployment (``namespace``, ``name`` labels):
 
 * ``pdscaler_decisions_total{pool,direction,reason}``: decisions that changed (or, in
   Recommend mode, would change) a pool; direction ``up``/``down``/``none``;
+* ``pdscaler_role_flips_total{source,target}``: replicas a decision moved (or, in
+  Recommend mode, would move) from one pool to the other by a role flip;
 * ``pdscaler_desired_replicas{pool}`` / ``pdscaler_ready_replicas{pool}``;
 * ``pdscaler_model_input{input}``: R, L_p, L_d, queues, TTFT, TPOT as seen by the tick;
 * ``pdscaler_model_output{output}``: fractional N_P, N_D, the drain time, T_s, ...;
@@ -93,6 +95,12 @@ class Telemetry:
             "pdscaler_decisions",
             "Decisions that change (Auto) or would change (Recommend) a pool's replicas.",
             [*_KEY, "pool", "direction", "reason"],
+            registry=r,
+        )
+        self.flips = Counter(
+            "pdscaler_role_flips",
+            "Replicas a decision moves (Auto) or would move (Recommend) to the other pool.",
+            [*_KEY, "source", "target"],
             registry=r,
         )
         self.desired = Gauge(
@@ -203,6 +211,9 @@ class Telemetry:
             moved = direction(before[role], after)
             if moved != "none":
                 self.decisions.labels(namespace, name, role.value, moved, decision.action).inc()
+        if decision.flip is not None:
+            flip = decision.flip
+            self.flips.labels(namespace, name, flip.source.value, flip.target.value).inc(flip.count)
         self._set_many(self.inputs, namespace, name, _inputs(metrics))
         m = decision.model
         self._set_many(
@@ -295,6 +306,7 @@ class Telemetry:
             self.gpu_budget,
             self.gpus_per_replica,
             self.decisions,
+            self.flips,
             self.duration,
             self.errors,
         )

@@ -3,6 +3,7 @@ rendering of a published decision (cli/explain.py), without a cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import urllib.error
 import urllib.request
@@ -17,6 +18,7 @@ from pdscaler.telemetry import MetricsServer, Telemetry, direction
 from pdscaler.types import (
     Action,
     Decision,
+    Flip,
     ModelOutputs,
     PoolObservation,
     Role,
@@ -71,6 +73,19 @@ def test_record_tick_exports_decisions_replicas_inputs_and_duration() -> None:
     assert value(tel, "pdscaler_reconcile_duration_seconds_count") == 1.0
     tel.forget("serving", "chat")
     assert value(tel, "pdscaler_desired_replicas", pool="decode") is None
+
+
+def test_a_flip_counts_its_replicas_by_direction_and_goes_with_its_pddeployment() -> None:
+    tel = Telemetry()
+    before = {Role.PREFILL: 20, Role.DECODE: 4}
+    ready = {Role.PREFILL: PoolObservation(20, 20), Role.DECODE: PoolObservation(4, 4)}
+    flipping = dataclasses.replace(DECISION, flip=Flip(Role.PREFILL, 2, 1.5, 90.0))
+    tel.record_tick("serving", "chat", flipping, before, ready, SNAP, 0.01)
+    tel.record_tick("serving", "chat", DECISION, before, ready, SNAP, 0.01)
+    key = {"source": "prefill", "target": "decode"}
+    assert value(tel, "pdscaler_role_flips_total", **key) == 2.0
+    tel.forget("serving", "chat")
+    assert value(tel, "pdscaler_role_flips_total", **key) is None
 
 
 def test_metrics_server_serves_metrics_and_liveness() -> None:
