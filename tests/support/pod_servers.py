@@ -2,7 +2,8 @@
 
 Owns: ``served(*pods)``: a ``pdlab.engine_serve.PodServers`` serving the given pods at
 their (loopback) addresses, closed on exit; where those addresses cannot be bound, the
-test is skipped with what the servers said. Must not: talk to a cluster.
+test is skipped with what the servers said; ``post_json``: one JSON POST to a served pod.
+Must not: talk to a cluster.
 
     with served(PREFILL, DECODE) as pods:   # POST http://<PREFILL.ip>:<port>/v1/...
         ...
@@ -10,8 +11,11 @@ test is skipped with what the servers said. Must not: talk to a cluster.
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -30,3 +34,14 @@ def served(*pods: PodInfo) -> Iterator[PodServers]:
         yield servers
     finally:
         servers.close()
+
+
+def post_json(pod: PodInfo, path: str, body: dict[str, Any], timeout: float = 40.0) -> Any:
+    """POST ``body`` to ``path`` of the pod's server; its JSON answer."""
+    req = urllib.request.Request(
+        f"http://{pod.address}{path}",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())

@@ -7,13 +7,11 @@ a decode leg at a prefill pod is a pairing error."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import urllib.request
 from typing import Any
 
 from pdlab.engine_pods import PodInfo
 from pdscaler.types import Role
-from support.pod_servers import served
+from support.pod_servers import post_json, served
 
 PREFILL = PodInfo("ns", "chat-r1-prefill-0", "chat", Role.PREFILL, "v1", True,
                   ip="127.0.126.1", port=18000, revision="r1", uid="uid-p",
@@ -24,13 +22,7 @@ FLIPPED = PodInfo("ns", "chat-r1-decode-0", "chat", Role.PREFILL, "v1", True,
 
 
 def post(pod: PodInfo, body: dict[str, Any]) -> Any:
-    req = urllib.request.Request(
-        f"http://{pod.address}/v1/completions",
-        json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=20) as resp:
-        return json.loads(resp.read())
+    return post_json(pod, "/v1/completions", body)
 
 
 def pd_request(prefill: PodInfo, decode: PodInfo) -> Any:

@@ -23,6 +23,7 @@ from pdlab import engine_sglang as sgl
 from pdlab.engine_pods import PodInfo
 from pdlab.engine_serve import PodServers
 from pdscaler.types import Role
+from support.pod_servers import post_json as post
 from support.pod_servers import served
 
 PREFILL = PodInfo("ns", "chat-r1-prefill-0", "chat", Role.PREFILL, "v1", True,
@@ -39,16 +40,6 @@ VLLM = PodInfo("ns", "v-r1-decode-0", "v", Role.DECODE, "v1", True,
 def servers() -> Iterator[PodServers]:
     with served(PREFILL, DECODE, VLLM) as pods:
         yield pods
-
-
-def post(pod: PodInfo, path: str, body: dict[str, Any]) -> Any:
-    req = urllib.request.Request(
-        f"http://{pod.address}{path}",
-        json.dumps(body).encode(),
-        {"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=40) as resp:
-        return json.loads(resp.read())
 
 
 def legs(body: dict[str, Any], prefill_delay: float = 0.0, path: str = "/v1/completions") -> Any:
