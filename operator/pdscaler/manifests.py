@@ -297,13 +297,13 @@ def _with_drain(pod: dict[str, Any], engine: dict[str, Any], seconds: int) -> No
 
 
 def _pod_template(
-    meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: Role
+    meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: Role, flips: bool
 ) -> dict[str, Any]:
     pool = spec.pool(role)
     tpl = copy.deepcopy(pool.template)
     tpl_meta = tpl.setdefault("metadata", {})
     labels = dict(tpl_meta.get("labels") or {})
-    labels.update(pool_labels(meta.name, role, cell.rev, cell.version, flip_cell(spec, cell)))
+    labels.update(pool_labels(meta.name, role, cell.rev, cell.version, flips))
     tpl_meta["labels"] = labels
     annotations = dict(tpl_meta.get("annotations") or {})
     annotations[naming.ANNOTATION_VERSION] = cell.version
@@ -340,7 +340,7 @@ def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: 
     replicas = cell.replicas(role)
     flips = flip_cell(spec, cell)
     labels = pool_labels(meta.name, role, cell.rev, cell.version, flips)
-    template = _pod_template(meta, spec, cell, role)
+    template = _pod_template(meta, spec, cell, role, flips)
     obj: Manifest = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

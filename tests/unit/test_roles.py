@@ -137,10 +137,14 @@ def flip_spec(**changes: Any) -> PDDeploymentSpec:
     return PDDeploymentSpec.model_validate(doc)
 
 
+def without_flips() -> PDDeploymentSpec:
+    """``flip_spec()`` with ``scaling.roleFlips`` left out."""
+    doc = flip_spec().model_dump(by_alias=True)
+    return PDDeploymentSpec.model_validate({**doc, "scaling": {"interval": "5s", "maxGPUs": 16}})
+
+
 def test_a_flip_cell_selects_on_the_pool_and_turning_flips_on_is_a_new_revision() -> None:
-    off = PDDeploymentSpec.model_validate(
-        {**flip_spec().model_dump(by_alias=True), "scaling": {"interval": "5s", "maxGPUs": 16}}
-    )
+    off = without_flips()
     on = flip_spec()
     assert manifests.spec_revision(on) != manifests.spec_revision(off)
     for spec_, flips in ((on, True), (off, False)):
@@ -232,9 +236,7 @@ def test_flip_options_follow_the_spec() -> None:
     opts = tick.flip_options(flip_spec())
     assert opts is not None
     assert (opts.reconfigure_seconds, opts.window_seconds) == (0.0, 10.0)
-    off = PDDeploymentSpec.model_validate(
-        {**flip_spec().model_dump(by_alias=True), "scaling": {"interval": "5s", "maxGPUs": 16}}
-    )
+    off = without_flips()
     assert tick.flip_options(off) is None
 
 
