@@ -125,6 +125,18 @@ def test_hpa_grid_has_three_targets_two_maxima_and_a_quiet_min() -> None:
     assert hpa.name == "hpa-tuned"
 
 
+def test_hpa_grid_replays_each_configuration_once() -> None:
+    arrival = np.arange(0.0, 600.0, 1.0)  # 1 req/s: both pools' peaks are 1 replica
+    n = len(arrival)
+    trace = Trace(
+        "t", arrival, np.full(n, 1000, dtype=np.int64), np.full(n, 200, dtype=np.int64), 600.0
+    )
+    grid = hpa_grid(trace, SPEC)
+    # max ceil(1.2 x 1) = ceil(1.5 x 1) = 2 in both pools: one configuration per target
+    assert [c.target for c in grid] == [2.0, 5.0, 10.0]
+    assert {(c.prefill[1], c.decode[1]) for c in grid} == {(2, 2)}
+
+
 def test_pick_is_the_cheapest_meeting_the_target_else_the_highest() -> None:
     a, b, c = (HpaConfig(t, (1, 4), (1, 4)) for t in (2.0, 5.0, 10.0))
     chosen = pick([(a, 0.995, 9.0), (b, 0.991, 7.0), (c, 0.98, 5.0)], 0.99)

@@ -166,7 +166,8 @@ def hpa_grid(trace: Trace, spec: PDDeploymentSpec) -> list[HpaConfig]:
     """The tuned-HPA candidates a platform team would try: targets 2, 5, 10 waiting per
     replica x max at 1.2 and 1.5x each pool's peak-minute size (priors, as the static
     baselines), min at its quiet (10th percentile minute) size. Conversation trace at
-    1x: prefill peak 2 -> max 3 (ceil 2.4) or 3; 6 configurations."""
+    1x: prefill peak 2 -> max 3 (ceil 2.4) or 3; up to 6 configurations, each once
+    (where both maxima of both pools round to the same sizes, one per target)."""
     prof = load_profile(trace, STATIC_WINDOW_S)
     bounds = []
     for load, pool in ((prof.prompt_tps, spec.prefill), (prof.output_tps, spec.decode)):
@@ -179,9 +180,10 @@ def hpa_grid(trace: Trace, spec: PDDeploymentSpec) -> list[HpaConfig]:
             for f in HPA_MAX_FACTORS
         ]
         bounds.append([(low, h) for h in highs])
-    return [
+    grid = (
         HpaConfig(t, p, d) for t in HPA_TARGETS for p, d in zip(bounds[0], bounds[1], strict=True)
-    ]
+    )
+    return list(dict.fromkeys(grid))
 
 
 class HpaQueueController:

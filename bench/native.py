@@ -1,0 +1,180 @@
+"""The benchmark's compiled simulator: the same sources, compiled with mypyc.
+
+Owns: building, once per source tree, a copy of the ``pdscaler`` package in
+``~/.cache/pdscaler/native/<key>/`` whose hot simulator modules (``COMPILED``: the
+engine's event loop, the replay loop, the simulated scrape and the controllers) are
+compiled to C extensions by mypyc (which ships with mypy, a dev dependency; it needs
+gcc and Python's headers); proving that the build replays bit-identically to the pure
+modules (``check``); and the ``PYTHONPATH`` that makes ``python -m bench`` run on it.
+Must not: change a result (a build whose replay differs is never used), or fail the
+benchmark (without a compiler it runs on the pure modules and says so).
+
+Why: the matrix is ~2,000 trace replays (115 seed-cases of 8 policies, the oracle's
+replays and 5 ablations, plus tuning), each a pure-Python discrete-event simulation of
+up to ~194,000 requests; the engine is ~80% of a replay with no single hot spot
+(cProfile: run_until, _dispatch_decode, _decode_event, _dispatch_prefill,
+_reschedule). One conv-10x, start-up 90 s pdscaler replay measured on this machine:
+4.11 s pure, 2.17 s compiled (1.9x), with the same attainment (98.52%), GPU-hours
+(27.65) and TTFT p99 (2.41 s).
+
+The key is a SHA-256 over every ``.py`` file of the package (path and bytes), the
+Python version and mypy's version: an edit anywhere rebuilds, and a stale build is
+never imported. ``check`` replays ``CHECK_SECONDS`` of three cases with pdscaler in
+both builds (``fingerprint``: FCFS; the deadline queue with role flips; the long-context
+variant) and compares every request's timings and each summary exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "operator" / "pdscaler"
+CACHE = Path(os.environ.get("PDSCALER_CACHE", Path.home() / ".cache" / "pdscaler")) / "native"
+#: Modules compiled (relative to the package); the rest of the package stays Python.
+COMPILED = ("sim/engine.py", "sim/loop.py", "sim/observe.py", "sim/prom.py", "sim/controllers.py")
+#: Set in the environment of a run that already uses a build (or chose not to).
+MARKER = "PDSCALER_BENCH_NATIVE"
+CHECK_SECONDS = 240.0
+OK = "check-ok"
+
+
+def key(package: Path = PACKAGE) -> str:
+    """The build's name: SHA-256 over the package's sources, Python and mypy versions."""
+    import mypy.version
+
+    h = hashlib.sha256()
+    h.update(f"{sys.version}\0{mypy.version.__version__}\0{COMPILED}\0".encode())
+    for path in sorted(package.rglob("*.py")):
+        h.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _copy(package: Path, into: Path) -> None:
+    shutil.copytree(package, into / "pdscaler", ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def compile_build(into: Path, package: Path = PACKAGE) -> None:
+    """Copy the package into ``into`` and compile ``COMPILED`` there (raises
+    ``RuntimeError`` with mypyc's last lines when it fails)."""
+    if into.exists():
+        shutil.rmtree(into)
+    into.mkdir(parents=True)
+    _copy(package, into)
+    cmd = [sys.executable, "-c", "from mypyc.__main__ import main; main()"]
+    cmd += [f"pdscaler/{m}" for m in COMPILED]
+    done = subprocess.run(cmd, cwd=into, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = " ".join((done.stdout + done.stderr).split()[-40:])
+        raise RuntimeError(f"mypyc exited {done.returncode}: {tail}")
+    shutil.rmtree(into / "build", ignore_errors=True)
+
+
+def fingerprint() -> str:
+    """Digest of three short replays in this process's build of ``pdscaler`` (every
+    request's timings, exactly, and each summary's JSON): the conversation trace at 4x
+    (FCFS), the same with the deadline queue and role flips, and the long-context
+    variant (KV-bound decode, unservable requests)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from bench import quality
+    from pdscaler.sim.controllers import PdscalerController
+    from pdscaler.sim.loop import run
+    from pdscaler.sim.results import summarize
+    from pdscaler.types import FlipOptions
+
+    plan = quality.Plan(duration=CHECK_SECONDS)
+    h = hashlib.sha256()
+    for group, variant in (
+        (quality.Group("conv", 4.0), "fcfs"),
+        (quality.Group("conv", 4.0), "deadline+flips"),
+        (quality.Group("conv", 1.0, True), "fcfs"),
+    ):
+        trace = quality.load(group, plan, 1)
+        cfg = quality.config(group, 30.0, 1)
+        if variant != "fcfs":
+            params = replace(cfg.params, queue_discipline="deadline")
+            cfg = replace(cfg, params=params, flips=FlipOptions())
+        result = run(trace, PdscalerController(cfg.spec, flips=cfg.flips), cfg)
+        t = result.times
+        for arr in (t.prefill_start, t.prefill_end, t.decode_admit, t.first_token, t.finish):
+            h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
+        h.update(json.dumps(summarize(result).to_json(1.0), sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _child_fingerprint(path: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), str(REPO)])}
+    code = "from bench.native import fingerprint; print(fingerprint())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(" ".join(done.stderr.split()[-40:]))
+    return done.stdout.strip().splitlines()[-1]
+
+
+def same_replay(path: Path) -> None:
+    """Raise ``RuntimeError`` unless the package at ``path`` replays exactly as this
+    process's (pure) package does."""
+    pure, built = fingerprint(), _child_fingerprint(path)
+    if pure != built:
+        raise RuntimeError(f"the compiled replay differs from the pure one ({built} != {pure})")
+
+
+def check(path: Path) -> None:
+    """Raise ``RuntimeError`` unless the build at ``path`` really is compiled and
+    replays exactly as the pure modules do."""
+    if not list((path / "pdscaler" / "sim").glob("engine.*.so")):
+        raise RuntimeError(f"no compiled engine in {path}")
+    same_replay(path)
+
+
+def ensure(log: Callable[[str], None] = print) -> Path | None:
+    """The checked build for the current sources (built and checked when missing), or
+    None (with the reason logged) when it cannot be built or does not replay
+    identically: the benchmark then runs on the pure modules."""
+    path = CACHE / key()
+    if (path / OK).exists():
+        return path
+    try:
+        log(f"bench: compiling the simulator with mypyc into {path} (once per source tree)")
+        compile_build(path)
+        check(path)
+    except (OSError, RuntimeError) as err:
+        log(f"bench: running on the pure-Python simulator: {err}")
+        shutil.rmtree(path, ignore_errors=True)
+        return None
+    (path / OK).write_text("replays identically to the pure modules\n", encoding="utf-8")
+    return path
+
+
+def reexec(argv: list[str]) -> None:
+    """Run ``python -m bench argv`` again on the compiled build, unless this process
+    already runs on one (or chose not to: ``PDSCALER_BENCH_NATIVE=off``). Returns only
+    when it does not re-execute."""
+    if os.environ.get(MARKER):
+        return
+    path = ensure()
+    env = {**os.environ, MARKER: "off" if path is None else str(path)}
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), str(REPO)])
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "bench", *argv], env)
+
+
+def engine_label() -> str:
+    """How this process's simulator runs, for the reports."""
+    import pdscaler.sim.engine as engine
+
+    compiled = not str(engine.__file__).endswith(".py")
+    return "compiled with mypyc (bench/native.py)" if compiled else "pure Python"
