@@ -2,7 +2,7 @@
 
 Owns: building, once per source tree, a copy of the ``pdscaler`` package in
 ``~/.cache/pdscaler/native/<key>/`` whose hot simulator modules (``COMPILED``: the
-engine's event loop, the replay loop, the simulated scrape and the controllers) are
+engine's event loop, the replay loop and the simulated scrape) are
 compiled to C extensions by mypyc (which ships with mypy, a dev dependency; it needs
 gcc and Python's headers); proving that the build replays bit-identically to the pure
 modules (``check``); and the ``PYTHONPATH`` that makes ``python -m bench`` run on it.
@@ -19,9 +19,11 @@ _reschedule). One conv-10x, start-up 90 s pdscaler replay measured on this machi
 
 The key is a SHA-256 over every ``.py`` file of the package (path and bytes), the
 Python version and mypy's version: an edit anywhere rebuilds, and a stale build is
-never imported. ``check`` replays ``CHECK_SECONDS`` of three cases with pdscaler in
-both builds (``fingerprint``: FCFS; the deadline queue with role flips; the long-context
-variant) and compares every request's timings and each summary exactly.
+never imported. ``check`` runs, in both builds, what the matrix runs, on
+``CHECK_SECONDS`` of three cases (``fingerprint``): the full comparison (every policy of
+a case, the tuning searches and the SLO-feasible oracle's replays) of the conversation
+trace at 4x, and pdscaler with the deadline queue and role flips, and on the
+long-context variant; it compares every request's timings and each summary exactly.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "operator" / "pdscaler"
 CACHE = Path(os.environ.get("PDSCALER_CACHE", Path.home() / ".cache" / "pdscaler")) / "native"
 #: Modules compiled (relative to the package); the rest of the package stays Python.
-COMPILED = ("sim/engine.py", "sim/loop.py", "sim/observe.py", "sim/prom.py", "sim/controllers.py")
+#: (Not ``sim/controllers.py``: the oracle's replay subclasses its ScheduleController,
+#: and an interpreted class cannot inherit from a compiled one.)
+COMPILED = ("sim/engine.py", "sim/loop.py", "sim/observe.py", "sim/prom.py")
 #: Set in the environment of a run that already uses a build (or chose not to).
 MARKER = "PDSCALER_BENCH_NATIVE"
 CHECK_SECONDS = 240.0
@@ -78,37 +82,40 @@ def compile_build(into: Path, package: Path = PACKAGE) -> None:
 
 
 def fingerprint() -> str:
-    """Digest of three short replays in this process's build of ``pdscaler`` (every
-    request's timings, exactly, and each summary's JSON): the conversation trace at 4x
-    (FCFS), the same with the deadline queue and role flips, and the long-context
-    variant (KV-bound decode, unservable requests)."""
+    """Digest of what the matrix runs (module docstring), in this process's build of
+    ``pdscaler``: every request's timings, exactly, and each summary's JSON."""
     from dataclasses import replace
 
     import numpy as np
 
     from bench import quality
+    from pdscaler.sim.compare import compare
     from pdscaler.sim.controllers import PdscalerController
-    from pdscaler.sim.loop import run
+    from pdscaler.sim.loop import Run, run
     from pdscaler.sim.results import summarize
     from pdscaler.types import FlipOptions
 
     plan = quality.Plan(duration=CHECK_SECONDS)
     h = hashlib.sha256()
-    for group, variant in (
-        (quality.Group("conv", 4.0), "fcfs"),
-        (quality.Group("conv", 4.0), "deadline+flips"),
-        (quality.Group("conv", 1.0, True), "fcfs"),
-    ):
-        trace = quality.load(group, plan, 1)
-        cfg = quality.config(group, 30.0, 1)
-        if variant != "fcfs":
-            params = replace(cfg.params, queue_discipline="deadline")
-            cfg = replace(cfg, params=params, flips=FlipOptions())
-        result = run(trace, PdscalerController(cfg.spec, flips=cfg.flips), cfg)
+
+    def digest(result: Run) -> None:
         t = result.times
         for arr in (t.prefill_start, t.prefill_end, t.decode_admit, t.first_token, t.finish):
             h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
         h.update(json.dumps(summarize(result).to_json(1.0), sort_keys=True).encode())
+
+    chat = quality.Group("conv", 4.0)
+    trace, cfg = quality.load(chat, plan, 1), quality.config(chat, 30.0, 1)
+    comp = compare(trace, quality.CASE_POLICIES, cfg)
+    for r in (*comp.runs, comp.oracle.run):
+        digest(r)
+    h.update(json.dumps(comp.to_json(), sort_keys=True).encode())
+    flips = replace(cfg, params=replace(cfg.params, queue_discipline="deadline"))
+    flips = replace(flips, flips=FlipOptions())
+    digest(run(trace, PdscalerController(flips.spec, flips=flips.flips), flips))
+    long = quality.Group("conv", 1.0, True)
+    trace, cfg = quality.load(long, plan, 1), quality.config(long, 30.0, 1)
+    digest(run(trace, PdscalerController(cfg.spec), cfg))
     return h.hexdigest()
 
 
