@@ -382,3 +382,47 @@ def test_prefill_growth_pressure_counts_the_queue_in_seconds_of_service() -> Non
         400 / (14 * 10_000 / 1_240 * 2)
     )
     assert growth_pressure(_prefill(None, None), 50.0) == pytest.approx(50 * 1_240 / 140_000 / 0.7)
+
+
+@pytest.mark.parametrize(
+    ("queues", "set_aside"),
+    [
+        ((2.0,) * 8, True),  # nothing waited for a replica all window
+        ((2.0,) * 4 + (25.0,) + (2.0,) * 3, False),  # 25 waited on 20 once: a shortage
+        ((2.0,) * 2, False),  # 15 s of history: the window is unseen
+    ],
+)
+def test_ttft_breach_without_a_queue_all_window_does_not_pin_prefill(
+    queues: tuple[float, ...], set_aside: bool
+) -> None:
+    """TTFT p95 2.5 s vs 2 s on 20 ready prefill replicas at R = 5 req/s (ratio target
+    ceil(5 x 2000 / 2100) = 5, utilisation 10,000 / 60,000 = 17%), 2 waiting now. When
+    fewer requests waited than replicas were ready at every tick of the 120 s window,
+    the breach is not a shortage of prefill replicas: prefill recommends its ratio
+    target (5), which the stabilization window then lets it shrink to, and the decision
+    says why. Before, a growing pool recommended at least what it ran, so a breach like
+    this in every window held a pool at its peak: the code trace at 4x kept 46 prefill
+    replicas for 45 minutes at N_P 1-20. With one tick of the window backlogged, or
+    the window unseen, the breach still holds prefill at 20."""
+    now = 10_000.0
+    n = len(queues)
+    pools = tuple((now - 15.0 * (n - k), q, 0.0, 20, 18) for k, q in enumerate(queues))
+    history = tuple((now - 15.0 * k, 5.0) for k in range(8, 0, -1))
+    d = run(
+        chat_spec(),
+        snapshot(5.0, ttft=2.5, prefill_queue=2.0),
+        20,
+        18,
+        memory=PolicyMemory(rate_history=history, pool_history=pools),
+    )
+    assert d.prefill == 20  # nothing shrinks before the stabilization window is covered
+    recommended = d.memory.recommendations[-1][1]
+    if set_aside:
+        assert recommended == 5
+        assert (
+            "TTFT p95 2.5s > 2s SLO set aside: fewer requests waited than prefill replicas "
+            "were ready at every tick of the metrics window (2 waiting, 20 ready)"
+        ) in d.message
+    else:
+        assert recommended == 20
+        assert "set aside" not in d.message

@@ -111,3 +111,22 @@ def test_drained_since_rise_needs_every_queue_since_the_rise_low(
     queue sampled after the tick that first saw it is below one per ready replica."""
     pts = tuple((15.0 * k, q, 0.0, r, 4) for k, (r, q) in enumerate(ready_queue))
     assert history.drained_since_rise(pts, Role.PREFILL) is drained
+
+
+@pytest.mark.parametrize(
+    ("queues", "unqueued"),
+    [
+        ((3.0, 0.0, 5.0, 1.0, 0.0, 2.0, 4.0, 0.0), True),  # 8 ticks, 105 s, all below 46
+        ((3.0, 0.0, 5.0, 60.0, 0.0, 2.0, 4.0, 0.0), False),  # 60 waited on 46 once
+        ((3.0, 0.0, 5.0, None, 0.0, 2.0, 4.0, 0.0), False),  # an unknown queue
+        ((3.0, 0.0, 5.0), False),  # 30 s of a 105 s span: unseen
+        ((), False),
+    ],
+)
+def test_unqueued_throughout_needs_the_whole_span_below_one_per_replica(
+    queues: tuple[float | None, ...], unqueued: bool
+) -> None:
+    """Prefill 46 ready, one point every 15 s: unqueued only when the points span 105 s
+    and every queue is known and below 46. Decode's column (queue 99 on 1) is not read."""
+    pts = tuple((15.0 * k, q, 99.0, 46, 1) for k, q in enumerate(queues))
+    assert history.unqueued_throughout(pts, Role.PREFILL, 105.0) is unqueued

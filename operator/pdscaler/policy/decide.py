@@ -177,6 +177,11 @@ def size(
         facts[Role.DECODE],
         rate,
         prefill_drained=history.drained_since_rise(recent, Role.PREFILL),
+        prefill_unqueued=history.unqueued_throughout(
+            recent,
+            Role.PREFILL,
+            inp.spec.metrics.window_seconds - inp.spec.scaling.interval_seconds,
+        ),
     )
     burst = burst_factor(inp, facts[Role.PREFILL], attribution)
     room, headroom = headroom_target(ratio.n_prefill, burst)

@@ -70,7 +70,8 @@ def _set_aside(tick: Tick) -> list[str]:
         return []
     latency, queue = f.latency or 0.0, f.queue or 0.0
     percentile = tick.inp.spec.slo.percentile
-    return [reasons.ttft_set_aside(percentile, latency, f.slo_seconds, queue, f.ready)]
+    unqueued = tick.attribution.ttft_unqueued
+    return [reasons.ttft_set_aside(percentile, latency, f.slo_seconds, queue, f.ready, unqueued)]
 
 
 def _by_memory(tick: Tick) -> bool:

@@ -16,6 +16,9 @@ one request waiting per ready replica), and the facts the policy reads from the 
 * ``drained_since_rise``: whether replicas came up inside the window and the queue has
   stayed below one per ready replica at every tick since, so the latency percentile (a
   window figure) is what queued before them, not a standing shortage.
+* ``unqueued_throughout``: whether the points cover the latency window and at every
+  one fewer requests waited than the pool has ready replicas, so a latency percentile
+  over its SLO is not a shortage of this pool's replicas (see the function).
 * ``queue_slope``: requests/s the prefill queue grew (or shrank) over the window. The
   request rate is read as prefill completions; while a backlog drains, completions run
   above arrivals by exactly the queue's fall: 50 req/s completed while the queue went
@@ -110,6 +113,25 @@ def drained_since_rise(points: Sequence[Point], role: Role) -> bool:
     if last_rise is None or last_rise == len(points) - 1:
         return False
     for p in points[last_rise + 1 :]:
+        q = _queue(p, role)
+        if q is None or backlogged(q, _ready(p, role)):
+            return False
+    return True
+
+
+def unqueued_throughout(points: Sequence[Point], role: Role, span: float) -> bool:
+    """True when ``points`` span at least ``span`` seconds and every queue in them is
+    known and below one request per ready replica. Then the pool's latency percentile
+    over its SLO (a window figure) is not a shortage of its replicas: at no tick of the
+    window did requests wait for one. It is the requests' own service time, the other
+    pool's admission (a first token waits for decode), or bursts shorter than a tick,
+    which no reactive size catches in time (``scaling.burstHeadroom`` holds head-room
+    for those). Prefill (ready, queue) every 15 s over 105 s: 46 ready, queues 3, 0, 5,
+    ... -> True; one queue of 60 on 46 -> False; an unknown queue -> False; points
+    spanning 30 s -> False (the operator just started: the window is unseen)."""
+    if not points or points[-1][0] - points[0][0] < span:
+        return False
+    for p in points:
         q = _queue(p, role)
         if q is None or backlogged(q, _ready(p, role)):
             return False

@@ -182,13 +182,21 @@ def within_targets(n_prefill: float, n_decode: float, rate: float, memory: bool 
     )
 
 
-def ttft_set_aside(percentile: float, latency: float, slo: float, queue: float, ready: int) -> str:
+def ttft_set_aside(
+    percentile: float, latency: float, slo: float, queue: float, ready: int, unqueued: bool
+) -> str:
     """Why a TTFT breach grew nothing: ``TTFT p95 4.7s > 2s SLO set aside: replicas
-    added inside the metrics window drained the queue (1 waiting, 6 ready)``."""
+    added inside the metrics window drained the queue (1 waiting, 6 ready)``; with
+    ``unqueued``: ``... set aside: fewer requests waited than prefill replicas were ready
+    at every tick of the metrics window (2 waiting, 46 ready)``."""
+    why = (
+        "fewer requests waited than prefill replicas were ready at every tick of the metrics window"
+        if unqueued
+        else "replicas added inside the metrics window drained the queue"
+    )
     return (
         f"TTFT {percentile_label(percentile)} {seconds(latency)} > {seconds(slo)} SLO set "
-        f"aside: replicas added inside the metrics window drained the queue "
-        f"({queue:g} waiting, {ready} ready)"
+        f"aside: {why} ({queue:g} waiting, {ready} ready)"
     )
 
 

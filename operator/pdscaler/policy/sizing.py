@@ -165,13 +165,16 @@ class Attribution:
     """Which pools may grow: ``primary`` (the bottleneck, None when no pool is under
     pressure) and ``growing`` (the primary plus a pool short by its own load);
     ``ttft_set_aside``: prefill's TTFT was over its SLO but counted as past
-    (``ttft_is_past``), so the decision can say why it did not act on it."""
+    (``ttft_is_past``), so the decision can say why it did not act on it;
+    ``ttft_unqueued``: why: nothing waited for a prefill replica at any tick of the
+    window (else: replicas added inside it drained the queue)."""
 
     primary: Role | None
     growing: tuple[Role, ...]
     bottleneck: Bottleneck
     load_pressure: dict[Role, float]
     ttft_set_aside: bool = False
+    ttft_unqueued: bool = False
 
 
 def ttft_is_past(prefill: PoolFacts, drained_since_rise: bool) -> bool:
@@ -188,7 +191,11 @@ def ttft_is_past(prefill: PoolFacts, drained_since_rise: bool) -> bool:
 
 
 def attribute(
-    prefill: PoolFacts, decode: PoolFacts, rate: float, prefill_drained: bool = False
+    prefill: PoolFacts,
+    decode: PoolFacts,
+    rate: float,
+    prefill_drained: bool = False,
+    prefill_unqueued: bool = False,
 ) -> Attribution:
     """Apply the bottleneck rule of the module docstring at the measured ``rate``.
 
@@ -199,9 +206,13 @@ def attribute(
     Prefill's TTFT does not count once the replicas added inside the window have
     drained the queue (``ttft_is_past``, ``prefill_drained``): after a warm-up backlog
     drains, 4 ready (1 a window ago) with queue 1 and TTFT p95 4.7 s grow nothing, where
-    the ratio model at a forecast 26 req/s would have asked for 6.
+    the ratio model at a forecast 26 req/s would have asked for 6. Nor does it when
+    nothing waited for a prefill replica at any tick of the whole window
+    (``prefill_unqueued``, ``history.unqueued_throughout``): 46 ready at 3.6 req/s with
+    TTFT p99 2.5 s of 2 s, queues below 46 all window, is not held at 46 by it (the code
+    trace at 4x held 46 replicas for 45 minutes on such breaches, N_P 1-20).
     """
-    past = ttft_is_past(prefill, prefill_drained)
+    past = ttft_is_past(prefill, prefill_drained or prefill_unqueued)
     full = locate_bottleneck(prefill.signals(rate, with_latency=not past), decode.signals(rate))
     load = {
         f.role: pool_pressure(f.role, f.signals(rate, with_latency=False))[0]
@@ -221,6 +232,7 @@ def attribute(
         bottleneck=full,
         load_pressure=load,
         ttft_set_aside=past and breached,
+        ttft_unqueued=past and breached and not prefill_drained,
     )
 
 
