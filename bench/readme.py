@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.markdown import between, spread, table, two
-from bench.quality import cuts_line
+from bench.quality import cuts_line, simulator
 from pdscaler.cli.common import percent as pct
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,7 +122,7 @@ def quality_part(doc: dict[str, Any]) -> list[str]:
             else ""
         )
         + f"The matrix took {doc['wall_s'] / 60:.1f} min (wall) with "
-        f"{plan['workers']} worker processes.",
+        f"{plan['workers']} worker processes, simulator {simulator(doc)}.",
     ]
 
 
