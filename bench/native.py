@@ -81,9 +81,10 @@ def compile_build(into: Path, package: Path = PACKAGE) -> None:
     shutil.rmtree(into / "build", ignore_errors=True)
 
 
-def fingerprint() -> str:
-    """Digest of what the matrix runs (module docstring), in this process's build of
-    ``pdscaler``: every request's timings, exactly, and each summary's JSON."""
+def fingerprint(seconds: float = CHECK_SECONDS) -> str:
+    """Digest of what the matrix runs (module docstring) on the first ``seconds`` of
+    each trace, in this process's build of ``pdscaler``: every request's timings,
+    exactly, and each summary's JSON."""
     from dataclasses import replace
 
     import numpy as np
@@ -95,7 +96,7 @@ def fingerprint() -> str:
     from pdscaler.sim.results import summarize
     from pdscaler.types import FlipOptions
 
-    plan = quality.Plan(duration=CHECK_SECONDS)
+    plan = quality.Plan(duration=seconds)
     h = hashlib.sha256()
 
     def digest(result: Run) -> None:
@@ -119,9 +120,9 @@ def fingerprint() -> str:
     return h.hexdigest()
 
 
-def _child_fingerprint(path: Path) -> str:
+def _child_fingerprint(path: Path, seconds: float) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), str(REPO)])}
-    code = "from bench.native import fingerprint; print(fingerprint())"
+    code = f"from bench.native import fingerprint; print(fingerprint({seconds!r}))"
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
     )
@@ -130,10 +131,10 @@ def _child_fingerprint(path: Path) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def same_replay(path: Path) -> None:
+def same_replay(path: Path, seconds: float = CHECK_SECONDS) -> None:
     """Raise ``RuntimeError`` unless the package at ``path`` replays exactly as this
-    process's (pure) package does."""
-    pure, built = fingerprint(), _child_fingerprint(path)
+    process's (pure) package does (on the first ``seconds`` of each trace)."""
+    pure, built = fingerprint(seconds), _child_fingerprint(path, seconds)
     if pure != built:
         raise RuntimeError(f"the compiled replay differs from the pure one ({built} != {pure})")
 
