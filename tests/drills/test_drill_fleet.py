@@ -43,10 +43,10 @@ from support.opkit import pdd_manifest
 FLEET = 100
 CHURN_ROUNDS = 3
 WARMUP_ROUNDS = 2
-CHURN = 100
+CHURN = 70
 INTERVAL = "15s"
 RECONCILED_WITHIN = 60.0
-STEADY_WINDOW = 30.0
+STEADY_WINDOW = 20.0
 #: RSS after the LAST churn round may exceed the highest measured round before it by
 #: this much (a leak grows every round, so the last round is its highest; the allocator's
 #: arenas and the bounded caches settle over the first rounds and then wander: 93.6 ->
