@@ -16,6 +16,10 @@ summary it also prints). Parts:
     python -m bench --only quality,step      # no cluster needed
     python -m bench --quick                  # 10-minute windows at 2x, start-up 30 s, seed 0
 
+The matrix runs on a mypyc-compiled build of the simulator when one can be built and
+replays exactly as the pure modules (``bench.native``; ``PDSCALER_BENCH_NATIVE=off``
+keeps it pure).
+
 After a run, ``python -m bench.readme`` writes the README's results section from
 ``bench/results/`` (``make bench`` does both).
 

@@ -173,9 +173,10 @@ def reexec(argv: list[str]) -> None:
     if os.environ.get(MARKER):
         return
     path = ensure()
-    env = {**os.environ, MARKER: "off" if path is None else str(path)}
-    if path is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(path), str(REPO)])
+    if path is None:
+        return
+    env = {**os.environ, MARKER: str(path)}
+    env["PYTHONPATH"] = os.pathsep.join([str(path), str(REPO)])
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, "-m", "bench", *argv], env)
 
