@@ -68,7 +68,8 @@ when its pressure is one more replicas relieve (``may_grow_proportionally``):
   request waiting per ready replica, and its TTFT does not make it a bottleneck at all
   when replicas came up inside the latency window and the queue has stayed below that
   at every tick since (``ttft_is_past``: the percentile still counts the requests that
-  queued before them);
+  queued before them), nor when the queue stayed below that at every tick of the whole
+  window (``history.unqueued_throughout``: no request waited for a prefill replica);
 * a queue that fell since the last tick is draining with the capacity there is: 40
   then 25 waiting grows nothing (the drain model, which sees the queue, still may);
 * on the two ticks after a pool's new replicas first show ready, its queue and latency
