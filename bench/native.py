@@ -61,7 +61,8 @@ def key(package: Path = PACKAGE) -> str:
     return h.hexdigest()[:16]
 
 
-def _copy(package: Path, into: Path) -> None:
+def copy_package(into: Path, package: Path = PACKAGE) -> None:
+    """``package`` copied to ``into/pdscaler``, without its bytecode caches."""
     shutil.copytree(package, into / "pdscaler", ignore=shutil.ignore_patterns("__pycache__"))
 
 
@@ -71,7 +72,7 @@ def compile_build(into: Path, package: Path = PACKAGE) -> None:
     if into.exists():
         shutil.rmtree(into)
     into.mkdir(parents=True)
-    _copy(package, into)
+    copy_package(into, package)
     cmd = [sys.executable, "-c", "from mypyc.__main__ import main; main()"]
     cmd += [f"pdscaler/{m}" for m in COMPILED]
     done = subprocess.run(cmd, cwd=into, capture_output=True, text=True, check=False)

@@ -303,15 +303,10 @@ def run_matrix(
                     queued[(g, st, seed)] = pool.submit(
                         run_case, g, st, seed, tuned[g], plan, plot_dir
                     )
-        jobs = {
-            (g, st, seed): queued[(g, st, seed)]
-            for g in gs
-            for st in g.startups
-            for seed in g.seeds
-        }
         cases: dict[str, Any] = {}
-        for (g, st, seed), f in jobs.items():
-            doc = f.result()
+        order = [(g, st, seed) for g in gs for st in g.startups for seed in g.seeds]
+        for g, st, seed in order:
+            doc = queued[(g, st, seed)].result()
             key = f"{g.slug}-{st:g}s"
             cases.setdefault(
                 key,

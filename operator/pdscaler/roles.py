@@ -55,9 +55,8 @@ def _pick(
     pods: Sequence[PoolPod], source: Role, count: int, running: Mapping[str, float]
 ) -> list[PoolPod]:
     """``count`` Ready pods (of the live ``pods``) serving ``source`` to flip away: first
-    those that came from
-    the other pool (flipped home), then the least busy (decode: fewest running), by
-    name."""
+    those that came from the other pool (flipped home), then the least busy (decode:
+    fewest running), by name."""
     ready = [p for p in pods if p.serves is source and is_ready(p.pod)]
     ready.sort(key=lambda p: (p.owner is source, running.get(p.name, 0.0), p.name))
     return ready[: max(0, count)]

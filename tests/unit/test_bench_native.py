@@ -5,7 +5,6 @@ build leaves the benchmark on the pure modules. (The compile itself runs in
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,7 @@ SECONDS = 60.0
 
 def copy_package(tmp: Path) -> Path:
     into = tmp / "build"
-    into.mkdir()
-    shutil.copytree(native.PACKAGE, into / "pdscaler", ignore=shutil.ignore_patterns("__pycache__"))
+    native.copy_package(into)
     return into
 
 

@@ -112,11 +112,14 @@ def drained_since_rise(points: Sequence[Point], role: Role) -> bool:
             last_rise = k
     if last_rise is None or last_rise == len(points) - 1:
         return False
-    for p in points[last_rise + 1 :]:
-        q = _queue(p, role)
-        if q is None or backlogged(q, _ready(p, role)):
-            return False
-    return True
+    return _unqueued(points[last_rise + 1 :], role)
+
+
+def _unqueued(points: Sequence[Point], role: Role) -> bool:
+    """Every queue in ``points`` known and below one request per ready replica."""
+    return all(
+        (q := _queue(p, role)) is not None and not backlogged(q, _ready(p, role)) for p in points
+    )
 
 
 def unqueued_throughout(points: Sequence[Point], role: Role, span: float) -> bool:
@@ -131,11 +134,7 @@ def unqueued_throughout(points: Sequence[Point], role: Role, span: float) -> boo
     spanning 30 s -> False (the operator just started: the window is unseen)."""
     if not points or points[-1][0] - points[0][0] < span:
         return False
-    for p in points:
-        q = _queue(p, role)
-        if q is None or backlogged(q, _ready(p, role)):
-            return False
-    return True
+    return _unqueued(points, role)
 
 
 def queue_slope(points: Sequence[Point], role: Role) -> float:
