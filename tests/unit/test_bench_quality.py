@@ -123,6 +123,10 @@ def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
     assert 0.0 <= settled <= 1.0
     assert f"| {100 * settled:.2f}% |" in quality_md
     assert "| after 5 min |" in quality_md
+    # ... and the summary shows pdscaler's beside its whole-run attainment
+    assert "| case | pdscaler SLO met | after 5 min | pdscaler GPU-h |" in quality_md
+    first = next(r for r in quality_md.splitlines() if r.startswith("| conv-2x, start-up 30 s |"))
+    assert first.split(" | ")[2] == f"{100 * settled:.2f}%"
     # the ablation table: pdscaler and each ablation row, per case
     ablations = [label for label, _ in quality.ABLATIONS]
     assert "| case | pdscaler | " + " | ".join(ablations) + " |" in quality_md
