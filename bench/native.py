@@ -24,10 +24,16 @@ never imported. ``check`` runs, in both builds, what the matrix runs, on
 a case, the tuning searches and the SLO-feasible oracle's replays) of the conversation
 trace at 4x, and pdscaler with the deadline queue and role flips, and on the
 long-context variant; it compares every request's timings and each summary exactly.
+
+Two runs at once: a build is made under an exclusive lock on ``<key>.lock`` (a second
+run of the same sources waits, then finds it checked), and a run holds a shared lock on
+the build it uses for as long as it runs (the descriptor survives its re-exec). Builds
+of other source trees are removed once no run holds them, the ``KEEP`` newest excepted.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -48,6 +54,8 @@ COMPILED = ("sim/engine.py", "sim/loop.py", "sim/observe.py", "sim/prom.py")
 MARKER = "PDSCALER_BENCH_NATIVE"
 CHECK_SECONDS = 240.0
 OK = "check-ok"
+#: Builds of other source trees kept (the newest), besides the current one.
+KEEP = 2
 
 
 def key(package: Path = PACKAGE) -> str:
@@ -148,22 +156,67 @@ def check(path: Path) -> None:
     same_replay(path)
 
 
+def _lock(name: str, exclusive: bool, wait: bool = True) -> int | None:
+    """A descriptor holding ``flock`` on ``CACHE/<name>.lock`` (exclusive or shared), or
+    None when ``wait`` is False and another process holds a conflicting lock."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    fd = os.open(CACHE / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    flags = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB)
+    try:
+        fcntl.flock(fd, flags)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def prune(current: str, keep: int = KEEP) -> list[str]:
+    """Remove the builds of other source trees that no run holds, all but the ``keep``
+    newest; returns the names removed. A build in use (a shared lock on its
+    ``.lock``) is never touched."""
+    others = [p for p in CACHE.iterdir() if p.is_dir() and p.name != current]
+    others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    removed = []
+    for old in others[keep:]:
+        fd = _lock(old.name, exclusive=True, wait=False)
+        if fd is None:
+            continue
+        try:
+            shutil.rmtree(old, ignore_errors=True)
+            (CACHE / f"{old.name}.lock").unlink(missing_ok=True)
+            removed.append(old.name)
+        finally:
+            os.close(fd)
+    return removed
+
+
 def ensure(log: Callable[[str], None] = print) -> Path | None:
     """The checked build for the current sources (built and checked when missing), or
     None (with the reason logged) when it cannot be built or does not replay
-    identically: the benchmark then runs on the pure modules."""
-    path = CACHE / key()
-    if (path / OK).exists():
-        return path
+    identically: the benchmark then runs on the pure modules. The build is returned
+    under a shared lock this process (and what it re-executes) keeps; a concurrent run
+    of the same sources waits for the one building it."""
+    name = key()
+    path = CACHE / name
+    fd = _lock(name, exclusive=True)
+    assert fd is not None  # a waiting lock is always taken
     try:
-        log(f"bench: compiling the simulator with mypyc into {path} (once per source tree)")
-        compile_build(path)
-        check(path)
+        if not (path / OK).exists():
+            log(f"bench: compiling the simulator with mypyc into {path} (once per source tree)")
+            compile_build(path)
+            check(path)
+            (path / OK).write_text("replays identically to the pure modules\n", encoding="utf-8")
     except (OSError, RuntimeError) as err:
         log(f"bench: running on the pure-Python simulator: {err}")
         shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
         return None
-    (path / OK).write_text("replays identically to the pure modules\n", encoding="utf-8")
+    # In use: kept from ``prune`` until this run ends. (flock converts by releasing
+    # first; the build just made is the newest, which no other run prunes meanwhile.)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    os.set_inheritable(fd, True)
+    for gone in prune(name):
+        log(f"bench: removed the unused build {CACHE / gone}")
     return path
 
 

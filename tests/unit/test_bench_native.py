@@ -5,6 +5,9 @@ build leaves the benchmark on the pure modules. (The compile itself runs in
 
 from __future__ import annotations
 
+import fcntl
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,67 @@ def test_a_failed_compile_falls_back_to_the_pure_modules(
     assert "pure-Python" in said[-1]
     assert "mypyc exited" in said[-1]
     assert not any((tmp_path / "cache").glob("*/check-ok"))
+
+
+def _fake_build(path: Path) -> None:
+    (path / "pdscaler" / "sim").mkdir(parents=True)
+
+
+def test_a_run_of_the_same_sources_waits_for_the_build_in_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `make bench` at once: the second must neither remove nor redo the build the
+    first is making (it used to delete the half-made build and start its own)."""
+    monkeypatch.setattr(native, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(native, "key", lambda: "k1")
+    builds: list[Path] = []
+    monkeypatch.setattr(native, "compile_build", lambda p: builds.append(p))
+    monkeypatch.setattr(native, "check", lambda p: None)
+    _fake_build(native.CACHE / "k1")  # the first run, building under its lock
+    first = os.open(native.CACHE / "k1.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(first, fcntl.LOCK_EX)
+    got: list[Path | None] = []
+    second = threading.Thread(target=lambda: got.append(native.ensure(lambda _: None)))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive()  # waits, touches nothing
+    assert not builds
+    assert (native.CACHE / "k1" / "pdscaler").is_dir()
+    (native.CACHE / "k1" / native.OK).write_text("ok\n")
+    os.close(first)  # the first run's build is done and checked
+    second.join(5)
+    assert got == [native.CACHE / "k1"]
+    assert not builds
+
+
+def test_unused_builds_of_other_sources_are_pruned_and_one_in_use_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(native, "CACHE", tmp_path / "cache")
+    for age, name in enumerate(["new", "mid", "old", "oldest", "current"]):
+        _fake_build(native.CACHE / name)
+        t = 1_000_000 - 1000 * age if name != "current" else 2_000_000
+        os.utime(native.CACHE / name, (t, t))
+    in_use = native._lock("oldest", exclusive=False)  # a run still on it
+    assert native.prune("current", keep=2) == ["old"]
+    left = sorted(p.name for p in native.CACHE.iterdir() if p.is_dir())
+    assert left == ["current", "mid", "new", "oldest"]
+    assert in_use is not None
+    os.close(in_use)
+    assert native.prune("current", keep=2) == ["oldest"]
+
+
+def test_ensure_holds_its_build_for_the_run_it_re_executes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(native, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(native, "key", lambda: "k2")
+    monkeypatch.setattr(native, "compile_build", _fake_build)
+    monkeypatch.setattr(native, "check", lambda p: None)
+    assert native.ensure(lambda _: None) == native.CACHE / "k2"
+    assert (native.CACHE / "k2" / native.OK).exists()
+    # another process may share it but not take it away
+    assert native._lock("k2", exclusive=True, wait=False) is None
+    shared = native._lock("k2", exclusive=False, wait=False)
+    assert shared is not None
+    os.close(shared)
