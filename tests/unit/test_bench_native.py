@@ -128,3 +128,13 @@ def test_ensure_holds_its_build_for_the_run_it_re_executes(
     shared = native._lock("k2", exclusive=False, wait=False)
     assert shared is not None
     os.close(shared)
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_bench_on_the_pure_modules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "file").write_text("not a directory\n")
+    monkeypatch.setattr(native, "CACHE", tmp_path / "file" / "native")
+    said: list[str] = []
+    assert native.ensure(said.append) is None
+    assert "pure-Python" in said[-1]
