@@ -45,7 +45,7 @@ from bench.native import engine_label
 from pdscaler.cli.common import percent as pct
 from pdscaler.models.migration import SOFTWARE_PREP_SECONDS
 from pdscaler.sim import tuning
-from pdscaler.sim.compare import POLICIES, TARGET, Tuned, choice_json, compare
+from pdscaler.sim.compare import POLICIES, TARGET, Comparison, Tuned, choice_json, compare
 from pdscaler.sim.controllers import PdscalerController
 from pdscaler.sim.dynamo import DynamoConfig
 from pdscaler.sim.engine import EngineParams
@@ -222,25 +222,31 @@ def tune(group: Group, plan: Plan) -> dict[str, Any]:
     }
 
 
-def run_case(
-    group: Group, startup: float, seed: int, tuned: dict[str, Any], plan: Plan, plot_dir: str
-) -> dict[str, Any]:
-    """One (group, start-up, seed): every policy, the ablations, the oracle."""
+def compare_case(group: Group, trace: Trace, cfg: LoopConfig, tuned: dict[str, Any]) -> Comparison:
+    """Every policy of a case and the oracle on ``trace`` under ``cfg``, the tuned ones
+    replaying the group's seed-0 choices (``tuned``: ``tune``'s document)."""
     from pdscaler.sim.baselines import HpaConfig
 
-    t0 = time.perf_counter()
-    trace = load(group, plan, seed)
-    cfg = config(group, startup, seed)
     sb = tuned["static_best"]
     h = tuned["hpa"]["config"]
     hpa = HpaConfig(h["target"], tuple(h["prefill"]), tuple(h["decode"]))
-    comp = compare(
+    return compare(
         trace,
         CASE_POLICIES,
         cfg,
         tuned=Tuned((sb["prefill"], sb["decode"]), hpa, DynamoConfig(**tuned["dynamo"]["config"])),
         meta={"rate_scale": group.scale, "group": group.slug},
     )
+
+
+def run_case(
+    group: Group, startup: float, seed: int, tuned: dict[str, Any], plan: Plan, plot_dir: str
+) -> dict[str, Any]:
+    """One (group, start-up, seed): every policy, the ablations, the oracle."""
+    t0 = time.perf_counter()
+    trace = load(group, plan, seed)
+    cfg = config(group, startup, seed)
+    comp = compare_case(group, trace, cfg, tuned)
     doc = comp.to_json()
     for label, patch in plan.ablations if startup in plan.ablation_startups else ():
         c = cfg

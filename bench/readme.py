@@ -1,9 +1,10 @@
 """The README's "What it is worth, measured" section, generated from bench/results/.
 
-Owns: ``section`` (the markdown between ``BEGIN`` and ``END`` in README.md, built only
-from ``quality.json``, ``step.json`` and ``overhead.md``) and ``update`` (rewrite that
-part of README.md). ``python -m bench.readme`` runs ``update``; ``--check`` exits 1
-when README.md differs from what the results say (the unit suite runs the same check).
+Owns: ``section`` (the markdown between ``BEGIN`` and ``END`` in README.md, built
+only from ``quality.json``, ``queue.json``, ``step.json`` and ``overhead.md``) and
+``update`` (rewrite that part of README.md). ``python -m bench.readme`` runs
+``update``; ``--check`` exits 1 when README.md differs from what the results say (the
+unit suite runs the same check).
 Must not: hold a figure of its own: every number in the section comes from a results
 file (a missing file or figure is written as "not measured").
 
@@ -22,6 +23,7 @@ from typing import Any
 
 from bench.markdown import between, spread, table, two
 from bench.quality import cuts_line, simulator
+from bench.queue import gains
 from pdscaler.cli.common import percent as pct
 
 REPO = Path(__file__).resolve().parent.parent
@@ -126,6 +128,24 @@ def quality_part(doc: dict[str, Any]) -> list[str]:
     ]
 
 
+def queue_part(doc: dict[str, Any] | None) -> str:
+    """The deadline queue for every policy (``bench.queue``), in one sentence."""
+    if doc is None:
+        return "The deadline queue for every policy: not measured (no queue.json)."
+    g = gains(doc)
+    others = {n: v for n, v in g.items() if n not in ("pdscaler", "oracle")}
+    best = max(others, key=lambda n: others[n]) if others else None
+    mean = sum(others.values()) / len(others) if others else float("nan")
+    return (
+        f"With the engines ordering by deadline instead of FCFS (every policy and the oracle, "
+        f"seed {doc['seed']}, {len(doc['cases'])} cases), pdscaler gains "
+        f"{g.get('pdscaler', float('nan')):+.2f} points of SLO met, the baselines "
+        f"{mean:+.2f} on average"
+        + (f" ({best} the most, {others[best]:+.2f})" if best is not None else "")
+        + " ([queue.md](bench/results/queue.md))."
+    )
+
+
 def step_part(doc: dict[str, Any] | None) -> str:
     if doc is None:
         return "The step-load check of the drain model: not measured (no step.json)."
@@ -202,7 +222,9 @@ def section(results: Path = RESULTS) -> str:
         lines.append("Decision quality: not measured (no quality.json).")
     step = json.loads(spath.read_text(encoding="utf-8")) if spath.exists() else None
     over = opath.read_text(encoding="utf-8") if opath.exists() else None
-    lines += ["", step_part(step) + " " + overhead_part(over)]
+    qu = results / "queue.json"
+    queue = json.loads(qu.read_text(encoding="utf-8")) if qu.exists() else None
+    lines += ["", queue_part(queue) + " " + step_part(step) + " " + overhead_part(over)]
     lines += ["", "Reproduce: `make bench` (the full matrix, then this section)."]
     return "\n".join(lines)
 

@@ -87,11 +87,13 @@ def test_the_drain_model_predicts_the_engine_within_10_percent() -> None:
 
 
 def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
-    assert main(["--quick", "--only", "quality,step", "--out", str(tmp_path)]) == 0
+    assert main(["--quick", "--only", "quality,queue,step", "--out", str(tmp_path)]) == 0
     for name in (
         "README.md",
         "quality.md",
         "quality.json",
+        "queue.md",
+        "queue.json",
         "quality-conv-2x-30s.png",
         "quality-code-2x-30s.png",
         "step.md",
@@ -127,6 +129,26 @@ def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
     assert "| case | pdscaler SLO met | after 5 min | pdscaler GPU-h |" in quality_md
     first = next(r for r in quality_md.splitlines() if r.startswith("| conv-2x, start-up 30 s |"))
     assert first.split(" | ")[2] == f"{100 * settled:.2f}%"
+    # the queue part: every policy and the oracle under both disciplines, FCFS being
+    # the quality part's own seed-0 run
+    q = json.loads((tmp_path / "queue.json").read_text())
+    row = next(r for r in q["cases"] if r["case"] == "conv-2x-30s")
+    assert (
+        row["fcfs"]["pdscaler"]["slo_attainment"] == seed0["policies"]["pdscaler"]["slo_attainment"]
+    )
+    assert set(row["deadline"]) >= {
+        "pdscaler",
+        "static-best",
+        "hpa-tuned",
+        "dynamo-planner",
+        "oracle",
+    }
+    deadline = row["deadline"]["dynamo-planner"]
+    assert (
+        f"-> {100 * deadline['slo_attainment']:.2f}% ({deadline['gpu_hours']:.2f})"
+        in (tmp_path / "queue.md").read_text()
+    )
+    assert "## Queue discipline" in readme
     # the ablation table: pdscaler and each ablation row, per case
     ablations = [label for label, _ in quality.ABLATIONS]
     assert "| case | pdscaler | " + " | ".join(ablations) + " |" in quality_md
@@ -171,3 +193,24 @@ def test_ablations_run_at_the_targets_startups_and_the_table_lists_those_cases()
     text = quality.ablation_table([case(90.0, True), case(300.0, False)], ["pdscaler, no profile"])
     assert "| conv-1x, start-up 90 s | 99.00%, 3.50 | 99.00%, 3.50 |" in text
     assert "start-up 300 s" not in text
+
+
+def test_the_queue_part_needs_the_quality_cases(tmp_path: Path) -> None:
+    """Alone, without a quality.json to read, it says so and measures nothing."""
+    assert main(["--quick", "--only", "queue", "--out", str(tmp_path)]) == 0
+    assert "not measured: it needs the quality part's cases" in (tmp_path / "README.md").read_text()
+    assert not (tmp_path / "queue.json").exists()
+
+
+def test_queue_gains_are_mean_points_per_policy() -> None:
+    from bench import queue
+
+    def case(fcfs: float, deadline: float) -> dict[str, Any]:
+        at = {"gpu_hours": 1.0}
+        return {
+            "fcfs": {"pdscaler": {**at, "slo_attainment": fcfs}},
+            "deadline": {"pdscaler": {**at, "slo_attainment": deadline}},
+        }
+
+    result = {"cases": [case(0.80, 0.93), case(0.90, 0.91)]}
+    assert queue.gains(result) == pytest.approx({"pdscaler": 7.0})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,20 @@ def results(tmp_path: Path) -> Path:
     ]
     (tmp_path / "step.json").write_text(json.dumps({"model_rows": rows}), encoding="utf-8")
     (tmp_path / "overhead.md").write_text(OVERHEAD, encoding="utf-8")
+    fig = {"gpu_hours": 1.0}
+
+    def queued(pd: float, hpa: float) -> dict[str, Any]:
+        return {
+            "pdscaler": {**fig, "slo_attainment": pd},
+            "hpa-tuned": {**fig, "slo_attainment": hpa},
+        }
+
+    queue = {
+        "discipline": "deadline",
+        "seed": 0,
+        "cases": [{"case": "conv-1x-90s", "fcfs": queued(0.9, 0.5), "deadline": queued(0.92, 0.8)}],
+    }
+    (tmp_path / "queue.json").write_text(json.dumps(queue), encoding="utf-8")
     return tmp_path
 
 
@@ -71,12 +86,15 @@ def test_the_section_takes_its_figures_from_the_results(tmp_path: Path) -> None:
     assert "33.0 ms (p50) with 0 API writes" in text
     assert "200 PDDeployments at a 15s interval with 38.9% of one core" in text
     assert "2.0 min (wall)" in text
+    assert "pdscaler gains +2.00 points of SLO met, the baselines +30.00 on average" in text
+    assert "(hpa-tuned the most, +30.00)" in text
 
 
 def test_missing_results_are_said_not_invented(tmp_path: Path) -> None:
     text = readme.section(tmp_path)
     assert "not measured (no quality.json)" in text
     assert "not measured (no step.json)" in text
+    assert "not measured (no queue.json)" in text
     assert "not measured (no overhead.md)" in text
 
 

@@ -1,0 +1,141 @@
+"""The queue discipline applied to every policy and the oracle (``python -m bench``'s
+``queue`` part): each case of the matrix at the ablations' start-ups (30 and 90 s),
+seed 0, replayed by every policy and the SLO-feasible oracle with the engines ordering
+by deadline (a request that can no longer meet its TTFT yields to one that can,
+``EngineParams.queue_discipline``), beside the same seed's FCFS figures from the quality
+part. The ablation row "pdscaler, deadline queue" changes the engine for pdscaler
+alone; this part shows what the same engine change gives every other policy, so that
+it flatters none.
+
+Owns: the part's runs (``run_queue``), its report (``report``: queue.md) and its JSON.
+Must not: re-tune (the tuned baselines replay the quality part's seed-0 choices) or
+re-run FCFS (the quality part's seed 0 is that run, bit for bit).
+
+Reading the table: each cell is ``FCFS -> deadline`` SLO met (GPU-h under deadline);
+the last line is the mean gain in points per policy over the cases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from bench import quality
+from bench.markdown import table, two
+from pdscaler.cli.common import percent as pct
+
+DISCIPLINE = "deadline"
+SEED = 0
+#: Policies reported (the quality part's case policies, the oracle as its own column).
+COLUMNS: tuple[str, ...] = quality.CASE_POLICIES
+
+
+def _group(case: dict[str, Any]) -> quality.Group:
+    return quality.Group(case["trace"], case["scale"], case["group"].startswith("conv-long"))
+
+
+def run_one(
+    key: str, case: dict[str, Any], tuned: dict[str, Any], duration: float | None
+) -> dict[str, Any]:
+    """One case at seed 0 under the deadline queue: every policy and the oracle."""
+    group = _group(case)
+    trace = quality.load(group, quality.Plan(duration=duration), SEED)
+    cfg = quality.config(group, case["startup_s"], SEED)
+    cfg = replace(cfg, params=replace(cfg.params, queue_discipline=DISCIPLINE))
+    comp = quality.compare_case(group, trace, cfg, tuned).to_json()
+    fcfs = case["seeds"][0]
+    return {
+        "case": key,
+        "fcfs": _figures(fcfs),
+        DISCIPLINE: _figures(comp),
+    }
+
+
+def _figures(doc: dict[str, Any]) -> dict[str, dict[str, float]]:
+    out = {
+        n: {
+            "slo_attainment": doc["policies"][n]["slo_attainment"],
+            "gpu_hours": doc["policies"][n]["gpu_hours"],
+        }
+        for n in COLUMNS
+        if n in doc["policies"]
+    }
+    o = doc["oracle"]
+    out["oracle"] = {"slo_attainment": o["slo_attainment"], "gpu_hours": o["gpu_hours"]}
+    return out
+
+
+def run_queue(
+    doc: dict[str, Any], workers: int, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Every case of the quality document ``doc`` at the ablations' start-ups, seed 0,
+    under the deadline queue (in parallel on ``workers`` processes)."""
+    plan = doc["plan"]
+    startups = set(plan["ablation_startups"])
+    keys = [k for k, c in doc["cases"].items() if c["startup_s"] in startups and c["seeds"]]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {
+            k: pool.submit(
+                run_one,
+                k,
+                doc["cases"][k],
+                doc["tuning"][doc["cases"][k]["group"]],
+                plan["duration"],
+            )
+            for k in keys
+        }
+        rows = []
+        for k in keys:
+            rows.append(futures[k].result())
+            log(f"bench queue: {k} under the {DISCIPLINE} queue")
+    return {"discipline": DISCIPLINE, "seed": SEED, "cases": rows}
+
+
+def gains(result: dict[str, Any]) -> dict[str, float]:
+    """Mean gain in SLO points (deadline - FCFS) per policy over the cases:
+    cases where pdscaler went 80% -> 93% and 90% -> 91% give pdscaler 7.0."""
+    names = [*COLUMNS, "oracle"]
+    out = {}
+    for n in names:
+        deltas = [
+            100 * (r[DISCIPLINE][n]["slo_attainment"] - r["fcfs"][n]["slo_attainment"])
+            for r in result["cases"]
+            if n in r["fcfs"] and n in r[DISCIPLINE]
+        ]
+        if deltas:
+            out[n] = sum(deltas) / len(deltas)
+    return out
+
+
+def report(result: dict[str, Any], command: str) -> str:
+    names = [n for n in [*COLUMNS, "oracle"] if any(n in r["fcfs"] for r in result["cases"])]
+    rows = []
+    for r in result["cases"]:
+        row = [r["case"]]
+        for n in names:
+            f, d = r["fcfs"].get(n), r[DISCIPLINE].get(n)
+            if f is None or d is None:
+                row.append("-")
+            else:
+                after = f"{pct(d['slo_attainment'])} ({two(d['gpu_hours'])})"
+                row.append(f"{pct(f['slo_attainment'])} -> {after}")
+        rows.append(row)
+    g = gains(result)
+    rows.append(["mean gain, points", *(f"{g[n]:+.2f}" if n in g else "-" for n in names)])
+    labels = [quality.LABELS.get(n, n) for n in names]
+    return "\n".join(
+        [
+            "# Queue discipline: every policy and the oracle",
+            "",
+            f"Generated by `{command}`. Seed {result['seed']}, the quality part's cases at its "
+            "ablation start-ups. Each cell: SLO met under FCFS (the quality part's run) -> "
+            f"under the {result['discipline']} queue (GPU-h under it). The tuned baselines "
+            "replay the quality part's seed-0 choices (tuned under FCFS); the oracle is "
+            "planned and repaired under each discipline.",
+            "",
+            table(["case", *labels], rows),
+            "",
+        ]
+    )
