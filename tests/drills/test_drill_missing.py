@@ -38,6 +38,7 @@ from support.opkit import (
     ticking,
     total,
     wait_both_pools,
+    wait_free_gpus,
     wait_stable,
 )
 
@@ -84,6 +85,9 @@ def test_drill_d9_missing_data_never_lowers_a_pool(
             "request_rate 0 beside queued or running requests (not idle)",
         ),
     ]
+    # 4 + 4 GPUs: an earlier test's namespace, deleted in the background, may still hold
+    # them, and a capacity-limited cluster would lower the pools for a reason of its own
+    wait_free_gpus(kube, 8)
     with ticking(rt, namespace, name), sampler:
         create_pdd(kube, namespace, manifest(name, lab))
         wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 4, 45, "decode at 4")

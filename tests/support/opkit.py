@@ -255,6 +255,36 @@ def wait_both_pools(
     )
 
 
+GPU = "nvidia.com/gpu"
+
+
+def free_gpus(kube: Kube) -> int:
+    """The GPUs of the schedulable nodes that no pod bound to a node holds (requests or,
+    for an extended resource, limits), terminating pods included: the namespace fixture
+    deletes a test's namespace in the background, so an earlier test's pods can keep
+    their GPUs into the next test."""
+    nodes: list[Any] = kube.core.list_node().items
+    pods: list[Any] = kube.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items
+    total_gpus = sum(
+        int((n.status.allocatable or {}).get(GPU, "0")) for n in nodes if not n.spec.unschedulable
+    )
+    held = 0
+    for pod in pods:
+        if pod.status.phase in ("Succeeded", "Failed"):
+            continue
+        for c in pod.spec.containers:
+            res = c.resources
+            wanted = (res.requests or {}).get(GPU) or (res.limits or {}).get(GPU) if res else None
+            held += int(wanted or 0)
+    return int(total_gpus) - held
+
+
+def wait_free_gpus(kube: Kube, gpus: int, timeout: float = 120.0) -> None:
+    """Until ``free_gpus`` >= ``gpus``: a test whose invariant needs its pools to reach a
+    size waits for the earlier tests' pods to let go of the GPUs first."""
+    wait_for(lambda: free_gpus(kube) >= gpus or None, timeout, f"{gpus} free GPUs in the lab")
+
+
 def wait_stable(
     kube: Kube, namespace: str, name: str, hold: float = 5.0, timeout: float = 90.0
 ) -> tuple[int, int]:
