@@ -139,12 +139,10 @@ def queue(out_dir: Path, command: str, plan: quality.Plan, doc: dict[str, Any] |
     (out_dir / "queue.md").write_text(queue_part.report(result, command), encoding="utf-8")
     (out_dir / "queue.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     g = queue_part.gains(result)
-    others = [v for n, v in g.items() if n not in ("pdscaler", "oracle")]
-    mean = sum(others) / len(others) if others else float("nan")
     return (
         f"{len(result['cases'])} cases under the deadline queue: pdscaler "
         f"{g.get('pdscaler', float('nan')):+.2f} points on FCFS, the baselines "
-        f"{mean:+.2f} on average."
+        f"{queue_part.mean_gain(g):+.2f} on average."
     )
 
 

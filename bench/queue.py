@@ -109,6 +109,17 @@ def gains(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def baseline_gains(g: dict[str, float]) -> dict[str, float]:
+    """``gains`` of the baselines alone (neither pdscaler nor the oracle)."""
+    return {n: v for n, v in g.items() if n not in ("pdscaler", "oracle")}
+
+
+def mean_gain(g: dict[str, float]) -> float:
+    """The baselines' mean gain (NaN without any): {pdscaler 2, a 10, b 20} -> 15."""
+    others = baseline_gains(g)
+    return sum(others.values()) / len(others) if others else float("nan")
+
+
 def report(result: dict[str, Any], command: str) -> str:
     names = [n for n in [*COLUMNS, "oracle"] if any(n in r["fcfs"] for r in result["cases"])]
     rows = []

@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.markdown import between, spread, table, two
 from bench.quality import cuts_line, simulator
-from bench.queue import gains
+from bench.queue import baseline_gains, gains, mean_gain
 from pdscaler.cli.common import percent as pct
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,9 +133,9 @@ def queue_part(doc: dict[str, Any] | None) -> str:
     if doc is None:
         return "The deadline queue for every policy: not measured (no queue.json)."
     g = gains(doc)
-    others = {n: v for n, v in g.items() if n not in ("pdscaler", "oracle")}
+    others = baseline_gains(g)
     best = max(others, key=lambda n: others[n]) if others else None
-    mean = sum(others.values()) / len(others) if others else float("nan")
+    mean = mean_gain(g)
     return (
         f"With the engines ordering by deadline instead of FCFS (every policy and the oracle, "
         f"seed {doc['seed']}, {len(doc['cases'])} cases), pdscaler gains "
