@@ -85,6 +85,10 @@ MSG_FLIPS_GPUS = (
     "scaling.roleFlips.enabled needs prefill.gpusPerReplica equal to decode.gpusPerReplica"
     " (a replica changes pool as it is)"
 )
+MSG_FLIPS_ROUTER = (
+    "scaling.roleFlips.enabled needs the vllm-router (router.type, or metrics.preset vllm):"
+    " only it follows a replica's pdscaler.io/role label to an engine that serves both roles"
+)
 MSG_TEMPLATE_OBJECT = "template.metadata and template.spec must be of type object"
 MSG_QUERY_SCOPE = (
     "metrics.queries templates must select with {selector} or {matchers} and must not match"
@@ -133,6 +137,7 @@ CEL_MESSAGES = frozenset(
         MSG_INTERVAL_MIN,
         MSG_BUDGET_FLOOR,
         MSG_FLIPS_GPUS,
+        MSG_FLIPS_ROUTER,
         MSG_QUERY_SCOPE,
         MSG_NAME_LENGTH,
         MSG_VERSION_LABEL,
@@ -607,6 +612,18 @@ class PDDeploymentSpec(_Model):
             and self.prefill.gpus_per_replica != self.decode.gpus_per_replica
         ):
             raise ValueError(MSG_FLIPS_GPUS)
+        return self
+
+    @model_validator(mode="after")
+    def _flips_need_vllm_router(self) -> PDDeploymentSpec:
+        """A flip is a relabel: it moves a replica only where the router discovers pools
+        by ``pdscaler.io/role`` AND the engine serves either leg as it runs (vLLM with
+        ``kv_role: kv_both``). An SGLang engine runs in one ``--disaggregation-mode``
+        (prefill or decode) for life, and an external router (Dynamo's frontend, llm-d's
+        scheduler) registers a worker's role its own way: relabelled, the pod would keep
+        serving its old role while the policy counted it in the new one."""
+        if self.scaling.role_flips.enabled and self.router_type != "vllm-router":
+            raise ValueError(MSG_FLIPS_ROUTER)
         return self
 
 

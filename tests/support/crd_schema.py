@@ -145,6 +145,15 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
         not s["scaling"]["roleFlips"]["enabled"]
         or s["prefill"]["gpusPerReplica"] == s["decode"]["gpusPerReplica"]
     ),
+    "!self.scaling.roleFlips.enabled || (has(self.router.type) ? "
+    "self.router.type == 'vllm-router' : self.metrics.preset == 'vllm')": lambda s: (
+        not s["scaling"]["roleFlips"]["enabled"]
+        or (
+            s["router"]["type"] == "vllm-router"
+            if "type" in s["router"]
+            else s["metrics"]["preset"] == "vllm"
+        )
+    ),
     "self.metadata.name.size() <= 28": lambda s: len(s["metadata"]["name"]) <= 28,
     "self.version.matches('[A-Za-z0-9]$')": lambda s: (
         re.search("[A-Za-z0-9]$", s["version"]) is not None

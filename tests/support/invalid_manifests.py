@@ -481,6 +481,28 @@ CASES: list[InvalidCase] = [
         pdspec.MSG_FLIPS_GPUS,
         "spec",
     ),
+    # a flip is a relabel: only the vllm-router follows it to an engine serving both roles
+    _cel(
+        "role-flips-behind-sglang-router",
+        both(
+            set_("spec.scaling.roleFlips", {"enabled": True}),
+            set_("spec.router.type", "sglang-router"),
+        ),
+        "spec.scaling.roleFlips.enabled",
+        pdspec.MSG_FLIPS_ROUTER,
+        "spec",
+    ),
+    _cel(
+        "role-flips-behind-an-external-router-by-preset",
+        both(
+            set_("spec.scaling.roleFlips", {"enabled": True}),
+            set_("spec.metrics.preset", "dynamo"),
+            drop("spec.router.type"),
+        ),
+        "spec.scaling.roleFlips.enabled",
+        pdspec.MSG_FLIPS_ROUTER,
+        "spec",
+    ),
     _named("role-flips-window-without-unit", _pattern("spec.scaling.roleFlips.window", "60")),
     _named("max-gpus-zero", _ge("spec.scaling.maxGPUs", 0, 1)),
     _named("max-surge-gpus-zero", _ge("spec.rollout.maxSurgeGPUs", 0, 1)),
