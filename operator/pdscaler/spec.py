@@ -89,6 +89,36 @@ MSG_FLIPS_ROUTER = (
     "scaling.roleFlips.enabled needs the vllm-router (router.type, or metrics.preset vllm):"
     " only it follows a replica's pdscaler.io/role label to an engine that serves both roles"
 )
+#: The router flags ``router.args`` may not give: the ones pdscaler sets (the P/D mode,
+#: the cell-scoped discovery, the bind and metrics addresses) and the ones that would
+#: bring workers from outside the cell (static worker URLs, other discovery and routing
+#: modes). Both routers parse with argparse, where a later flag wins and a unique prefix
+#: stands for the whole flag, so an abbreviation is refused too (``reserved_router_flag``).
+ROUTER_RESERVED_FLAGS = (
+    "--vllm-pd-disaggregation",
+    "--pd-disaggregation",
+    "--service-discovery",
+    "--service-discovery-namespace",
+    "--service-discovery-port",
+    "--selector",
+    "--prefill-selector",
+    "--decode-selector",
+    "--vllm-discovery-address",
+    "--prefill",
+    "--decode",
+    "--worker-urls",
+    "--enable-igw",
+    "--mini-lb",
+    "--host",
+    "--port",
+    "--prometheus-host",
+    "--prometheus-port",
+)
+MSG_ROUTER_ARGS_RESERVED = (
+    "router.args must not give a flag pdscaler sets or one that brings workers from outside"
+    " the cell (P/D mode, discovery and selectors, --prefill/--decode/--worker-urls, host,"
+    " port, metrics address), nor a prefix of one"
+)
 MSG_TEMPLATE_OBJECT = "template.metadata and template.spec must be of type object"
 MSG_QUERY_SCOPE = (
     "metrics.queries templates must select with {selector} or {matchers} and must not match"
@@ -138,6 +168,7 @@ CEL_MESSAGES = frozenset(
         MSG_BUDGET_FLOOR,
         MSG_FLIPS_GPUS,
         MSG_FLIPS_ROUTER,
+        MSG_ROUTER_ARGS_RESERVED,
         MSG_QUERY_SCOPE,
         MSG_NAME_LENGTH,
         MSG_VERSION_LABEL,
@@ -540,7 +571,8 @@ class RouterSpec(_Model):
     its own request path and pdscaler deploys no router and no front Service. ``image``:
     a build of the router (``deploy/router/Dockerfile``), default from the type
     (``DEFAULT_ROUTER_IMAGE``: ``vllm-router:0.1.17``, ``sglang-router:0.3.2``); ``args``
-    are appended to the ones pdscaler sets (discovery scoped to the cell, host, port). A
+    are appended to the ones pdscaler sets (discovery scoped to the cell, host, port) and
+    may not give those again (``reserved_router_flag``). A
     cell serving alone runs ``ceil(ready prefill / prefillPerRouter)`` routers within
     ``replicas``; during a rollout the serving cells split one such total in proportion
     to their Ready prefill (``router.allot``), so each cell's share of the front
@@ -560,6 +592,29 @@ class RouterSpec(_Model):
     @classmethod
     def _template_parts_are_objects(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         return None if value is None else _pod_template_parts(value)
+
+    @field_validator("args")
+    @classmethod
+    def _args_keep_the_cell(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(reserved_router_flag(a) for a in value):
+            raise ValueError(MSG_ROUTER_ARGS_RESERVED)
+        return value
+
+
+def reserved_router_flag(arg: str) -> bool:
+    """Whether the router argument ``arg`` gives a flag of ``ROUTER_RESERVED_FLAGS``, in
+    full or as the unique prefix argparse expands, with or without ``=value``:
+    ``--prefill-selector=a=b``, ``--prefill-sel`` and ``--port`` are; ``--prefill-policy``,
+    ``--policy`` and a value such as ``round_robin`` are not. Without it, appended after
+    pdscaler's own, ``--prefill-selector pdscaler.io/name=chat pdscaler.io/role=prefill``
+    replaced the cell's selector and one router paired prefill and decode of every
+    revision."""
+    name = arg.split("=", 1)[0]
+    return (
+        name.startswith("--")
+        and len(name) > 2
+        and any(flag.startswith(name) for flag in ROUTER_RESERVED_FLAGS)
+    )
 
 
 class PDDeploymentSpec(_Model):

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from pdscaler import spec as pdspec
 from pdscaler.spec import SCOPE_MATCHER_PATTERN, parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,6 +127,15 @@ def _budget_floor(spec: dict[str, Any]) -> bool:
     return bool(spec["scaling"]["maxGPUs"] >= floor)
 
 
+#: router.args' rule, written from the flags the spec model refuses: the CRD must say
+#: exactly this (a drift is a KeyError in ``cel_failures``).
+ROUTER_ARGS_RULE = (
+    "!has(self.args) || self.args.all(a, !(a.split('=')[0].startsWith('--') && "
+    "a.split('=')[0].size() > 2 && ["
+    + ", ".join(f"'{flag}'" for flag in pdspec.ROUTER_RESERVED_FLAGS)
+    + "].exists(f, f.startsWith(a.split('=')[0]))))"
+)
+
 #: Python twins of the CRD's CEL rules (whitespace-normalised rule text -> predicate on the
 #: object the rule sits on, after defaulting), so the rules can be exercised without an API
 #: server. ``test_invalid_manifests`` fails when the CRD holds a rule without a twin here.
@@ -154,6 +164,7 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
             else s["metrics"]["preset"] == "vllm"
         )
     ),
+    ROUTER_ARGS_RULE: lambda s: not any(pdspec.reserved_router_flag(a) for a in s.get("args", [])),
     "self.metadata.name.size() <= 28": lambda s: len(s["metadata"]["name"]) <= 28,
     "self.version.matches('[A-Za-z0-9]$')": lambda s: (
         re.search("[A-Za-z0-9]$", s["version"]) is not None

@@ -503,6 +503,26 @@ CASES: list[InvalidCase] = [
         pdspec.MSG_FLIPS_ROUTER,
         "spec",
     ),
+    # router.args cannot undo the cell's scoping (argparse: the last flag wins, and a
+    # unique prefix stands for the flag)
+    *(
+        _cel(
+            case_id,
+            set_("spec.router.args", args),
+            "spec.router.args",
+            pdspec.MSG_ROUTER_ARGS_RESERVED,
+            "spec.router.args",
+        )
+        for case_id, args in (
+            (
+                "router-args-replace-the-cell-selector",
+                ["--prefill-selector", "pdscaler.io/name=chat", "pdscaler.io/role=prefill"],
+            ),
+            ("router-args-abbreviate-a-selector", ["--policy", "round_robin", "--decode-sel=a=b"]),
+            ("router-args-name-static-workers", ["--worker-urls=http://10.0.0.9:8000"]),
+            ("router-args-move-the-port", ["--port", "9000"]),
+        )
+    ),
     _named("role-flips-window-without-unit", _pattern("spec.scaling.roleFlips.window", "60")),
     _named("max-gpus-zero", _ge("spec.scaling.maxGPUs", 0, 1)),
     _named("max-surge-gpus-zero", _ge("spec.rollout.maxSurgeGPUs", 0, 1)),
