@@ -39,7 +39,7 @@ def test_every_panel_is_drawn_into_a_png(tmp_path: Path) -> None:
             p.series[legend(fmt, {"pool": "decode"})] = [(t, float(i + t % 3)) for t in range(30)]
     out = tmp_path / "preview.png"
     drawn = render(board, out, "(test)")
-    assert drawn == sum(p.kind != "row" for p in board) == 13
+    assert drawn == sum(p.kind != "row" for p in board) == 14
     head = out.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", head[16:24])

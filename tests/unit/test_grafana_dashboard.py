@@ -78,6 +78,7 @@ def test_every_operator_series_drawn_is_exported() -> None:
     tel.record_targets("ns", "chat", spec, status)
     tel.errors.labels("ns", "chat").inc()
     tel.decisions.labels("ns", "chat", "decode", "up", "ScaledDecode").inc()
+    tel.flips.labels("ns", "chat", "decode", "prefill").inc()
     tel.duration.labels("ns", "chat").observe(0.1)
     exported = set(re.findall(r"^(pdscaler_\w+)", tel.exposition().decode(), re.M))
     exported |= {"pdscaler_desired_replicas", "pdscaler_ready_replicas"}
@@ -98,6 +99,7 @@ def test_the_panels_the_brief_asks_for() -> None:
         "Conditions",
         "GPUs in use vs budget",
         "Rollout",
+        "Role flips",
     } <= titles
 
 
