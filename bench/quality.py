@@ -159,6 +159,13 @@ class Group:
     def slug(self) -> str:
         return f"{self.trace}{'-long' if self.long else ''}-{self.scale:g}x"
 
+    @classmethod
+    def of(cls, case: dict[str, Any]) -> Group:
+        """The group a case of ``quality.json`` belongs to: its trace and scale, and long
+        when its ``group`` is the long-context variant's slug (``conv-long-1x``)."""
+        long = cls(case["trace"], case["scale"], long=True)
+        return long if case["group"] == long.slug else cls(case["trace"], case["scale"])
+
 
 def load(group: Group, plan: Plan, seed: int) -> Trace:
     if group.trace == "mix":

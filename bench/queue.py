@@ -32,15 +32,11 @@ SEED = 0
 COLUMNS: tuple[str, ...] = quality.CASE_POLICIES
 
 
-def _group(case: dict[str, Any]) -> quality.Group:
-    return quality.Group(case["trace"], case["scale"], case["group"].startswith("conv-long"))
-
-
 def run_one(
     key: str, case: dict[str, Any], tuned: dict[str, Any], duration: float | None
 ) -> dict[str, Any]:
     """One case at seed 0 under the deadline queue: every policy and the oracle."""
-    group = _group(case)
+    group = quality.Group.of(case)
     trace = quality.load(group, quality.Plan(duration=duration), SEED)
     cfg = quality.config(group, case["startup_s"], SEED)
     cfg = replace(cfg, params=replace(cfg.params, queue_discipline=DISCIPLINE))

@@ -214,3 +214,11 @@ def test_queue_gains_are_mean_points_per_policy() -> None:
 
     result = {"cases": [case(0.80, 0.93), case(0.90, 0.91)]}
     assert queue.gains(result) == pytest.approx({"pdscaler": 7.0})
+
+
+def test_a_case_knows_its_group() -> None:
+    """``Group.of``: the group of a quality.json case, the long-context variant by slug."""
+    groups = (quality.Group("conv", 4.0), quality.Group("conv", 1.0, long=True))
+    for group in (*groups, quality.Group("mix", 1.0)):
+        case = {"group": group.slug, "trace": group.trace, "scale": group.scale}
+        assert quality.Group.of(case) == group
