@@ -1,7 +1,9 @@
 """Same-version rollouts against the lab (docs/design.md §4): a version change rolls both
 pools to a new cell while a checker samples the cluster every 200 ms and finds no
 violation of the invariants (``pdscaler.invariants``); a version whose pods never get
-Ready is rolled back by the operator itself after ``rollout.progressDeadline``.
+Ready is rolled back by the operator itself after ``rollout.progressDeadline``. Argo CD's
+health of the live object (deploy/argocd/health.lua) follows: Healthy, Progressing
+while the rollout runs, Healthy again; Degraded once a rollout was rolled back.
 
 Load: 2 req/s of 2000 prompt / 500 output tokens: N_P = 4000/2100 = 1.9 -> 2 and
 N_D = 1000/560 = 1.8 -> 2 replicas, so a rollout moves 2 + 2 pods in levels, with
@@ -17,6 +19,7 @@ from pdlab.lab import Lab
 from pdscaler import manifests, naming
 from pdscaler.observe import is_ready, labels
 from pdscaler.types import ConditionReason, ConditionType, Role
+from support.argocd import health
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
@@ -78,12 +81,16 @@ def test_version_change_rolls_both_pools_without_breaking_invariants(
     with ticking(rt, namespace, name, period=0.5):
         sizes = start(lab, kube, namespace, name, deadline="60s")
         spec = spec_of(get_pdd(kube, namespace, name))
+        assert health(get_pdd(kube, namespace, name))[0] == "Healthy"  # v1 serving
+        argo: set[str] = set()  # Argo CD's health of the live object during the rollout
         with InvariantChecker(kube, namespace, name, spec, period=0.2) as checker:
             t0 = time.time()
             patch_spec(kube, namespace, name, {"engine": {"version": "v2"}})
 
             def done() -> bool:
-                st = get_pdd(kube, namespace, name).get("status") or {}
+                obj = get_pdd(kube, namespace, name)
+                argo.add(health(obj)[0])
+                st = obj.get("status") or {}
                 ready = ready_by_version(kube, namespace, name)
                 return (
                     st.get("activeVersion") == "v2"
@@ -103,6 +110,9 @@ def test_version_change_rolls_both_pools_without_breaking_invariants(
     prog = condition(get_pdd(kube, namespace, name), ConditionType.PROGRESSING)
     assert prog is not None
     assert (prog["status"], prog["reason"]) == ("False", ConditionReason.ROLLOUT_COMPLETE)
+    assert "Progressing" in argo, argo
+    assert "Degraded" not in argo, argo
+    assert health(get_pdd(kube, namespace, name))[0] == "Healthy"
 
 
 def test_never_ready_version_rolls_back_by_itself(
@@ -152,3 +162,7 @@ def test_never_ready_version_rolls_back_by_itself(
     prog = condition(get_pdd(kube, namespace, name), ConditionType.PROGRESSING)
     assert prog is not None
     assert (prog["status"], prog["reason"]) == ("False", ConditionReason.ROLLED_BACK)
+    # v1 serves again, but the version asked for does not: Argo CD shows it Degraded
+    state, message = health(get_pdd(kube, namespace, name))
+    assert state == "Degraded"
+    assert message.startswith("ProgressDeadlineExceeded")

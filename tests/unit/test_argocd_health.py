@@ -1,0 +1,140 @@
+"""deploy/argocd/health.lua, the Argo CD health check of a PDDeployment, run by Lua 5.1
+(lupa's ``lua51``: the language version of gopher-lua, which Argo CD embeds) on the
+statuses the operator's own status code builds (``status.build_status``), as Argo CD
+would hand them over: the object's JSON as a Lua table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pdscaler import status
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import (
+    Action,
+    ConditionReason,
+    Decision,
+    ModelOutputs,
+    PoolObservation,
+    Role,
+)
+from support.argocd import health
+from support.builders import snapshot
+
+SPEC: dict[str, Any] = {
+    "engine": {"image": "vllm/vllm-openai", "version": "v2"},
+    "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 2, "max": 16}},
+    "decode": {"tokensPerSecond": 800, "replicas": {"min": 2, "max": 16}},
+}
+DECISION = Decision(
+    prefill=4,
+    decode=4,
+    action=Action.HOLD,
+    message="Hold prefill 4, decode 4: within targets",
+    pool=Role.PREFILL,
+    model=ModelOutputs(n_prefill=3.2, n_decode=3.1, ratio=1.0, drain_seconds=None),
+)
+
+
+def pdd(mode: str = "Auto", generation: int = 3, **facts: Any) -> dict[str, Any]:
+    """A PDDeployment whose status ``build_status`` made from ``facts`` (StatusInput's
+    fields: pools ready 4/4, stable, metrics known unless overridden)."""
+    spec = {**SPEC, "scaling": {"mode": mode}}
+    inp = status.StatusInput(
+        now=1_767_225_600.0,
+        generation=generation,
+        spec=PDDeploymentSpec.model_validate(spec),
+        decision=facts.pop("decision", DECISION),
+        metrics=facts.pop("metrics", snapshot()),
+        prefill=facts.pop("prefill", PoolObservation(4, 4)),
+        decode=facts.pop("decode", PoolObservation(4, 4)),
+        active_version="v2",
+        target_version="v2",
+        progress=facts.pop("progress", status.ProgressFacts()),
+        **facts,
+    )
+    return {
+        "metadata": {"name": "chat", "namespace": "serving", "generation": generation},
+        "spec": spec,
+        "status": status.build_status(inp).to_k8s(),
+    }
+
+
+def test_serving_is_healthy() -> None:
+    state, message = health(pdd())
+    assert state == "Healthy"
+    assert message == "Serving: prefill 4 ready (min 2), decode 4 ready (min 2)"
+
+
+def test_no_status_or_an_unobserved_generation_is_progressing() -> None:
+    assert health({"metadata": {"generation": 1}, "spec": SPEC}) == (
+        "Progressing",
+        "waiting for pdscaler to observe the PDDeployment",
+    )
+    obj = pdd(generation=3)
+    obj["metadata"]["generation"] = 4
+    assert health(obj) == ("Progressing", "waiting for pdscaler to observe generation 4")
+
+
+def test_pools_coming_up_are_progressing() -> None:
+    state, message = health(pdd(prefill=PoolObservation(4, 1)))
+    assert state == "Progressing"
+    assert message.startswith("NotServing: prefill 1 ready (min 2)")
+
+
+def test_a_rollout_in_progress_is_progressing() -> None:
+    progress = status.ProgressFacts("Progressing", "v1 -> v2: step 2 of 4")
+    assert health(pdd(progress=progress)) == (
+        "Progressing",
+        "RolloutInProgress: v1 -> v2: step 2 of 4",
+    )
+
+
+@pytest.mark.parametrize(
+    ("phase", "reason"),
+    [("RollingBack", "RollingBack"), ("RolledBack", "ProgressDeadlineExceeded")],
+)
+def test_a_rollout_that_failed_is_degraded(phase: str, reason: str) -> None:
+    progress = status.ProgressFacts(phase, "v2 not Ready within 10m; v1 serves")
+    assert health(pdd(progress=progress)) == (
+        "Degraded",
+        f"{reason}: v2 not Ready within 10m; v1 serves",
+    )
+
+
+def test_refused_writes_are_degraded() -> None:
+    refused = ("create Deployment chat-v2-abcde-decode: 403 Forbidden",)
+    state, message = health(pdd(write_failures=refused))
+    assert state == "Degraded"
+    assert message.startswith("WriteFailed: ")
+    assert "403 Forbidden" in message
+
+
+def test_short_of_gpus_below_the_minimum_is_degraded_above_it_healthy() -> None:
+    short = pdd(decode=PoolObservation(4, 1, unschedulable=3))
+    state, message = health(short)
+    assert state == "Degraded"
+    assert "NotServing" in message
+    assert "InsufficientGPUs: 3 pod(s) unschedulable" in message
+    # serving at the minimum while more pods wait for GPUs: healthy
+    assert health(pdd(decode=PoolObservation(6, 4, unschedulable=2)))[0] == "Healthy"
+
+
+def test_a_metrics_hold_and_recommend_mode_stay_healthy_and_say_so() -> None:
+    held = pdd(metrics=None, metrics_error="connection refused")
+    state, message = health(held)
+    assert state == "Healthy"
+    assert "; scaling holds: PrometheusUnreachable" in message
+    state, message = health(pdd(mode="Recommend"))
+    assert state == "Healthy"
+    assert message.endswith("; Recommend mode: pools are not resized")
+
+
+def test_every_condition_the_script_reads_is_one_the_operator_writes() -> None:
+    """A renamed condition or reason would silently fall through to Healthy."""
+    written = {c["type"] for c in pdd()["status"]["conditions"]}
+    read = {"Ready", "Progressing", "WritesFailing", "CapacityLimited", "MetricsAvailable"}
+    assert read <= written
+    reasons = {r.value for r in ConditionReason}
+    assert {"RollingBack", "ProgressDeadlineExceeded"} <= reasons
