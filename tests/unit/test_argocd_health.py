@@ -10,69 +10,35 @@ from typing import Any
 import pytest
 
 from pdscaler import status
-from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import (
-    Action,
-    ConditionReason,
-    Decision,
-    ModelOutputs,
-    PoolObservation,
-    Role,
-)
+from pdscaler.types import ConditionReason, PoolObservation
 from support.argocd import health
-from support.builders import snapshot
-
-SPEC: dict[str, Any] = {
-    "engine": {"image": "vllm/vllm-openai", "version": "v2"},
-    "prefill": {"tokensPerSecond": 3000, "replicas": {"min": 2, "max": 16}},
-    "decode": {"tokensPerSecond": 800, "replicas": {"min": 2, "max": 16}},
-}
-DECISION = Decision(
-    prefill=4,
-    decode=4,
-    action=Action.HOLD,
-    message="Hold prefill 4, decode 4: within targets",
-    pool=Role.PREFILL,
-    model=ModelOutputs(n_prefill=3.2, n_decode=3.1, ratio=1.0, drain_seconds=None),
-)
+from support.status_inputs import SPEC, inp
 
 
-def pdd(mode: str = "Auto", generation: int = 3, **facts: Any) -> dict[str, Any]:
-    """A PDDeployment whose status ``build_status`` made from ``facts`` (StatusInput's
-    fields: pools ready 4/4, stable, metrics known unless overridden)."""
-    spec = {**SPEC, "scaling": {"mode": mode}}
-    inp = status.StatusInput(
-        now=1_767_225_600.0,
-        generation=generation,
-        spec=PDDeploymentSpec.model_validate(spec),
-        decision=facts.pop("decision", DECISION),
-        metrics=facts.pop("metrics", snapshot()),
-        prefill=facts.pop("prefill", PoolObservation(4, 4)),
-        decode=facts.pop("decode", PoolObservation(4, 4)),
-        active_version="v2",
-        target_version="v2",
-        progress=facts.pop("progress", status.ProgressFacts()),
-        **facts,
-    )
+def pdd(mode: str = "Auto", **over: Any) -> dict[str, Any]:
+    """A PDDeployment at generation 3 whose status ``build_status`` made from
+    ``support.status_inputs.inp(**over)`` (prefill 4/4 ready, min 2; decode 5 of 6
+    ready, min 1; stable; metrics known unless overridden)."""
+    spec = SPEC.model_copy(update={"scaling": SPEC.scaling.model_copy(update={"mode": mode})})
     return {
-        "metadata": {"name": "chat", "namespace": "serving", "generation": generation},
-        "spec": spec,
-        "status": status.build_status(inp).to_k8s(),
+        "metadata": {"name": "chat", "namespace": "serving", "generation": 3},
+        "spec": {"scaling": {"mode": mode}},
+        "status": status.build_status(inp(spec=spec, **over)).to_k8s(),
     }
 
 
 def test_serving_is_healthy() -> None:
     state, message = health(pdd())
     assert state == "Healthy"
-    assert message == "Serving: prefill 4 ready (min 2), decode 4 ready (min 2)"
+    assert message == "Serving: prefill 4 ready (min 2), decode 5 ready (min 1)"
 
 
 def test_no_status_or_an_unobserved_generation_is_progressing() -> None:
-    assert health({"metadata": {"generation": 1}, "spec": SPEC}) == (
+    assert health({"metadata": {"generation": 1}, "spec": {}}) == (
         "Progressing",
         "waiting for pdscaler to observe the PDDeployment",
     )
-    obj = pdd(generation=3)
+    obj = pdd()
     obj["metadata"]["generation"] = 4
     assert health(obj) == ("Progressing", "waiting for pdscaler to observe generation 4")
 
@@ -112,7 +78,7 @@ def test_refused_writes_are_degraded() -> None:
 
 
 def test_short_of_gpus_below_the_minimum_is_degraded_above_it_healthy() -> None:
-    short = pdd(decode=PoolObservation(4, 1, unschedulable=3))
+    short = pdd(decode=PoolObservation(4, 0, unschedulable=3))
     state, message = health(short)
     assert state == "Degraded"
     assert "NotServing" in message
