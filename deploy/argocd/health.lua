@@ -5,7 +5,7 @@
 -- object through a v1 -> v2 rollout).
 --
 --   Progressing  no status yet, a generation pdscaler has not observed, a rollout in
---                progress or rolling back, or pools still coming up to their minimum
+--                progress, or pools still coming up to their minimum
 --   Degraded     a rollout rolling back or rolled back (Progressing reason RollingBack or
 --                ProgressDeadlineExceeded: the version asked for does not serve),
 --                writes the API server refuses (WritesFailing True), or a pool below its
@@ -13,7 +13,9 @@
 --   Healthy      both pools at their minimum of Ready pods (Ready True); the message
 --                names a hold on missing metrics (MetricsAvailable False) or Recommend
 --                mode, which change nothing about serving
-local hs = {}
+local function health(status, message)
+  return {status = status, message = message}
+end
 
 local function find(conditions, wanted)
   if conditions == nil then
@@ -41,14 +43,10 @@ end
 local status = obj.status
 local generation = obj.metadata and obj.metadata.generation
 if status == nil or status.observedGeneration == nil then
-  hs.status = "Progressing"
-  hs.message = "waiting for pdscaler to observe the PDDeployment"
-  return hs
+  return health("Progressing", "waiting for pdscaler to observe the PDDeployment")
 end
 if generation ~= nil and status.observedGeneration < generation then
-  hs.status = "Progressing"
-  hs.message = "waiting for pdscaler to observe generation " .. tostring(generation)
-  return hs
+  return health("Progressing", "waiting for pdscaler to observe generation " .. tostring(generation))
 end
 
 local conditions = status.conditions
@@ -59,37 +57,26 @@ local capacity = find(conditions, "CapacityLimited")
 local metrics = find(conditions, "MetricsAvailable")
 
 if writes ~= nil and writes.status == "True" then
-  hs.status = "Degraded"
-  hs.message = said(writes)
-  return hs
+  return health("Degraded", said(writes))
 end
 if progressing ~= nil and (progressing.reason == "ProgressDeadlineExceeded" or progressing.reason == "RollingBack") then
-  hs.status = "Degraded"
-  hs.message = said(progressing)
-  return hs
+  return health("Degraded", said(progressing))
 end
 if progressing ~= nil and progressing.status == "True" then
-  hs.status = "Progressing"
-  hs.message = said(progressing)
-  return hs
+  return health("Progressing", said(progressing))
 end
 if ready == nil or ready.status ~= "True" then
   if capacity ~= nil and capacity.status == "True" then
-    hs.status = "Degraded"
-    hs.message = said(ready) .. "; " .. said(capacity)
-    return hs
+    return health("Degraded", said(ready) .. "; " .. said(capacity))
   end
-  hs.status = "Progressing"
-  hs.message = said(ready)
-  return hs
+  return health("Progressing", said(ready))
 end
 
-hs.status = "Healthy"
-hs.message = said(ready)
+local message = said(ready)
 if metrics ~= nil and metrics.status == "False" then
-  hs.message = hs.message .. "; scaling holds: " .. said(metrics)
+  message = message .. "; scaling holds: " .. said(metrics)
 end
 if obj.spec ~= nil and obj.spec.scaling ~= nil and obj.spec.scaling.mode == "Recommend" then
-  hs.message = hs.message .. "; Recommend mode: pools are not resized"
+  message = message .. "; Recommend mode: pools are not resized"
 end
-return hs
+return health("Healthy", message)

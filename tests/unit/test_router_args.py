@@ -44,12 +44,14 @@ def parser_flags(kind: str) -> set[str]:
     return {s for action in parser._actions for s in action.option_strings}
 
 
-def rendered_flags(kind: str) -> list[str]:
+def rendered_args(kind: str) -> list[str]:
+    """The arguments pdscaler gives the router of ``kind``'s example, cell v1-abcde."""
     spec = PDDeploymentSpec.model_validate(example(kind))
     meta = Meta(name="chat", namespace="serving", uid="u")
-    dep = router.router_deployment(meta, spec, "v1-abcde", "v1", 1, 8000)
+    port = manifests.engine_port(spec.decode)
+    dep = router.router_deployment(meta, spec, "v1-abcde", "v1", 1, port)
     args: list[str] = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    return [a for a in args if a.startswith("--")]
+    return args
 
 
 @pytest.mark.parametrize(
@@ -79,7 +81,7 @@ def test_reserved_router_flag(arg: str, reserved: bool) -> None:
 def test_every_flag_pdscaler_renders_is_reserved(kind: str) -> None:
     """What pdscaler sets cannot be given again: a new flag in ``router_args`` without
     its entry in ``ROUTER_RESERVED_FLAGS`` fails here."""
-    flags = rendered_flags(kind)
+    flags = [a for a in rendered_args(kind) if a.startswith("--")]
     assert "--prefill-selector" in flags
     assert [f for f in flags if not reserved_router_flag(f)] == []
 
@@ -87,12 +89,7 @@ def test_every_flag_pdscaler_renders_is_reserved(kind: str) -> None:
 @pytest.mark.parametrize("kind", sorted(PARSERS))
 def test_a_tenant_selector_would_have_replaced_the_cells(kind: str) -> None:
     """Why the check exists, with the real parser: appended, the tenant's selector wins."""
-    spec = PDDeploymentSpec.model_validate(example(kind))
-    meta = Meta(name="chat", namespace="serving", uid="u")
-    dep = router.router_deployment(
-        meta, spec, "v1-abcde", "v1", 1, manifests.engine_port(spec.decode)
-    )
-    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = rendered_args(kind)
     tenant = ["--prefill-sel", "pdscaler.io/name=chat", "pdscaler.io/role=prefill"]
     parsed = importlib.import_module(PARSERS[kind]).parse_router_args([*args, *tenant])
     assert "pdscaler.io/revision" not in parsed.prefill_selector
