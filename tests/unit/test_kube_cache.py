@@ -108,11 +108,23 @@ def test_an_older_event_does_not_undo_a_newer_write() -> None:
 
 
 def test_the_cache_is_a_copy() -> None:
+    """What ``select`` and ``get`` answer is the caller's to change (the reconciler
+    edits the objects it reads into its writes): changing an answer, nested fields
+    included, leaves the cache's next answers as they were."""
     inf = Informer(FakeKube(), "Pod", NS)
     inf.relist()
     inf.handle({"type": "ADDED", "object": pod("a")})
-    inf.select({})[0]["metadata"]["name"] = "mutated"
-    assert inf.get("a") is not None
+    original = inf.select({})
+    (selected,) = inf.select({})
+    selected["metadata"]["name"] = "mutated"
+    selected["metadata"]["labels"]["pdscaler.io/role"] = "prefill"
+    selected["spec"] = {"replicas": 7}
+    assert inf.select({}) == original
+    assert inf.select({"pdscaler.io/role": "prefill"}) == []
+    got = inf.get("a")
+    assert got is not None
+    got["metadata"]["labels"].clear()
+    assert inf.get("a") == original[0]
 
 
 class Synchronous(FakeKube):
