@@ -15,16 +15,15 @@ rules as (group, resource) -> verbs). Example::
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
 import yaml
 
 from pdlab.config import REPO_DIR, helm_path, promtool_path, read_versions
+from support.skips import skip_unless_ci
 
 if TYPE_CHECKING:
     from pdlab.lab import Lab
@@ -38,12 +37,9 @@ INLINE = re.compile(r"\{\{-?.*?-?\}\}")
 
 
 def tool(path: Path) -> Path:
-    """``path`` if it is built; else skip (fail under ``$CI``)."""
+    """``path`` if it is built; else skip (fail under ``$CI``: ``support.skips``)."""
     if not path.exists():
-        message = f"{path} missing: run `make lab-build`"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unless_ci(f"{path} missing: run `make lab-build`")
     return path
 
 

@@ -1,8 +1,11 @@
 """The engine simulator's HTTP servers for unit tests, without the lab.
 
 Owns: ``served(*pods)``: a ``pdlab.engine_serve.PodServers`` serving the given pods at
-their (loopback) addresses, closed on exit; where those addresses cannot be bound, the
-test is skipped with what the servers said; ``post_json``: one JSON POST to a served pod.
+their (loopback) addresses, closed on exit. A pod address the kernel cannot bind at all
+(``EADDRNOTAVAIL``: macOS without loopback aliases has only 127.0.0.1) skips the test,
+in CI too (``support.skips.platform_cannot``); any other failure, a busy port
+(``EADDRINUSE``) included, fails it with what the servers said (the tests name their
+ports, so none is moved). ``post_json``: one JSON POST to a served pod.
 Must not: talk to a cluster.
 
     with served(PREFILL, DECODE) as pods:   # POST http://<PREFILL.ip>:<port>/v1/...
@@ -11,6 +14,7 @@ Must not: talk to a cluster.
 
 from __future__ import annotations
 
+import errno
 import json
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +26,7 @@ import pytest
 from pdlab.engine_pods import PodInfo
 from pdlab.engine_serve import PodServers
 from pdscaler.sim.engine import EngineParams
+from support.skips import bind_errno, platform_cannot
 
 
 @contextmanager
@@ -30,7 +35,10 @@ def served(*pods: PodInfo) -> Iterator[PodServers]:
     try:
         said = servers.sync(list(pods))
         if any(line.startswith("cannot serve") for line in said):
-            pytest.skip(f"loopback addresses not bindable: {said}")
+            unbindable = [p.ip for p in pods if bind_errno(p.ip) == errno.EADDRNOTAVAIL]
+            if unbindable:
+                platform_cannot(f"bind {unbindable} (EADDRNOTAVAIL, not local addresses): {said}")
+            pytest.fail(f"the pods' addresses bind, their ports did not: {said}")
         yield servers
     finally:
         servers.close()
