@@ -18,10 +18,14 @@ modelled on kube-controller-manager's horizontal.go / replica_calculator.go:
 * bounds [min, max] from the spec; missing metrics: no change.
 
 The rate-based baselines (fixed ratio, forecast-only) use the same behaviour, so what
-separates them from pdscaler is the sizing rule, not the damping. All of them size
-with the spec's PRIOR capacities (they have no online refinement).
-Must not: see the engine, the trace's future, or the true capacities (static ones are
-sized offline from the trace's 1-minute load statistics, as a user would from history).
+separates them from pdscaler is the sizing rule, not the damping. The dynamic ones
+size with the spec's PRIOR capacities (they have no online refinement); the static
+ones (``window_needs``) with each pool's measured profile when the spec has one and
+the decode KV bound when M is known (``kv_capacity``: the spec's, else the engine's own
+report), as a team sizing a fleet from a profiling run and the engine's start-up log.
+Must not: see the engine's internals, the trace's future, or the true capacities
+(static ones are sized offline from the trace's 1-minute load statistics, as a user
+would from history).
 """
 
 from __future__ import annotations
@@ -32,12 +36,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pdscaler.models import shape_ratio
+from pdscaler.models import decode_memory, shape_ratio
 from pdscaler.policy.forecast import forecast_rate
+from pdscaler.policy.refine import capacity_priors
 from pdscaler.sim.controllers import Target, View
+from pdscaler.sim.engine import EngineParams, FloatArray
 from pdscaler.sim.setup import clamp, size_for
 from pdscaler.sim.traces import Trace, load_profile
 from pdscaler.spec import PDDeploymentSpec, PoolSpec
+from pdscaler.types import Role
 
 #: HPA defaults (kube-controller-manager and autoscaling/v2 behavior).
 HPA_TOLERANCE = 0.1
@@ -115,26 +122,71 @@ class StaticController:
         return Target(self.prefill, self.decode, note=f"static {self.prefill}P/{self.decode}D")
 
 
-def _static(name: str, trace: Trace, spec: PDDeploymentSpec, peak: bool) -> StaticController:
-    """Each pool sized for its own peak (or mean) 1-minute token load with the priors:
-    load = tokens/s, N = ceil(load / (prior * u))."""
+def kv_capacity(spec: PDDeploymentSpec, params: EngineParams) -> float | None:
+    """M, the KV tokens of one decode replica, as a team sizing offline knows it: the
+    spec's ``decode.kvCacheTokens`` when set, else what the engine reports
+    (``vllm:cache_config_info``; 100,000 with the defaults); None when neither."""
+    if spec.decode.kv_cache_tokens is not None:
+        return float(spec.decode.kv_cache_tokens)
+    return float(params.decode_kv_tokens) if params.export_kv_capacity else None
+
+
+def window_needs(
+    trace: Trace, spec: PDDeploymentSpec, kv_tokens: float | None = None
+) -> tuple[FloatArray, FloatArray]:
+    """Per ``STATIC_WINDOW_S`` window of the trace: the fractional (prefill, decode)
+    replicas its load needs at the pools' target utilisations, each pool's per-replica
+    tokens/s read off its measured profile at the window's mix (docs/models.md §2d; the
+    constant ``tokensPerSecond`` without one), decode the larger of its throughput and
+    the KV bound at the TPOT SLO (§2b) when ``kv_tokens`` is known. Long-context
+    conversation at 1x (prompts 8k-16k), its busiest minute: prefill 21.9 (profile
+    ~6,900 tokens/s at 12,000 tokens, against 16 with the 10,000 prior), decode 10.7
+    by the KV (9.3 by throughput; 2 with the 1,400 prior)."""
     prof = load_profile(trace, STATIC_WINDOW_S)
+    u_p, u_d = spec.prefill.target_utilization, spec.decode.target_utilization
+    n_p = np.zeros(len(prof.rate))
+    n_d = np.zeros(len(prof.rate))
+    for k, (rate, lp, ld) in enumerate(
+        zip(prof.rate, prof.prompt_mean, prof.output_mean, strict=True)
+    ):
+        if not rate > 0:
+            continue
+        cap = capacity_priors(spec, {Role.PREFILL: float(lp), Role.DECODE: float(ld)})
+        n_p[k] = prof.prompt_tps[k] / (cap[Role.PREFILL] * u_p)
+        n_d[k] = prof.output_tps[k] / (cap[Role.DECODE] * u_d)
+        if kv_tokens is not None:
+            mem = decode_memory(float(rate), float(lp), float(ld), spec.slo.tpot_seconds, kv_tokens)
+            n_d[k] = max(n_d[k], mem.n_decode)
+    return n_p, n_d
+
+
+def _static(
+    name: str, trace: Trace, spec: PDDeploymentSpec, peak: bool, kv_tokens: float | None
+) -> StaticController:
+    """Each pool sized for its own peak (or mean) 1-minute need (``window_needs``):
+    N = ceil(load / (capacity * u)), inside the spec's bounds. Without a profile or M
+    this is the priors alone: ceil(peak tokens/s / (prior * u)), as before profiles."""
+    n_p, n_d = window_needs(trace, spec, kv_tokens)
     stat = np.max if peak else np.mean
     counts = []
-    for load, pool in ((prof.prompt_tps, spec.prefill), (prof.output_tps, spec.decode)):
-        n = math.ceil(float(stat(load)) / (pool.tokens_per_second * pool.target_utilization))
+    for need, pool in ((n_p, spec.prefill), (n_d, spec.decode)):
+        n = math.ceil(float(stat(need)))
         counts.append(clamp(n, pool.replicas.min, pool.replicas.max))
     return StaticController(name, counts[0], counts[1])
 
 
-def static_peak(trace: Trace, spec: PDDeploymentSpec) -> StaticController:
+def static_peak(
+    trace: Trace, spec: PDDeploymentSpec, kv_tokens: float | None = None
+) -> StaticController:
     """Provisioned for the busiest minute of the whole trace, all the time."""
-    return _static("static-peak", trace, spec, peak=True)
+    return _static("static-peak", trace, spec, True, kv_tokens)
 
 
-def static_mean(trace: Trace, spec: PDDeploymentSpec) -> StaticController:
+def static_mean(
+    trace: Trace, spec: PDDeploymentSpec, kv_tokens: float | None = None
+) -> StaticController:
     """Provisioned for the average load: cheap, and late whenever load is above it."""
-    return _static("static-mean", trace, spec, peak=False)
+    return _static("static-mean", trace, spec, False, kv_tokens)
 
 
 @dataclass(frozen=True)

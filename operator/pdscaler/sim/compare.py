@@ -54,10 +54,16 @@ POLICIES: tuple[str, ...] = (
 )
 #: The lower bound's schedule replayed in the engine (what SLO the bound would get).
 ORACLE_REPLAY = "oracle-replay"
+#: ``static-best`` under its honest name: sized by replaying the very span it is
+#: scored on, a hindsight BOUND, not what a team can run (the same search and choice).
+STATIC_HINDSIGHT = "static-hindsight"
+#: The cheapest static size that met the target on the previous span (day, or the
+#: other half-hour) plus ``tuning.YESTERDAY_MARGIN``: what platform teams run.
+STATIC_YESTERDAY = "static-yesterday"
 #: Dynamo's throughput-based mode alone (without load-based scaling on top): a
 #: labelled extra, not in ``all``.
 DYNAMO_THROUGHPUT = "dynamo-throughput"
-KNOWN = (*POLICIES, ORACLE_REPLAY, DYNAMO_THROUGHPUT)
+KNOWN = (*POLICIES, ORACLE_REPLAY, DYNAMO_THROUGHPUT, STATIC_HINDSIGHT, STATIC_YESTERDAY)
 #: The attainment target of the oracle and of the tuned baselines.
 TARGET = 0.99
 #: Repairs of the SLO-feasible oracle's schedule after its first replay.
@@ -106,6 +112,8 @@ class Tuned:
     static: tuple[int, int] | None = None
     hpa: baselines.HpaConfig | None = None
     dynamo: DynamoConfig | None = None
+    #: ``static-yesterday``'s size (the margin included), chosen on the previous span
+    yesterday: tuple[int, int] | None = None
 
 
 def controller(
@@ -116,15 +124,27 @@ def controller(
     decide: Decide | None = None,
     tuned: Tuned | None = None,
 ) -> Controller:
-    """The controller called ``name`` for this trace and config (``static-best`` and
-    ``hpa-tuned`` need their choice in ``tuned``)."""
+    """The controller called ``name`` for this trace and config (``static-best``,
+    ``static-hindsight``, ``static-yesterday`` and ``hpa-tuned`` need their choice in
+    ``tuned``). The static peak and mean are sized with the pools' profile and the KV
+    bound (``baselines.window_needs``)."""
     spec = cfg.spec
     tuned = tuned or Tuned()
 
-    def static_best() -> Controller:
+    def static_sized(label: str) -> Controller:
         if tuned.static is None:
-            raise ValueError("static-best needs a size (compare() searches it)")
-        return baselines.StaticController("static-best", *tuned.static)
+            raise ValueError(f"{label} needs a size (compare() searches it)")
+        return baselines.StaticController(label, *tuned.static)
+
+    def static_yesterday() -> Controller:
+        if tuned.yesterday is None:
+            raise ValueError(
+                "static-yesterday needs a size chosen on the previous span "
+                "(tuning.static_yesterday, or compare(previous=...))"
+            )
+        return baselines.StaticController(STATIC_YESTERDAY, *tuned.yesterday)
+
+    kv = baselines.kv_capacity(spec, cfg.params)
 
     def hpa_tuned() -> Controller:
         if tuned.hpa is None:
@@ -138,14 +158,16 @@ def controller(
 
     makers: dict[str, Callable[[], Controller]] = {
         "pdscaler": lambda: PdscalerController(spec, decide, cfg.flips),
-        "static-best": static_best,
+        "static-best": lambda: static_sized("static-best"),
+        STATIC_HINDSIGHT: lambda: static_sized(STATIC_HINDSIGHT),
+        STATIC_YESTERDAY: static_yesterday,
         "hpa-tuned": hpa_tuned,
         "dynamo-planner": dynamo_tuned,
         DYNAMO_THROUGHPUT: lambda: DynamoPlannerController(
             spec, cfg.params, DynamoConfig(load_based=False)
         ),
-        "static-peak": lambda: baselines.static_peak(trace, spec),
-        "static-mean": lambda: baselines.static_mean(trace, spec),
+        "static-peak": lambda: baselines.static_peak(trace, spec, kv),
+        "static-mean": lambda: baselines.static_mean(trace, spec, kv),
         "hpa-queue": lambda: baselines.HpaQueueController(spec),
         "fixed-ratio": lambda: baselines.FixedRatioController.profiled(trace, spec),
         "forecast-only": lambda: baselines.ForecastOnlyController(spec),
@@ -263,6 +285,9 @@ class Comparison:
     hpa_tuned: tuning.HpaChoice | None = None
     dynamo_tuned: tuning.DynamoChoice | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Every size the static search replayed on this trace (``StaticSearch.tried``).
+    static_sweep: tuple[dict[str, float], ...] = ()
+    static_yesterday: tuning.YesterdayChoice | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document of ``pdscaler simulate``::
@@ -292,6 +317,10 @@ class Comparison:
             "work_floor": {"gpu_hours": self.work_floor_gpu_hours},
             "feasibility_ceiling": self.feasibility_ceiling,
             "static_best": [asdict(c) for c in self.static_best],
+            "static_sweep": [dict(t) for t in self.static_sweep],
+            "static_yesterday": None
+            if self.static_yesterday is None
+            else asdict(self.static_yesterday),
             "hpa_tuned": hpa,
             "dynamo_tuned": dynamo,
             "pareto_front": sorted(pareto_front(self.summaries)),
@@ -339,26 +368,36 @@ def compare(
     meta: dict[str, Any] | None = None,
     tuned: Tuned | None = None,
     target: float = TARGET,
+    previous: Trace | None = None,
 ) -> Comparison:
     """Run every policy in ``names`` on ``trace`` with the same config and seed.
-    ``static-best`` is searched for ``target`` and for the attainment pdscaler reached
-    (when pdscaler runs first); the policy row is the one for ``target``."""
+    ``static-best`` (or ``static-hindsight``, the same search) is searched for
+    ``target`` and for the attainment pdscaler reached (when pdscaler runs first); the
+    policy row is the one for ``target``; every size it replayed is kept
+    (``Comparison.static_sweep``). ``static-yesterday`` is sized on ``previous`` (the
+    span before ``trace``) unless ``tuned`` hands its size over."""
     bound, floor = bounds(trace, cfg)
     tuned = tuned or Tuned()
     static_choices: list[tuning.StaticChoice] = []
+    sweep: list[dict[str, float]] = []
+    yesterday: tuning.YesterdayChoice | None = None
     hpa_choice: tuning.HpaChoice | None = None
     dynamo_choice: tuning.DynamoChoice | None = None
     runs: list[Run] = []
     for name in names:
-        if name == "static-best" and tuned.static is None:
+        if name in ("static-best", STATIC_HINDSIGHT) and tuned.static is None:
             targets = [target]
             pd = [r for r in runs if r.policy == "pdscaler"]
             if pd:
                 att = summarize(pd[0]).slo_attainment
                 if att < target:
                     targets.append(att)
-            static_choices, _ = tuning.static_best(trace, cfg, targets)
+            static_choices, search = tuning.static_best(trace, cfg, targets)
+            sweep = search.tried()
             tuned = replace(tuned, static=(static_choices[0].prefill, static_choices[0].decode))
+        if name == STATIC_YESTERDAY and tuned.yesterday is None and previous is not None:
+            yesterday = tuning.static_yesterday(previous, cfg, target)
+            tuned = replace(tuned, yesterday=(yesterday.prefill, yesterday.decode))
         if name == "hpa-tuned" and tuned.hpa is None:
             hpa_choice = tuning.hpa_tuned(trace, cfg, target)
             tuned = replace(tuned, hpa=hpa_choice.config)
@@ -401,6 +440,8 @@ def compare(
         hpa_choice,
         dynamo_choice,
         info,
+        tuple(sweep),
+        yesterday,
     )
 
 

@@ -20,6 +20,7 @@ replays at >= 99%.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -70,13 +71,39 @@ class StaticSearch:
         return self.summary(p, d).slo_attainment
 
     def ample(self) -> tuple[int, int]:
-        """Three times the static-peak sizes (priors), inside the spec's bounds."""
-        peak = baselines.static_peak(self.trace, self.cfg.spec)
+        """The top of the search: three times the larger of two static-peak sizes, the
+        priors' alone (the range before profiles) and the one from the pools' measured
+        profile and the decode KV bound (``baselines.window_needs``), inside the spec's
+        bounds. Long-context conversation at 1x: 48P/6D by the priors, 22P/11D by the
+        profile and the KV -> 64P/33D (the static 18P/10D that meets 99% is inside;
+        it was not with the priors' 6 decode replicas)."""
         spec = self.cfg.spec
-        return (
-            min(spec.prefill.replicas.max, max(2, 3 * peak.prefill)),
-            min(spec.decode.replicas.max, max(2, 3 * peak.decode)),
+        bare = spec.model_copy(
+            update={
+                "prefill": spec.prefill.model_copy(update={"profile": []}),
+                "decode": spec.decode.model_copy(update={"profile": []}),
+            }
         )
+        prior = baselines.static_peak(self.trace, bare)
+        kv = baselines.kv_capacity(spec, self.cfg.params)
+        profiled = baselines.static_peak(self.trace, spec, kv)
+        return (
+            min(spec.prefill.replicas.max, max(2, 3 * prior.prefill, 3 * profiled.prefill)),
+            min(spec.decode.replicas.max, max(2, 3 * prior.decode, 3 * profiled.decode)),
+        )
+
+    def tried(self) -> list[dict[str, float]]:
+        """Every size replayed, in order: ``{"prefill": 19, "decode": 2,
+        "slo_attainment": 0.850, "gpu_hours": 20.10}`` (``verdicts.sweep_points``)."""
+        return [
+            {
+                "prefill": p,
+                "decode": d,
+                "slo_attainment": s.slo_attainment,
+                "gpu_hours": s.gpu_hours,
+            }
+            for (p, d), s in self.runs.items()
+        ]
 
     def _smallest(self, target: float, hi: int, at: int, prefill: bool) -> int:
         """The smallest size of one pool (the other at ``at``) whose attainment meets
@@ -121,6 +148,63 @@ def static_best(
     """One choice per target (same order), and the search (its cache of replays)."""
     search = StaticSearch(trace, cfg)
     return [search.choose(t) for t in targets], search
+
+
+#: The margin a team adds to the size that met the target on the previous span (day or
+#: half-hour) before running it on the next: +20% per pool, rounded up (so at least +1
+#: replica on any pool of 1-5). Why 20%: the usual capacity-planning head-room (a fleet
+#: provisioned for ~83% utilisation of what was needed); a team that measured
+#: yesterday adds about that, not the worst swing it has ever seen. It does not cover
+#: every day: the ServeGen m-large 7-day trace's busiest minute moves from one day to
+#: the next by 0.75-1.52x in prompt tokens/s and 0.22-1.82x in output tokens/s
+#: (measured on ../shared/traces/servegen-m-large-7d.jsonl.gz, 1-minute windows), which
+#: is what this baseline is for: what teams run, scored on a span it did not see.
+YESTERDAY_MARGIN = 0.2
+
+
+def with_margin(size: tuple[int, int], margin: float = YESTERDAY_MARGIN) -> tuple[int, int]:
+    """Each pool's replicas times ``1 + margin``, rounded up: (18, 10) at 20% ->
+    (22, 12); (1, 1) -> (2, 2); (0, 0) -> (0, 0)."""
+    return (
+        math.ceil(size[0] * (1.0 + margin) - 1e-9),
+        math.ceil(size[1] * (1.0 + margin) - 1e-9),
+    )
+
+
+@dataclass(frozen=True)
+class YesterdayChoice:
+    """``static-yesterday``: the cheapest static size that met the target on the
+    PREVIOUS span (``sized_on``, the static-best search there), plus the margin a team
+    adds (``prefill``/``decode``, inside the spec's bounds): what platform teams run.
+    Scored on a span it never saw."""
+
+    sized_on: StaticChoice
+    prefill: int
+    decode: int
+    margin: float
+
+
+def static_yesterday(
+    previous: Trace, cfg: LoopConfig, target: float, margin: float = YESTERDAY_MARGIN
+) -> YesterdayChoice:
+    """Search the cheapest static size meeting ``target`` on ``previous`` (else the
+    highest attainment found) and add ``margin`` (``with_margin``)."""
+    choice = StaticSearch(previous, cfg).choose(target)
+    p, d = with_margin((choice.prefill, choice.decode), margin)
+    spec = cfg.spec
+    return YesterdayChoice(
+        choice,
+        min(max(p, spec.prefill.replicas.min), spec.prefill.replicas.max),
+        min(max(d, spec.decode.replicas.min), spec.decode.replicas.max),
+        margin,
+    )
+
+
+def halves(trace: Trace) -> tuple[Trace, Trace]:
+    """The trace's first and second half (each re-based to start at 0): an hour trace's
+    two half-hours, where ``static-yesterday`` is sized on one and scored on the other."""
+    mid = trace.span / 2.0
+    return trace.window(0.0, mid), trace.window(mid, trace.span)
 
 
 @dataclass(frozen=True)
