@@ -11,12 +11,17 @@ from typing import Any
 
 from pdscaler.prometheus import MetricsUnavailableError
 from pdscaler.spec import PDDeploymentSpec
+from pdscaler.telemetry import Telemetry
 from support.fakekube import FakeKube
 from support.reconcile_world import NAME, NS, PDD_PATH, World, manifest
 
 
 def series_of(w: World, name: str = NAME) -> list[str]:
-    text = w.rt.telemetry.exposition().decode()
+    return series_in(w.rt.telemetry, name)
+
+
+def series_in(telemetry: Telemetry, name: str = NAME) -> list[str]:
+    text = telemetry.exposition().decode()
     return [
         line
         for line in text.splitlines()
@@ -134,32 +139,56 @@ def test_forget_while_other_ticks_record_series() -> None:
     """Ticks of other PDDeployments add series while one is forgotten (kopf's DELETED
     handler and the tick threads run at once): forget must not fail with "dictionary
     changed size during iteration" (the D14 churn drill saw it, and the PDDeployment's
-    series then stayed on /metrics for good)."""
+    series then stayed on /metrics for good). The race is placed, not hoped for: in the
+    middle of forget's read of a family's series, another thread records a series of
+    another PDDeployment, and forget waits up to 0.1 s for it. With the family's lock
+    held over the read, that record waits for the read to end; without it, the record
+    lands inside the read and forget raises, every run."""
     import threading
-
-    from pdscaler.telemetry import Telemetry
+    from collections.abc import Iterator
 
     tel = Telemetry()
-    stop = threading.Event()
-    for i in range(20000):  # a long iteration for forget
-        tel.inputs.labels(NS, f"fleet-{i}", "request_rate").set(1)
+    family = tel.inputs
+    reading, recorded = threading.Event(), threading.Event()
+    reads: list[int] = []  # series in the family when a read let the recorder in
+
+    class Children(dict[Any, Any]):
+        """The family's series; a read of them lets the other thread record in the
+        middle of it."""
+
+        def __iter__(self) -> Iterator[Any]:
+            keys = super().__iter__()
+            yield next(keys)
+            reads.append(len(self))
+            reading.set()
+            recorded.wait(0.1)
+            yield from keys
 
     def record() -> None:
-        i = 0
-        while not stop.is_set():
-            i += 1
-            tel.inputs.labels(NS, f"other-{i}", "request_rate").set(1)
-            tel.inputs.remove(NS, f"other-{i}", "request_rate")
+        reading.wait(5)
+        family.labels(NS, "other", "request_rate").set(1)
+        recorded.set()
 
+    for i in range(3):
+        family.labels(NS, f"fleet-{i}", "request_rate").set(1)
+    family.labels(NS, NAME, "request_rate").set(1)
+    family._metrics = Children(family._metrics)
     thread = threading.Thread(target=record, daemon=True)
     thread.start()
+    raised: list[RuntimeError] = []
     try:
-        for _ in range(200):
-            tel.inputs.labels(NS, NAME, "request_rate").set(1)
-            tel.forget(NS, NAME)
+        tel.forget(NS, NAME)
+    except RuntimeError as e:  # "dictionary changed size during iteration"
+        raised.append(e)
     finally:
-        stop.set()
+        reading.set()
         thread.join(5)
+    assert raised == []
+    assert reads == [4]  # forget read the family once, past its first series
+    assert recorded.is_set()
+    assert not thread.is_alive()
+    assert series_in(tel) == []
+    assert len(series_in(tel, "other")) == 1  # recorded, after the read
 
 
 def test_a_client_is_dropped_with_a_trailing_slash_and_when_its_user_moves() -> None:
