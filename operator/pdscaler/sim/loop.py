@@ -13,12 +13,28 @@ see the engine, or write files.
 
 GPU-hours are billed per policy until its last request is done (or the limit): a
 policy that finishes its tail later keeps paying for its replicas.
+
+Pre-roll (``LoopConfig.preroll_s`` = s > 0; off by default, and then nothing changes):
+the first s seconds of the trace are a pre-roll, replayed with the controller running
+so that a dynamic policy enters the scored span [s, span] in its own steady state
+(its replicas, Prometheus windows and memory), not in the warm start; static policies
+start at their size as always. ``run`` then returns the scored span as the Run (on the
+scored span's clock: its t=0 is the replay's s, so it lines up with
+``trace.window(s, span)``, every figure of ``results`` comes from it) and the pre-roll
+as ``Run.preroll`` (on the replay's clock). A request belongs to the span it ARRIVES in
+(a pre-roll request finishing after s is the pre-roll's); GPU-seconds are split at s
+(the pre-roll pays [0, s), the scored span [s, end]); actions, notes, predicted drains
+and timeline rows at or after s are the scored span's. Worked example: an hour trace
+with 600 s of ``traces.with_preroll`` and ``preroll_s=600``: the Run scores the
+hour's requests exactly, t=0 being the hour's start; ``Run.preroll`` has the copy of
+its first 10 minutes and the GPU-seconds billed before it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -66,6 +82,13 @@ class LoopConfig:
     #: truth (None: it only scales, as the live operator does today).
     reconfigure_s: float = SOFTWARE_PREP_SECONDS
     flips: FlipOptions | None = None
+    #: Seconds of the trace's start replayed as a pre-roll, scored apart (module
+    #: docstring); 0: none, the whole trace is scored.
+    preroll_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.preroll_s >= 0 and math.isfinite(self.preroll_s)):
+            raise ValueError(f"preroll_s must be >= 0 seconds, got {self.preroll_s!r}")
 
 
 @dataclass(frozen=True)
@@ -111,6 +134,11 @@ class Run:
     slo_tpot_s: float
     #: seconds of TTFT allowed per prompt token on top of ``slo_ttft_s`` (0: flat)
     slo_ttft_per_token_s: float = 0.0
+    #: With a pre-roll: the replay time of this Run's t=0 (``LoopConfig.preroll_s``)
+    #: and the pre-roll's own Run (its requests and GPU-seconds, on the replay's
+    #: clock); 0 and None without one.
+    scored_from: float = 0.0
+    preroll: Run | None = None
 
 
 class _Recorder:
@@ -172,8 +200,13 @@ def run(
     """Replay ``trace`` against ``controller``; deterministic for ``cfg.seed``.
 
     Replicas at t=0: ``cfg.initial``, else the controller's own ``initial`` attribute
-    (static baselines), else the warm start.
+    (static baselines), else the warm start. With ``cfg.preroll_s`` the first seconds
+    are a pre-roll (module docstring): the Run is the scored span's.
     """
+    if cfg.preroll_s >= trace.span > 0:
+        raise ValueError(
+            f"the pre-roll ({cfg.preroll_s:g} s) leaves nothing of the {trace.span:g} s trace"
+        )
     spec = cfg.spec
     own: tuple[int, int] | None = getattr(controller, "initial", None)
     initial = cfg.initial or own or warm_start(trace, spec)
@@ -213,7 +246,7 @@ def run(
             if progress is not None:
                 progress(min(1.0, now / max(trace.span, 1.0)))
     end = _billing_end(engine, trace.span, limit)
-    return Run(
+    whole = Run(
         policy=controller.name,
         trace=trace.name,
         times=engine.times(),
@@ -226,6 +259,68 @@ def run(
         slo_ttft_s=spec.slo.ttft_seconds,
         slo_tpot_s=spec.slo.tpot_seconds,
         slo_ttft_per_token_s=cfg.ttft_per_token_s,
+    )
+    if cfg.preroll_s <= 0:
+        return whole
+    return split(whole, cfg.preroll_s, engine.gpu_seconds(cfg.preroll_s))
+
+
+def _shift_times(t: RequestTimes, keep: np.ndarray, by: float) -> RequestTimes:
+    """The requests ``keep`` selects, their times moved ``by`` seconds earlier."""
+    return RequestTimes(
+        arrival=t.arrival[keep] - by,
+        prompt=t.prompt[keep],
+        output=t.output[keep],
+        prefill_start=t.prefill_start[keep] - by,
+        prefill_end=t.prefill_end[keep] - by,
+        decode_admit=t.decode_admit[keep] - by,
+        first_token=t.first_token[keep] - by,
+        finish=t.finish[keep] - by,
+        rejected=None if t.rejected is None else t.rejected[keep],
+    )
+
+
+def _shift_timeline(tl: Timeline, keep: np.ndarray, by: float) -> Timeline:
+    return Timeline(
+        tl.time[keep] - by,
+        tl.prefill_desired[keep],
+        tl.prefill_ready[keep],
+        tl.decode_desired[keep],
+        tl.decode_ready[keep],
+        tl.prefill_queue[keep],
+        tl.decode_queue[keep],
+    )
+
+
+def split(whole: Run, at: float, billed_before: dict[Role, float]) -> Run:
+    """The scored span [``at``, end] of a replay, on its own clock (t - ``at``), with the
+    pre-roll [0, ``at``) as its ``preroll`` (module docstring); ``billed_before``: the
+    GPU-seconds of each pool up to ``at`` (``Engine.gpu_seconds(at)``). Prefill billed
+    2,000 s up to 600 s and 9,000 s to the end: the pre-roll 2,000, the scored 7,000."""
+    t, tl = whole.times, whole.timeline
+    early = t.arrival < at
+    before = tl.time < at
+    pre = replace(
+        whole,
+        times=_shift_times(t, early, 0.0),
+        gpu_seconds=dict(billed_before),
+        end=at,
+        timeline=_shift_timeline(tl, before, 0.0),
+        actions=tuple(a for a in whole.actions if a.time < at),
+        notes=tuple(n for n in whole.notes if n[0] < at),
+        predicted_drains=tuple(d for d in whole.predicted_drains if d[0] < at),
+    )
+    return replace(
+        whole,
+        times=_shift_times(t, ~early, at),
+        gpu_seconds={r: whole.gpu_seconds[r] - billed_before[r] for r in whole.gpu_seconds},
+        end=whole.end - at,
+        timeline=_shift_timeline(tl, ~before, at),
+        actions=tuple(replace(a, time=a.time - at) for a in whole.actions if a.time >= at),
+        notes=tuple((n - at, text) for n, text in whole.notes if n >= at),
+        predicted_drains=tuple((d - at, s) for d, s in whole.predicted_drains if d >= at),
+        scored_from=at,
+        preroll=pre,
     )
 
 

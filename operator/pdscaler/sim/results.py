@@ -12,6 +12,11 @@ Owns: the definitions, once.
   Azure conversation trace at 10x ramps from ~6,000 to ~60,000 prompt tokens/s in its
   first 40 s, so most of a dynamic policy's misses fall in that start. Both are
   reported; the overall figure is the headline.
+* With a pre-roll (``LoopConfig.preroll_s``) a Run is its scored span, on that span's
+  clock: every figure here (attainment, settled attainment 5 min after the SCORED
+  start, percentiles, GPU-hours, actions, reversals) is the scored span's; the
+  pre-roll's own figures are ``preroll_summary`` (reported apart, never added in). A
+  reversal needs both actions in the span summarised.
 * Percentiles are over all requests, an unfinished one counting as infinitely late
   (so a p99 is ``inf`` when more than 1% never finished; JSON writes ``null``).
 * A scale action is one change of one pool's desired replicas; a reversal is an
@@ -149,6 +154,13 @@ def summarize(run: Run) -> Summary:
         unservable=t.unservable,
         role_flips=sum(a.flipped for a in run.actions if a.role is Role.PREFILL),
     )
+
+
+def preroll_summary(run: Run) -> Summary | None:
+    """The figures of a run's pre-roll (``Run.preroll``), None without one: the same
+    definitions over the requests that arrived in it and the GPU-seconds billed before
+    the scored start."""
+    return None if run.preroll is None else summarize(run.preroll)
 
 
 def settled_attainment(arrival: FloatArray, ok: np.ndarray) -> float:

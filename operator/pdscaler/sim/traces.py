@@ -6,14 +6,21 @@ JSONL format (one object per line: ``timestamp`` in ms, ``input_length``,
 ``output_length``) into arrays of arrival seconds (from the first request), prompt and
 output tokens; ``scale_rate`` which multiplies the request RATE while keeping the time
 axis (thinning or duplicating requests, seeded); and per-window load statistics.
+Multi-day traffic: ``load_diurnal`` reads the ServeGen week (Mooncake JSONL, gzipped:
+data/traces/README.md) on its own clock (t=0 is the start of the generator's first
+window, not the first request) and ``days`` cuts whole days out of it. Fair starts:
+``with_preroll`` puts a trace's own first (or last) minutes before it, for the loop's
+``LoopConfig.preroll_s``.
 Must not: compress or stretch time, draw unseeded randomness, or do any I/O besides
 reading the one file it is given.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +30,18 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+#: Seconds in a day (``days``).
+DAY_S = 86_400.0
+#: How ``with_preroll`` fills the pre-roll of a trace that has no traffic before it.
+PREROLL_SOURCES = ("head", "wrap")
+#: One line of Mooncake JSONL in the usual key order and nothing else (the fast path of
+#: ``load_mooncake_jsonl``; any other line takes the JSON parser).
+_MOONCAKE_LINE = re.compile(
+    r'^[ \t]*\{\s*"timestamp"\s*:\s*(-?[0-9.eE+-]+)\s*,\s*"input_length"\s*:\s*(\d+)'
+    r'\s*,\s*"output_length"\s*:\s*(\d+)\s*\}[ \t\r]*$',
+    re.MULTILINE,
+)
 
 
 @dataclass(frozen=True)
@@ -104,33 +123,125 @@ def load_azure_csv(path: Path) -> Trace:
     return _build(path.stem, t, p, o)
 
 
-def load_mooncake_jsonl(path: Path) -> Trace:
-    """Parse Mooncake JSONL: ``{"timestamp": 27482, "input_length": 6955,
-    "output_length": 52, ...}`` per line, timestamp in milliseconds."""
+def _read_text(path: Path) -> str:
+    """The file's text; gunzipped when its name ends in ``.gz``."""
+    if path.suffix.lower() == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            return fh.read()
+    return path.read_text(encoding="utf-8")
+
+
+def _mooncake_columns(path: Path) -> tuple[FloatArray, IntArray, IntArray]:
+    """(arrival seconds as recorded, prompt, output) of a Mooncake JSONL file, in file
+    order. Lines of exactly ``{"timestamp": t, "input_length": p, "output_length": o}``
+    are read by one regular expression (the ServeGen week's 892,816 lines in ~2 s
+    instead of ~8); a file with any other line is parsed line by line as JSON."""
+    text = _read_text(path)
+    rows = _MOONCAKE_LINE.findall(text)
+    if rows and len(rows) == sum(1 for line in text.splitlines() if line.strip()):
+        cols = np.array(rows, dtype=np.float64).T
+        return cols[0] / 1000.0, cols[1].astype(np.int64), cols[2].astype(np.int64)
     t: list[float] = []
     p: list[int] = []
     o: list[int] = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                t.append(float(obj["timestamp"]) / 1000.0)
-                p.append(int(obj["input_length"]))
-                o.append(int(obj["output_length"]))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{n}: {exc!r}") from exc
-    return _build(path.stem, t, p, o)
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            t.append(float(obj["timestamp"]) / 1000.0)
+            p.append(int(obj["input_length"]))
+            o.append(int(obj["output_length"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{n}: {exc!r}") from exc
+    return np.array(t, dtype=np.float64), np.array(p, dtype=np.int64), np.array(o, dtype=np.int64)
+
+
+def _stem(path: Path) -> str:
+    """``servegen-m-large-7d`` of ``servegen-m-large-7d.jsonl.gz``."""
+    name = path.name
+    for suffix in (".gz", ".jsonl", ".json", ".csv"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def load_mooncake_jsonl(path: Path) -> Trace:
+    """Parse Mooncake JSONL (gzipped when the name ends in ``.gz``): ``{"timestamp":
+    27482, "input_length": 6955, "output_length": 52, ...}`` per line, timestamp in
+    milliseconds. Arrivals from the first request (as every trace here)."""
+    t, p, o = _mooncake_columns(path)
+    return _build(_stem(path), t.tolist(), p.tolist(), o.tolist())
+
+
+def load_diurnal(path: Path) -> Trace:
+    """Days of traffic in Mooncake JSONL (``servegen-m-large-7d.jsonl.gz``) on the
+    file's own clock: an arrival is its ``timestamp`` (ms from the start of the
+    generator's first window), NOT re-based to the first request, so day k is
+    [k * 86,400, (k + 1) * 86,400) s; the span is whole days (the last arrival rounded
+    up to a day: 604,799.999 s -> 604,800, 7 days). Raises ValueError on an empty file,
+    a negative timestamp or an unsorted file (a day cut would then be wrong)."""
+    t, p, o = _mooncake_columns(path)
+    if len(t) == 0:
+        raise ValueError(f"trace {path} has no requests")
+    if t[0] < 0 or np.any(np.diff(t) < 0):
+        raise ValueError(f"{path}: timestamps must be sorted and not negative")
+    span = max(1.0, math.ceil(float(t[-1]) / DAY_S)) * DAY_S
+    return Trace(_stem(path), t, p, o, span)
+
+
+def days(trace: Trace, first: int, count: int = 1) -> Trace:
+    """Days ``first`` .. ``first + count - 1`` of a ``load_diurnal`` trace, re-based to
+    start at 0 (span ``count`` days): ``days(week, 0, 2)`` is the warm-up day and the
+    first scored day, 0-172,800 s. Raises ValueError outside the trace."""
+    if first < 0 or count < 1 or (first + count) * DAY_S > trace.span + 1e-6:
+        raise ValueError(
+            f"days {first}..{first + count - 1} are outside the trace's {trace.span / DAY_S:g} days"
+        )
+    out = trace.window(first * DAY_S, (first + count) * DAY_S)
+    return Trace(f"{trace.name}-d{first}+{count}", out.arrival, out.prompt, out.output, out.span)
+
+
+def with_preroll(trace: Trace, seconds: float, source: str = "head") -> Trace:
+    """``trace`` preceded by ``seconds`` of its own traffic, for ``LoopConfig.preroll_s =
+    seconds``: the result's [0, seconds) is the pre-roll and [seconds, seconds + span)
+    is ``trace`` (its arrivals + ``seconds``). The hour traces have no traffic before
+    their first request, so ``source`` says which is replayed before it: ``head`` (the
+    bench's choice) the trace's own first ``seconds`` (the same mix and level the scored
+    span opens with), ``wrap`` its last ``seconds`` (the span's end included). A 3,502 s
+    trace with 600 s of ``head`` pre-roll: 4,102 s, the requests of [0, 600) twice (at t
+    and t + 600).
+    Apply it last (after rate scaling and jitter), so the pre-roll is the scored
+    traffic's own copy."""
+    if source not in PREROLL_SOURCES:
+        raise ValueError(f"pre-roll source must be one of {PREROLL_SOURCES}, got {source!r}")
+    if not 0 < seconds <= trace.span:
+        raise ValueError(f"pre-roll must be in (0, {trace.span:g}] s, got {seconds!r}")
+    if source == "head":
+        lo, sel = 0.0, trace.arrival < seconds
+    else:  # [span - seconds, span]: the last request of a recorded trace sits at the span
+        lo = trace.span - seconds
+        sel = trace.arrival >= lo
+    return Trace(
+        f"{trace.name}+{source}{seconds:g}s",
+        np.concatenate([trace.arrival[sel] - lo, trace.arrival + seconds]),
+        np.concatenate([trace.prompt[sel], trace.prompt]),
+        np.concatenate([trace.output[sel], trace.output]),
+        trace.span + seconds,
+    )
 
 
 def load_trace(path: Path) -> Trace:
-    """Azure CSV by its ``.csv`` suffix, Mooncake for ``.jsonl``/``.json``."""
-    if path.suffix.lower() == ".csv":
+    """Azure CSV by its ``.csv`` suffix, Mooncake for ``.jsonl``/``.json`` (either
+    gzipped: ``.jsonl.gz``)."""
+    suffixes = [x.lower() for x in path.suffixes[-2:]]
+    if suffixes[-1:] == [".gz"]:
+        suffixes = suffixes[:-1]
+    if suffixes[-1:] == [".csv"] and path.suffix.lower() == ".csv":
         return load_azure_csv(path)
-    if path.suffix.lower() in (".jsonl", ".json"):
+    if suffixes[-1:] in ([".jsonl"], [".json"]):
         return load_mooncake_jsonl(path)
-    raise ValueError(f"{path}: unknown trace format (expected .csv or .jsonl)")
+    raise ValueError(f"{path}: unknown trace format (expected .csv, .jsonl or .jsonl.gz)")
 
 
 def scale_rate(trace: Trace, factor: float, seed: int = 0) -> Trace:
