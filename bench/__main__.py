@@ -6,8 +6,9 @@ Owns: the order of the parts, the command line, and ``bench/results/README.md`` 
 summary it also prints). Parts:
 
 * ``quality`` (``bench.quality``): pdscaler, the tuned and naive baselines and the
-  SLO-feasible oracle; both traces at 1x/4x/10x, start-up 30/90/300 s, 5 seeds, and the
-  held-out long-context cases;
+  SLO-feasible oracle; both traces at 1x/4x/10x, start-up 30/90/300 s, 5 seeds, the
+  held-out long-context case and the demo's mix (a tuning case; ``bench.quality`` says
+  what was tuned on what);
 * ``queue`` (``bench.queue``): every policy and the oracle under the deadline queue
   as well as FCFS (seed 0, start-up 30/90 s), from the quality part's cases and tuning
   (this run's, else ``quality.json`` in ``--out``);
@@ -18,6 +19,7 @@ summary it also prints). Parts:
     python -m bench                          # everything
     python -m bench --only quality,queue,step  # no cluster needed
     python -m bench --quick                  # 10-minute windows at 2x, start-up 30 s, seed 0
+    python -m bench --rerender               # quality.md, queue.md, README.md from the JSON
 
 The matrix runs on a mypyc-compiled build of the simulator when one can be built and
 replays exactly as the pure modules (``bench.native``; ``PDSCALER_BENCH_NATIVE=off``
@@ -25,6 +27,10 @@ keeps it pure).
 
 After a run, ``python -m bench.readme`` writes the README's results section from
 ``bench/results/`` (``make bench`` does both).
+
+Every results file records where it came from (``bench.provenance``): the commit and
+UTC date of this run, taken before the first part, in each JSON (``measured_at``) and in
+each markdown header; ``--rerender`` measures nothing and keeps the JSON's own.
 
 Must not: print a figure it did not measure (a part that cannot run says
 ``not measured: <why>``).
@@ -41,12 +47,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import native, quality, step
+from bench import native, provenance, quality, step
 from bench import queue as queue_part
 from bench.overhead import cli as overhead_cli
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTS = ("quality", "queue", "step", "overhead")
+#: ``bench.provenance.measured_at``'s entry: {"commit": ..., "date": ...}.
+Stamp = dict[str, str]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,7 +65,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--startups", default="30,90,300", help="start-up times in seconds (30,90,300)")
     p.add_argument("--seeds", default="0,1,2,3,4", help="seeds (0,1,2,3,4)")
     p.add_argument("--workers", type=int, default=2, help="worker processes (2)")
-    p.add_argument("--no-held-out", action="store_true", help="skip the held-out cases")
+    p.add_argument(
+        "--no-held-out",
+        action="store_true",
+        help="skip the two groups beyond the matrix (conv-long, held out; mix, a tuning case)",
+    )
+    p.add_argument(
+        "--rerender",
+        action="store_true",
+        help="measure nothing: re-render quality.md, queue.md and README.md from the JSON",
+    )
     p.add_argument(
         "--reduced",
         action="store_true",
@@ -127,7 +144,9 @@ def overhead(out_dir: Path, quick: bool) -> str:
     return f"see [overhead.md](overhead.md) (exit code {code})"
 
 
-def queue(out_dir: Path, command: str, plan: quality.Plan, doc: dict[str, Any] | None) -> str:
+def queue(
+    out_dir: Path, command: str, plan: quality.Plan, doc: dict[str, Any] | None, stamp: Stamp
+) -> str:
     """Run ``bench.queue`` on this run's quality document (else ``quality.json`` in
     ``out_dir``); writes queue.md and queue.json; the line for the summary."""
     if doc is None:
@@ -135,15 +154,80 @@ def queue(out_dir: Path, command: str, plan: quality.Plan, doc: dict[str, Any] |
         if not path.exists():
             return "not measured: it needs the quality part's cases (run it, or keep quality.json)"
         doc = json.loads(path.read_text(encoding="utf-8"))
-    result = queue_part.run_queue(doc, plan.workers)
+    result = {**queue_part.run_queue(doc, plan.workers), provenance.KEY: stamp}
     (out_dir / "queue.md").write_text(queue_part.report(result, command), encoding="utf-8")
     (out_dir / "queue.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return queue_line(result)
+
+
+def queue_line(result: dict[str, Any]) -> str:
     g = queue_part.gains(result)
     return (
         f"{len(result['cases'])} cases under the deadline queue: pdscaler "
         f"{g.get('pdscaler', float('nan')):+.2f} points on FCFS, the baselines "
-        f"{queue_part.mean_gain(g):+.2f} on average."
+        f"{queue_part.mean_gain(g):+.2f} on average. " + provenance.line(result.get(provenance.KEY))
     )
+
+
+def quality_section(doc: dict[str, Any]) -> list[str]:
+    """The summary's quality part, from a quality document."""
+    return [
+        "## Decision quality ([quality.md](quality.md))",
+        "",
+        provenance.line(doc.get(provenance.KEY)),
+        "",
+        f"Matrix wall time: {doc['wall_s']:.0f} s with {doc['plan']['workers']} worker "
+        f"processes, simulator {quality.simulator(doc)}.",
+        "",
+        quality.headline(doc),
+        "",
+    ]
+
+
+def step_line(rows: list[dict[str, Any]], stamp: Stamp | None) -> str:
+    """Experiment A's worst error over its cases (``step.json``'s rows)."""
+    errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+    worst = f"{max(errors):.0%}" if errors else "n/a"
+    return (
+        f"Drain model with the true numbers vs the engine: worst error {worst} over "
+        f"{len(rows)} cases. " + provenance.line(stamp)
+    )
+
+
+def rerender(out_dir: Path) -> int:
+    """Re-render quality.md, queue.md and the summary from the JSON in ``out_dir``,
+    measuring nothing (each keeps the ``measured_at`` its JSON records)."""
+    command = "python -m bench --rerender"
+    summary = [
+        "# Benchmark results",
+        "",
+        f"Re-rendered by `{command}` at {provenance.now()} from the JSON files here (no "
+        "figure measured by it); each part says where its figures were measured.",
+        "",
+    ]
+    qpath, upath, spath = (out_dir / f for f in ("quality.json", "queue.json", "step.json"))
+    if qpath.exists():
+        doc = json.loads(qpath.read_text(encoding="utf-8"))
+        quality.write_report(doc, out_dir, command)
+        summary += quality_section(doc)
+    if upath.exists():
+        result = json.loads(upath.read_text(encoding="utf-8"))
+        (out_dir / "queue.md").write_text(queue_part.report(result, command), encoding="utf-8")
+        summary += ["## Queue discipline ([queue.md](queue.md))", "", queue_line(result), ""]
+    if spath.exists():
+        st = json.loads(spath.read_text(encoding="utf-8"))
+        summary += [
+            "## Step load ([step.md](step.md))",
+            "",
+            step_line(st["model_rows"], st.get(provenance.KEY)),
+            "",
+        ]
+    if (out_dir / "overhead.md").exists():
+        summary += ["## Operator overhead", "", "See [overhead.md](overhead.md).", ""]
+    text = "\n".join(summary)
+    (out_dir / "README.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -153,31 +237,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"bench: {err}", file=sys.stderr)
         return 2
+    out_dir: Path = args.out
+    if args.rerender:
+        return rerender(out_dir)
     if argv is None and ("quality" in parts or "queue" in parts):
         native.reexec(args_list)  # the matrix on the compiled simulator (same results)
-    out_dir: Path = args.out
     out_dir.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m bench", *map(shlex.quote, args_list)])
+    stamp = provenance.measured_at()  # the code this run measures, before it starts
     summary = ["# Benchmark results", "", f"Generated by `{command}`.", ""]
     started = time.perf_counter()
     doc: dict[str, Any] | None = None
     if "quality" in parts:
-        doc = quality.run_matrix(plan, out_dir=out_dir)
+        doc = {**quality.run_matrix(plan, out_dir=out_dir), provenance.KEY: stamp}
         quality.write(doc, out_dir, command)
-        summary += [
-            "## Decision quality ([quality.md](quality.md))",
-            "",
-            f"Matrix wall time: {doc['wall_s']:.0f} s with {plan.workers} worker processes, "
-            f"simulator {doc['engine']}.",
-            "",
-            quality.headline(doc),
-            "",
-        ]
+        summary += quality_section(doc)
     if "queue" in parts:
         summary += [
             "## Queue discipline ([queue.md](queue.md))",
             "",
-            queue(out_dir, command, plan, doc),
+            queue(out_dir, command, plan, doc, stamp),
             "",
         ]
     if "step" in parts:
@@ -185,19 +264,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         step_startups = plan.startups if args.quick else quality.Plan().startups
         model_rows, loop_rows = step.run_step(step_startups, seed=plan.seeds[0])
         (out_dir / "step.md").write_text(
-            step.report(model_rows, loop_rows, command), encoding="utf-8"
+            step.report(model_rows, loop_rows, command, stamp), encoding="utf-8"
         )
         (out_dir / "step.png").write_bytes(step.plot(loop_rows))
-        (out_dir / "step.json").write_text(
-            json.dumps(step.to_json(model_rows), indent=1) + "\n", encoding="utf-8"
-        )
-        errors = [abs(r.error) for r in model_rows if r.error is not None]
-        worst = f"{max(errors):.0%}" if errors else "n/a"
+        st = step.to_json(model_rows, stamp)
+        (out_dir / "step.json").write_text(json.dumps(st, indent=1) + "\n", encoding="utf-8")
         summary += [
             "## Step load ([step.md](step.md))",
             "",
-            f"Drain model with the true numbers vs the engine: worst error {worst} over "
-            f"{len(model_rows)} cases.",
+            step_line(st["model_rows"], stamp),
             "",
         ]
     if "overhead" in parts:

@@ -3,8 +3,10 @@ README's reliability paragraph, from the drill records in bench/results/drills/.
 
 Owns: reading the records the drills wrote (tests/drills/report.py: one JSON per drill
 case) and rendering them: a table per drill case (fault, invariant, samples, violations,
-recovery times), the windows shortened to fit CI, and a summary for the README between
-its ``<!-- reliability:begin -->`` / ``<!-- reliability:end -->`` markers. Must not: run
+recovery times), the windows shortened to fit CI, the commits and dates the records
+were measured at (a record's ``measured_at``, ``bench.provenance``; ``not recorded``
+when it has none), and a summary for the README between its
+``<!-- reliability:begin -->`` / ``<!-- reliability:end -->`` markers. Must not: run
 a drill or invent a figure: a case without a record is listed as ``not run``.
 
     python -m bench.reliability                 # render from bench/results/drills/
@@ -48,10 +50,19 @@ class Record:
     recovery_s: dict[str, list[float]]
     outcome: str
     duration_s: float
+    #: Where the drill ran (``bench.provenance``: commit, UTC date; ``recorded`` when
+    #: written after the fact); None: the record does not say.
+    measured_at: dict[str, str] | None = None
 
     @classmethod
     def of(cls, doc: dict[str, Any]) -> Record:
-        return cls(**{k: doc[k] for k in cls.__dataclass_fields__})
+        required = {k: doc[k] for k in cls.__dataclass_fields__ if k != "measured_at"}
+        return cls(**required, measured_at=doc.get("measured_at"))
+
+    @property
+    def commit(self) -> str:
+        """The commit the record was measured at (``not recorded`` when it does not say)."""
+        return (self.measured_at or {}).get("commit", "not recorded")
 
     @property
     def short_case(self) -> str:
@@ -120,6 +131,8 @@ def report(records: Sequence[Record]) -> str:
         "",
         summary(records),
         "",
+        "Measured at: " + measured_at(records, detail=True),
+        "",
         table(headers, rows, right) if rows else "No drill records: run `make drill`.",
         "",
     ]
@@ -151,10 +164,33 @@ def summary(records: Sequence[Record]) -> str:
     return text + "."
 
 
+def measured_at(records: Sequence[Record], detail: bool = False) -> str:
+    """Where the records were measured, by commit, most cases first: ``commit e1d132b
+    (22 cases), commit cc7b27e (1 case)``; with ``detail`` each commit's date, what it
+    says about itself (``recorded``) and its cases' drills."""
+    if not records:
+        return "no records."
+    by: dict[str, list[Record]] = {}
+    for r in records:
+        by.setdefault(r.commit, []).append(r)
+    parts = []
+    for commit, rs in sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        n = f"{len(rs)} case{'s' if len(rs) > 1 else ''}"
+        text = f"commit {commit} ({n})"
+        if detail:
+            stamp = rs[0].measured_at or {}
+            drills = ", ".join(sorted({r.drill for r in rs}, key=_number))
+            text = f"commit {commit}, {stamp.get('date', 'date not recorded')} ({n}: {drills})"
+            notes = sorted({(r.measured_at or {}).get("recorded", "") for r in rs} - {""})
+            text += "".join(f"; {note}" for note in notes)
+        parts.append(text)
+    return ("; " if detail else ", ").join(parts) + "."
+
+
 def readme_block(records: Sequence[Record]) -> str:
     return (
         f"{BEGIN}\nMeasured by `make drill` ([bench/results/reliability.md]"
-        f"(bench/results/reliability.md)): {summary(records)}\n{END}"
+        f"(bench/results/reliability.md)) at {measured_at(records)} {summary(records)}\n{END}"
     )
 
 

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bench import provenance
 from bench.overhead import fleet, policy, tick
 from bench.overhead.process import machine_facts
 from bench.overhead.report import Section, render
@@ -83,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench.overhead: {err}", file=sys.stderr)
         return 2
     facts = machine_facts()
+    stamp = provenance.measured_at()  # the code measured, before it runs
     run = runners(args)
     sections: list[Section] = []
     for name in SECTIONS:
@@ -92,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench.overhead: measuring {name} ...", flush=True)
         sections.append(run[name]())
     command = " ".join(["python -m bench.overhead", *map(shlex.quote, args_list)]).strip()
-    text = render(facts, sections, command)
+    text = render(facts, sections, command, stamp)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

@@ -19,9 +19,11 @@ Scaled down: prefill min 3 and maxSurgeGPUs 1 (the rollout moves one level at a 
 so both cells serve together for a while: old 3 -> 2 + new 1 -> 1 + 2 -> new 3), decode
 min 1, engine pods Ready 6 s after creation, router pods 3 s (the lab's pod runner starts
 the router at Running; its readiness probe decides when it takes traffic), one router per
-Ready prefill replica (prefillPerRouter 1), the operator ticking every second. Measured
-here: 300 requests, 0 failed, both cells served together for 4.3 s (17 requests): traffic
-35/65 against Ready prefill 31/69.
+Ready prefill replica (prefillPerRouter 1), the operator ticking every second. With
+``PDSCALER_RESULTS_OUT=bench/results`` the rollout's figures (requests, failures, mixed
+pairs, how long both cells served, each cell's traffic and Ready prefill share) go to
+``bench/results/request_path.json``, which the README quotes (``bench.request_path``);
+without it nothing is written.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import request_path
 from pdlab.lab import Lab
 from pdlab.loadclient import AiPerf, TraceRow
 from pdlab.svcproxy import SvcProxy
@@ -48,6 +51,10 @@ from support.served_chat import NAME, completion, records, serving
 def served(lab: Lab, kube: Kube, crd: str, namespace: str) -> Iterator[tuple[int, int, SvcProxy]]:
     with serving(lab, kube, namespace) as path:
         yield path
+
+
+#: Each cell's share of requests is within this of its share of Ready prefill capacity.
+SHARE_TOLERANCE = 0.15
 
 
 def ready_prefill_by_rev(kube: Kube, namespace: str) -> dict[str, int]:
@@ -166,11 +173,29 @@ def test_a_rollout_under_a_third_party_client_fails_no_request_and_pairs_within_
     during = [r["decode_revision"] for r in decodes if start <= r["time"] <= end]
     print(f"both cells served for {end - start:.1f} s: {len(during)} requests")
     assert len(during) >= 10, f"too few requests while both cells served: {len(during)}"
-    for rev in revs:
+    old_rev = decodes[0]["decode_revision"]
+    shares: list[tuple[str, float, float]] = []  # (cell, traffic, capacity), old first
+    for rev in sorted(revs, key=lambda r: r != old_rev):
         traffic = during.count(rev) / len(during)
         cap = sum(c.get(rev, 0) / sum(c.values()) for _, c in both) / len(both)
         print(f"{rev}: traffic {traffic:.2f} capacity {cap:.2f}")
-        assert abs(traffic - cap) <= 0.15, (rev, traffic, cap)
+        shares.append(("old" if rev == old_rev else "new", traffic, cap))
+    # the README quotes these (bench/readme.py), written only with PDSCALER_RESULTS_OUT set
+    request_path.write(
+        {
+            "test": "tests/lab/test_request_path_operator.py::"
+            "test_a_rollout_under_a_third_party_client_fails_no_request_and_pairs_within_cells",
+            "requests": result.requests,
+            "errors": result.errors,
+            "mixed_pairs": len(mixed),
+            "tolerance": SHARE_TOLERANCE,
+            "both_serving_s": round(end - start, 1),
+            "requests_both_serving": len(during),
+            "cells": [{"cell": n, "traffic": t, "capacity": c} for n, t, c in shares],
+        }
+    )
+    for cell, traffic, cap in shares:
+        assert abs(traffic - cap) <= SHARE_TOLERANCE, (cell, traffic, cap)
 
 
 # A decode scale-down under load fails no request: the router may pick a decode pod for a

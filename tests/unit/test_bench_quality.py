@@ -76,14 +76,58 @@ def test_cleared_at_is_when_arrivals_stop_queueing() -> None:
     assert step.cleared_at(times([601.0, 602.0], [605.0, math.nan]), 600.0) == math.inf
 
 
-def test_the_drain_model_predicts_the_engine_within_10_percent() -> None:
-    # 5 -> 9 prefill replicas at the step, T_s 90 s: predicted ~245 s (the replica's
-    # ~8,000 tokens/s at these prompts, attention included; 212 s at 8,370)
-    row = step.model_check(step.scenario(seed=0), startup=90.0, n1=9)
-    assert row.predicted_s is not None
-    assert row.measured_s is not None
+#: Experiment A of bench/step.py, every (T_s, n1) it measures, with the relative error
+#: the drain model is held to there and why (step.md's "prediction error" column).
+#: n1 = 8 runs 8 x ~8,000 = 64,000 tokens/s against ~60,000 arriving: a margin of ~6%,
+#: so a 1% error in lambda or mu moves B / (mu - lambda) by ~15%: 15%. T_s 30 s: the
+#: backlog is small and the measured drain is a first passage that a Poisson lull can
+#: end early (the fluid model predicts the mean): 15%. Longer start-ups with a real
+#: margin: 5%. None: the model predicts a drain longer than the run's 1,200 s after the
+#: step, and the engine's queue must indeed never empty within it.
+STEP_TOLERANCE: dict[tuple[float, int], float | None] = {
+    (30.0, 8): 0.15,  # measured -13% (thin margin and short start-up)
+    (30.0, 9): 0.15,  # measured +10% (short start-up: first passage)
+    (30.0, 11): 0.15,  # measured +7% (short start-up: first passage)
+    (90.0, 8): 0.15,  # measured -11% (thin margin)
+    (90.0, 9): 0.05,  # measured +2%
+    (90.0, 11): 0.05,  # measured +1%
+    (300.0, 8): None,  # predicted 1,720 s > 1,200 s: never drains within the run
+    (300.0, 9): 0.05,  # measured -2%
+    (300.0, 11): 0.05,  # measured -0%
+}
+COMMITTED_STEP = {
+    (r["startup_s"], r["n1"]): r
+    for r in json.loads((Path(step.__file__).parent / "results" / "step.json").read_text())[
+        "model_rows"
+    ]
+}
+
+
+def test_the_tolerances_cover_every_case_the_step_part_measures() -> None:
+    measured = {(t, n1) for t in quality.Plan().startups for n1 in (8, 9, 11)}
+    assert set(STEP_TOLERANCE) == measured == set(COMMITTED_STEP)
+
+
+@pytest.mark.parametrize(("startup", "n1"), sorted(STEP_TOLERANCE))
+def test_the_drain_model_predicts_every_measured_step_case_within_its_tolerance(
+    startup: float, n1: int
+) -> None:
+    """Seed 0, as ``make bench`` runs it: the measurement here is the one step.json
+    records (the simulator is deterministic; a change to it must re-measure step.json),
+    and the prediction is within the case's stated tolerance of it."""
+    row = step.model_check(step.scenario(seed=0), startup=startup, n1=n1)
+    committed = COMMITTED_STEP[(startup, n1)]
+    assert row.predicted_s == pytest.approx(committed["predicted_s"], rel=1e-9)
+    tolerance = STEP_TOLERANCE[(startup, n1)]
+    if tolerance is None:
+        assert row.measured_s == math.inf
+        assert committed["measured_s"] is None
+        assert row.predicted_s is not None
+        assert row.predicted_s > step.AFTER_S
+        return
+    assert row.measured_s == pytest.approx(committed["measured_s"], rel=1e-9), "re-measure"
     assert row.error is not None
-    assert abs(row.error) < 0.10
+    assert abs(row.error) <= tolerance, (row.error, tolerance)
 
 
 def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
