@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -211,6 +212,51 @@ def _bins(t: FloatArray, bin_s: float, nbins: int) -> IntArray:
     return np.clip(b.astype(np.int64), 0, nbins - 1)
 
 
+@dataclass(frozen=True)
+class Repair:
+    """One repair of a schedule after its replay: the SLO misses, how many were charged
+    to each pool (prefill: TTFT misses that spent at least half their TTFT queued for or
+    in prefill; decode: waiting for a decode slot, a slow TPOT, unfinished, or a TTFT
+    miss a quarter of which came after the prefill), and the replicas added to each as
+    runs of bins ``(from_s, to_s, +n)``."""
+
+    misses: int
+    prefill_misses: int
+    decode_misses: int
+    prefill_added: tuple[tuple[float, float, int], ...]
+    decode_added: tuple[tuple[float, float, int], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "misses": self.misses,
+            "prefill": {
+                "why": "TTFT misses queued for or in prefill",
+                "misses": self.prefill_misses,
+                "added": [list(r) for r in self.prefill_added],
+            },
+            "decode": {
+                "why": "waited for a decode slot, slow TPOT or unfinished",
+                "misses": self.decode_misses,
+                "added": [list(r) for r in self.decode_added],
+            },
+        }
+
+
+def _runs(added: IntArray, bin_s: float) -> tuple[tuple[float, float, int], ...]:
+    """Runs of equal positive additions as (from_s, to_s, +n): [0, 1, 1, 0, 2] in 2 s
+    bins -> ((2.0, 6.0, 1), (8.0, 10.0, 2))."""
+    out: list[tuple[float, float, int]] = []
+    k, n = 0, len(added)
+    while k < n:
+        j = k
+        while j + 1 < n and added[j + 1] == added[k]:
+            j += 1
+        if added[k] > 0:
+            out.append((k * bin_s, (j + 1) * bin_s, int(added[k])))
+        k = j + 1
+    return tuple(out)
+
+
 def repair(
     sched: Schedule,
     times: RequestTimes,
@@ -220,18 +266,38 @@ def repair(
     maximum: tuple[int, int] = (10_000, 10_000),
     fix: float | None = None,
 ) -> tuple[Schedule, int]:
-    """Add capacity where the replay of ``sched`` missed the SLO; (new schedule, misses).
+    """Add capacity where the replay of ``sched`` missed the SLO, proportionally (the
+    coarse repair of ``repair_path``); (new schedule, misses)."""
+    new, step = repair_path(
+        sched, times, ttft_limit=ttft_limit, tpot_s=tpot_s, maximum=maximum, fix=fix
+    )
+    return new, step.misses
+
+
+def repair_path(
+    sched: Schedule,
+    times: RequestTimes,
+    *,
+    ttft_limit: FloatArray,
+    tpot_s: float,
+    maximum: tuple[int, int] = (10_000, 10_000),
+    fix: float | None = None,
+    one: bool = False,
+) -> tuple[Schedule, Repair]:
+    """Add capacity where the replay of ``sched`` missed the SLO; (new schedule, what
+    was charged and added).
 
     Each miss is charged to one pool: a TTFT miss whose time to the end of its prefill
     (queue + prefill) is at least half of its TTFT (or whose prefill never ended) to
     prefill in its arrival bin and the one before; any other miss (waiting for a decode
     slot, a slow TPOT, unfinished), and a TTFT miss a quarter of which was spent after
-    the prefill, to decode in every bin from its arrival to its finish. A bin gets
-    ``ceil(level * missed / requests)`` more replicas (at least 1) where ``missed`` is
-    the misses charged to it: 3 prefill replicas in a bin where 40% of the requests
-    missed TTFT -> 3 + ceil(1.2) = 5. Bins without misses are unchanged. With ``fix``
-    (close to the target: the misses still to remove), only the bins with the most
-    misses get +1 each, until they hold twice ``fix`` misses.
+    the prefill, to decode in every bin from its arrival to its finish. Coarse (the
+    default): a bin gets ``ceil(level * missed / requests)`` more replicas (at least 1)
+    where ``missed`` is the misses charged to it: 3 prefill replicas in a bin where 40%
+    of the requests missed TTFT -> 3 + ceil(1.2) = 5. ``one``: +1 replica in each bin
+    with misses charged to it (3 -> 4), the tight oracle's step. Bins without misses
+    are unchanged. With ``fix`` (close to the target: the misses still to remove), only
+    the bins with the most misses get +1 each, until they hold twice ``fix`` misses.
     """
     nb = len(sched.times)
     bs = sched.bin_s
@@ -263,22 +329,29 @@ def repair(
     np.add.at(diff, lo, 1.0)
     np.add.at(diff, hi, -1.0)
     d_miss = np.cumsum(diff)[:nb]
-    # share of the bin's concurrent requests: arrivals in the bin are a proxy
-    p_add = np.where(p_miss > 0, np.maximum(1, np.ceil(sched.prefill * p_frac)), 0)
-    d_share = np.minimum(1.0, d_miss / count)
-    d_add = np.where(d_miss > 0, np.maximum(1, np.ceil(sched.decode * d_share)), 0)
+    if one:
+        p_add = (p_miss > 0).astype(np.int64)
+        d_add = (d_miss > 0).astype(np.int64)
+    else:
+        # share of the bin's concurrent requests: arrivals in the bin are a proxy
+        p_add = np.where(p_miss > 0, np.maximum(1, np.ceil(sched.prefill * p_frac)), 0)
+        d_share = np.minimum(1.0, d_miss / count)
+        d_add = np.where(d_miss > 0, np.maximum(1, np.ceil(sched.decode * d_share)), 0)
     if fix is not None:
         # only the worst bins, until they hold ``fix`` misses (times 2: not all of a
         # bin's misses are fixed by one more replica), with +1 replica each
         p_add = _worst(p_miss, 2.0 * fix)
         d_add = _worst(d_miss, 2.0 * fix)
-    new = Schedule(
-        sched.times,
-        np.minimum(sched.prefill + p_add.astype(np.int64), maximum[0]),
-        np.minimum(sched.decode + d_add.astype(np.int64), maximum[1]),
-        bs,
+    prefill = np.minimum(sched.prefill + p_add.astype(np.int64), maximum[0])
+    decode = np.minimum(sched.decode + d_add.astype(np.int64), maximum[1])
+    step = Repair(
+        int(np.sum(miss)),
+        int(np.sum(on_prefill)),
+        int(np.sum(on_decode)),
+        _runs(prefill - sched.prefill, bs),
+        _runs(decode - sched.decode, bs),
     )
-    return new, int(np.sum(miss))
+    return Schedule(sched.times, prefill, decode, bs), step
 
 
 def _worst(misses: FloatArray, fix: float) -> IntArray:
