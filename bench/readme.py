@@ -195,42 +195,61 @@ def _find(pattern: str, text: str) -> tuple[str, ...] | None:
     return None if m is None else m.groups()
 
 
+#: overhead.md's figures: name -> (pattern, its groups' names).
+OVERHEAD_FIGURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "decide": (r"^\| all \| \d+ \| \d+ \| ([^|]+) \| ([^|]+) \|", ("decide_p50", "decide_p99")),
+    "tick": (
+        r"^\| converged \(no change\) \| (\d+) \| ([^|]+) \| ([^|]+) \|[^\n]*\| ([0-9.]+) \|$",
+        ("tick_n", "tick_p50", "tick_p99", "tick_writes"),
+    ),
+    "many": (r"^## 3\. [^\n]*?(\d+) at a (\S+) interval", ("pdds", "interval")),
+    "cpu": (r"^\| CPU, mean \| ([^|]+?) \|", ("cpu",)),
+    "rss": (r"^\| RSS, peak in window \| ([^|]+?) \|", ("rss",)),
+    "date": (r"^\| date \| ([^|]+?) \|", ("date",)),
+    "commit": (r"^Measured at commit (\S+),", ("commit",)),
+}
+
+
+def overhead_figures(text: str) -> dict[str, str]:
+    """The figures overhead.md states (a figure it lacks is absent): ``decide_p50``,
+    ``decide_p99``, ``tick_n``, ``tick_p50``, ``tick_p99``, ``tick_writes``, ``pdds``,
+    ``interval``, ``cpu``, ``rss``, ``date``, ``commit``; e.g. ``| CPU, mean | 38.9% of
+    one core | ...`` -> ``{"cpu": "38.9% of one core"}``."""
+    out: dict[str, str] = {}
+    for pattern, names in OVERHEAD_FIGURES.values():
+        found = _find(pattern, text)
+        if found is not None:
+            out |= {n: v.strip() for n, v in zip(names, found, strict=True)}
+    return out
+
+
 def overhead_part(text: str | None) -> str:
     if text is None:
         return "Operator overhead: not measured (no overhead.md)."
-    decide = _find(r"^\| all \| \d+ \| \d+ \| ([^|]+) \| ([^|]+) \|", text)
-    tick = _find(r"^\| converged \(no change\) \| \d+ \| ([^|]+) \|[^\n]*\| ([0-9.]+) \|$", text)
-    many = _find(r"^## 3\. [^\n]*?(\d+) at a (\S+) interval", text)
-    cpu = _find(r"^\| CPU, mean \| ([^|]+?) \|", text)
-    rss = _find(r"^\| RSS, peak in window \| ([^|]+?) \|", text)
-    date = _find(r"^\| date \| ([^|]+?) \|", text)
-    commit = _find(r"^Measured at commit (\S+),", text)
-    parts = []
-    parts.append(
+    f = overhead_figures(text)
+    parts = [
         "a decision takes "
         + (
-            "(not measured)"
-            if decide is None
-            else f"{decide[0].strip()} (p50), {decide[1].strip()} (p99)"
-        )
-    )
-    parts.append(
+            f"{f['decide_p50']} (p50), {f['decide_p99']} (p99)"
+            if "decide_p50" in f
+            else "(not measured)"
+        ),
         "a converged reconcile tick "
         + (
-            "(not measured)"
-            if tick is None
-            else f"{tick[0].strip()} (p50) with {float(tick[1]):g} API writes"
-        )
-    )
-    if many is not None and cpu is not None and rss is not None:
+            f"{f['tick_p50']} (p50) with {float(f['tick_writes']):g} API writes"
+            if "tick_p50" in f
+            else "(not measured)"
+        ),
+    ]
+    if {"pdds", "cpu", "rss"} <= set(f):
         parts.append(
-            f"one operator process keeps {many[0]} PDDeployments at a {many[1]} interval with "
-            f"{cpu[0].strip()} and a peak RSS of {rss[0].strip()}"
+            f"one operator process keeps {f['pdds']} PDDeployments at a {f['interval']} "
+            f"interval with {f['cpu']} and a peak RSS of {f['rss']}"
         )
     else:
         parts.append("the many-PDDeployments run: not measured")
-    when = "" if date is None else f", measured {date[0].strip()}"
-    when += ", commit not recorded" if commit is None else f" at commit {commit[0]}"
+    when = "" if "date" not in f else f", measured {f['date']}"
+    when += f" at commit {f['commit']}" if "commit" in f else ", commit not recorded"
     return (
         f"Operator overhead ([overhead.md](bench/results/overhead.md){when}): "
         + "; ".join(parts)
