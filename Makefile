@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lint test unit drill lab-build lab-up lab-down lab-status demo bench dashboard-preview fmt clean
+.PHONY: help venv lint test unit drill lab-build lab-up lab-down lab-status demo bench bench-diurnal dashboard-preview fmt clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -58,6 +58,9 @@ demo: $(STAMP) lab-build ## The main job: lab + operator + traffic scenario, poo
 bench: $(STAMP) ## Decision-quality and overhead benchmarks: tables in bench/results/
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.readme
+
+bench-diurnal: $(STAMP) ## Days of diurnal traffic (60-minute budget): bench/results/diurnal.md/json
+	$(BIN)/python -m bench.diurnal
 
 dashboard-preview: $(STAMP) lab-build ## Redraw docs/img/dashboard-preview.png from the dashboard's queries in the lab
 	PDSCALER_DASHBOARD_PREVIEW=$(CURDIR)/docs/img/dashboard-preview.png \
