@@ -224,10 +224,10 @@ def ensure(log: Callable[[str], None] = print) -> Path | None:
     return path
 
 
-def reexec(argv: list[str]) -> None:
-    """Run ``python -m bench argv`` again on the compiled build, unless this process
-    already runs on one (or chose not to: ``PDSCALER_BENCH_NATIVE=off``). Returns only
-    when it does not re-execute."""
+def reexec(argv: list[str], module: str = "bench") -> None:
+    """Run ``python -m <module> argv`` (``bench``; ``bench.diurnal``...) again on the
+    compiled build, unless this process already runs on one (or chose not to:
+    ``PDSCALER_BENCH_NATIVE=off``). Returns only when it does not re-execute."""
     if os.environ.get(MARKER):
         return
     path = ensure()
@@ -236,7 +236,7 @@ def reexec(argv: list[str]) -> None:
     env = {**os.environ, MARKER: str(path)}
     env["PYTHONPATH"] = os.pathsep.join([str(path), str(REPO)])
     sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "bench", *argv], env)
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
 
 
 def engine_label() -> str:
