@@ -37,6 +37,7 @@ from pdscaler.sim.oracle import (
     schedule,
     work_floor,
 )
+from pdscaler.sim.reference import REFERENCE, ReferenceController, reference_config
 from pdscaler.sim.results import Summary, pareto_front, summarize, ttft_limits
 from pdscaler.sim.traces import Trace
 
@@ -64,7 +65,14 @@ STATIC_YESTERDAY = "static-yesterday"
 #: Dynamo's throughput-based mode alone (without load-based scaling on top): a
 #: labelled extra, not in ``all``.
 DYNAMO_THROUGHPUT = "dynamo-throughput"
-KNOWN = (*POLICIES, ORACLE_REPLAY, DYNAMO_THROUGHPUT, STATIC_HINDSIGHT, STATIC_YESTERDAY)
+KNOWN = (
+    *POLICIES,
+    ORACLE_REPLAY,
+    DYNAMO_THROUGHPUT,
+    STATIC_HINDSIGHT,
+    STATIC_YESTERDAY,
+    REFERENCE,
+)
 #: The attainment target of the oracle and of the tuned baselines.
 TARGET = 0.99
 #: Repairs of the SLO-feasible oracle's schedule after its first replay (coarse).
@@ -139,7 +147,8 @@ def controller(
     """The controller called ``name`` for this trace and config (``static-best``,
     ``static-hindsight``, ``static-yesterday`` and ``hpa-tuned`` need their choice in
     ``tuned``). The static peak and mean are sized with the pools' profile and the KV
-    bound (``baselines.window_needs``)."""
+    bound (``baselines.window_needs``). ``online-reference`` (``sim.reference``) runs
+    under ``reference.reference_config(cfg)`` in ``compare``."""
     spec = cfg.spec
     tuned = tuned or Tuned()
 
@@ -183,6 +192,7 @@ def controller(
         "hpa-queue": lambda: baselines.HpaQueueController(spec),
         "fixed-ratio": lambda: baselines.FixedRatioController.profiled(trace, spec),
         "forecast-only": lambda: baselines.ForecastOnlyController(spec),
+        REFERENCE: lambda: ReferenceController(spec, trace, kv),
         ORACLE_REPLAY: lambda: ScheduleController(
             ORACLE_REPLAY,
             bound.schedule.times.tolist(),
@@ -472,7 +482,8 @@ def compare(
             tuned = replace(tuned, dynamo=dynamo_choice.config)
         ctrl = controller(name, trace, cfg, bound, decide, tuned)
         report = None if progress is None else _named(progress, name)
-        runs.append(run(trace, ctrl, cfg, report))
+        loop_cfg = reference_config(cfg) if name == REFERENCE else cfg
+        runs.append(run(trace, ctrl, loop_cfg, report))
     feasible = feasible_oracle(trace, cfg, target, step=oracle_step)
     info = {
         "trace": trace.name,
