@@ -26,6 +26,9 @@ Worked examples (the golden numbers of docs/models.md)::
         --prompt-tokens 2000 --output-tokens 500
         prefill 20, decode 18 replicas, 38 of 48 GPUs
         (``pdscaler plan from-file MANIFEST ...`` is the same as a subcommand)
+    pdscaler plan profile --model Qwen/Qwen3-32B --system h200_sxm --backend vllm \\
+        --tp 2 -o qwen3-32b.yaml
+        the prefill and decode profile from aiconfigurator's database (``plan_profile``)
 
 Units: rates in req/s, throughputs in tokens/s, times in seconds, sizes in GB and
 bandwidths in GB/s (1 GB = 10^9 bytes; ``--*-gbps`` are gigaBYTES per second).
@@ -42,6 +45,7 @@ from typer.core import TyperGroup
 from pdscaler.cli.common import OneLineCommand, fail, one_line
 from pdscaler.cli.plan_calc import JsonOpt, cmd_drain, cmd_migrate, cmd_ratio, cmd_reconfigure
 from pdscaler.cli.plan_file import PreferOpt, cmd_from_file, run_from_file
+from pdscaler.cli.plan_profile import cmd_profile
 
 
 class PlanGroup(TyperGroup):
@@ -88,7 +92,10 @@ def plan_callback(
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
     if from_file is None:
-        fail("give a subcommand (ratio, drain, migrate, reconfigure, from-file) or --from-file")
+        fail(
+            "give a subcommand (ratio, drain, migrate, reconfigure, from-file, profile) "
+            "or --from-file"
+        )
     missing = [
         flag
         for flag, value in (
@@ -120,6 +127,7 @@ def register(app: typer.Typer) -> None:
         ("migrate", cmd_migrate),
         ("reconfigure", cmd_reconfigure),
         ("from-file", cmd_from_file),
+        ("profile", cmd_profile),
     ):
         plan.command(name, cls=OneLineCommand)(func)
     app.add_typer(plan, name="plan")

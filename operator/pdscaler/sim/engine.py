@@ -133,6 +133,25 @@ class EngineParams:
     decode_step_per_kv_token_s: float = 2.5e-7
     decode_max_seqs: int = 256
     decode_kv_tokens: int = 100_000
+    #: Measured engines only (``pdscaler.sim.measured``; 0 here: off, the hand-made
+    #: engine is unchanged). A prefill batch of T tokens takes at least
+    #: ``prefill_floor_s + prefill_floor_s_per_token * T`` besides attention: small
+    #: batches are bound by reading the weights, not by compute (Qwen3-32B TP2 on H200:
+    #: 128 tokens 15.4 ms where the compute line says 13 ms).
+    prefill_floor_s: float = 0.0
+    prefill_floor_s_per_token: float = 0.0
+    #: Measured MoE engines only (0 and 1 here: off). A decode step also reads the
+    #: routed experts its batch activates: ``decode_step_moe_s * (1 - decode_moe_miss **
+    #: batch)``, where ``decode_moe_miss`` is 1 - top_k / experts (Qwen3-30B-A3B: 1 - 8
+    #: / 128 = 0.9375; a batch of 8 activates 1 - 0.9375^8 = 40% of the experts, one of
+    #: 64 98%) and ``decode_step_moe_s`` the seconds to read them all.
+    decode_step_moe_s: float = 0.0
+    decode_moe_miss: float = 1.0
+    #: Measured engines only (0 here: off). A large decode batch is compute-bound: its
+    #: step, besides the KV, takes at least ``decode_step_compute_s_per_seq * batch``
+    #: (Qwen3-32B TP2 on H200: 1,024 sequences of 288 tokens 62 ms a step, where the
+    #: memory-bound line of the small batches says 45 ms).
+    decode_step_compute_s_per_seq: float = 0.0
     prefill_gpus: int = 1
     decode_gpus: int = 1
     #: start-up time of a replica = startup * (1 + jitter * U(-1, 1)), seeded.
@@ -162,6 +181,17 @@ class EngineParams:
                 f"prefill_attention_tokens must be > 0 (inf: none), "
                 f"got {self.prefill_attention_tokens!r}"
             )
+        if not 0.0 <= self.decode_moe_miss <= 1.0:
+            raise ValueError(f"decode_moe_miss must be in [0, 1], got {self.decode_moe_miss!r}")
+        extra = {
+            "prefill_floor_s": self.prefill_floor_s,
+            "prefill_floor_s_per_token": self.prefill_floor_s_per_token,
+            "decode_step_moe_s": self.decode_step_moe_s,
+            "decode_step_compute_s_per_seq": self.decode_step_compute_s_per_seq,
+        }
+        for name, value in extra.items():
+            if not value >= 0.0:
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
 
     def fits(self, prompt_tokens: int, output_tokens: int) -> bool:
         """Whether a request's whole context fits one decode replica's KV
@@ -172,12 +202,26 @@ class EngineParams:
         return {Role.PREFILL: self.prefill_gpus, Role.DECODE: self.decode_gpus}[role]
 
     def decode_step(self, batch: int, kv_tokens: float) -> float:
-        """Seconds per decode step: 64 sequences, 80,640 KV tokens -> 0.0386 s."""
+        """Seconds per decode step: 64 sequences, 80,640 KV tokens -> 0.0386 s. A
+        measured engine's extra terms: ``measured_decode_step``."""
+        if self.decode_step_moe_s > 0.0 or self.decode_step_compute_s_per_seq > 0.0:
+            return self.measured_decode_step(batch, kv_tokens)
         return (
             self.decode_step_base_s
             + self.decode_step_per_seq_s * batch
             + self.decode_step_per_kv_token_s * kv_tokens
         )
+
+    def measured_decode_step(self, batch: int, kv_tokens: float) -> float:
+        """A measured engine's decode step: the weights read (base, per sequence and,
+        for a MoE model, the experts the batch activates) or, when larger, the batch's
+        compute, plus the KV read. Qwen3-30B-A3B on H200: 8 sequences activate 1 -
+        0.9375^8 = 40% of the experts."""
+        memory = self.decode_step_base_s + self.decode_step_per_seq_s * batch
+        if self.decode_step_moe_s > 0.0:
+            memory += self.decode_step_moe_s * (1.0 - self.decode_moe_miss**batch)
+        compute = self.decode_step_compute_s_per_seq * batch
+        return max(memory, compute) + self.decode_step_per_kv_token_s * kv_tokens
 
     def prefill_seconds(self, tokens: float, square_tokens: float) -> float:
         """Seconds one prefill batch takes: the overhead, its ``tokens`` (the sum of its
@@ -185,15 +229,22 @@ class EngineParams:
         itself (``square_tokens``: the sum of the squared lengths). One 16,000-token
         prompt: 0.015 + 1.882 + 16,000^2 / (8,500 x 53,400) = 0.015 + 1.882 + 0.564 =
         2.461 s; two of 4,000 in one batch: 0.015 + 0.941 + 0.071 = 1.027 s."""
+        return self.prefill_linear_s(tokens) + self.prefill_attention_s(square_tokens)
+
+    def prefill_linear_s(self, tokens: float) -> float:
+        """Seconds of a prefill batch of ``tokens`` without attention: the overhead plus
+        the tokens at ``prefill_tps``, at least the floor (measured engines): 8,192
+        tokens 0.015 + 0.964 = 0.979 s with the defaults."""
         linear = self.prefill_overhead_s + tokens / self.prefill_tps
-        return linear + self.prefill_attention_s(square_tokens)
+        floor = self.prefill_floor_s + self.prefill_floor_s_per_token * tokens
+        return floor if floor > linear else linear
 
     def prefill_batch_tps(self) -> float:
         """Prompt tokens/s of one replica running full batches, without the attention
         term (short prompts; ``prefill_attention_s`` adds it): 8192 / (0.015 + 8192 /
         8500) = 8,370 tokens/s with the defaults."""
         budget = float(self.prefill_token_budget)
-        return budget / (self.prefill_overhead_s + budget / self.prefill_tps)
+        return budget / self.prefill_linear_s(budget)
 
     def prefill_work_s(self, tokens: float, square_tokens: float) -> float:
         """Replica-seconds of prefill for prompts of ``tokens`` in all (squared lengths

@@ -4,8 +4,10 @@ prompt length, its decode output tokens/s over the mean context per sequence.
 
 Owns: the sweep points (``PREFILL_PROMPTS``, ``DECODE_CONTEXTS``),
 ``measured_profile``, the table the operator interpolates linearly in tokens (flat
-beyond its ends), and ``with_measured_profile``, a simulated PDDeployment given that
-table (both pools' ``profile``). Must not: run the engine (the points are its closed
+beyond its ends), ``with_measured_profile``, a simulated PDDeployment given that
+table (both pools' ``profile``), and ``pool_profiles``, the same table as the pool fields
+``pdscaler plan profile`` writes for a measured engine (``pdscaler.sim.measured``), so
+the operator and the simulator read one profile. Must not: run the engine (the points are its closed
 forms, ``EngineParams.prefill_profile_tps`` and ``decode_profile_tps``, what a
 saturating sweep converges to).
 
@@ -26,6 +28,9 @@ one replica's KV is not measured: no request of it can be served.
 
 from __future__ import annotations
 
+from typing import Any
+
+from pdscaler.models.profile import capacity_at
 from pdscaler.sim.engine import EngineParams
 from pdscaler.spec import PDDeploymentSpec, ProfilePoint
 
@@ -35,38 +40,75 @@ PREFILL_PROMPTS: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384, 327
 DECODE_CONTEXTS: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 #: Output tokens per sequence in the decode sweep.
 PROFILE_OUTPUT_TOKENS = 256.0
+#: The tokens at which ``pool_profiles`` reads a pool's constant ``tokensPerSecond``.
+CONSTANT_AT = 1024
 
 #: (tokens, tokens/s) points, sorted by tokens.
 Points = tuple[tuple[int, float], ...]
 
 
-def measured_profile(params: EngineParams, tpot_cap: float) -> tuple[Points, Points]:
+def measured_profile(
+    params: EngineParams, tpot_cap: float, max_context: int | None = None
+) -> tuple[Points, Points]:
     """(prefill points, decode points) of one replica of ``params``, values rounded to
     whole tokens/s; decode at the TPOT cap ``tpot_cap``, skipping the contexts whose
-    sequence does not fit the KV. Defaults, 50 ms: prefill ``(1024, 8215.0)``, decode
-    ``(1024, 2018.0)`` (module docstring)."""
-    prefill = tuple((n, float(round(params.prefill_profile_tps(n)))) for n in PREFILL_PROMPTS)
+    sequence does not fit the KV, and with ``max_context`` (a measured engine's model)
+    the prompts and sequences longer than the model's context. Defaults, 50 ms: prefill
+    ``(1024, 8215.0)``, decode ``(1024, 2018.0)`` (module docstring)."""
+    limit = params.decode_kv_tokens if max_context is None else max_context
+    prefill = tuple(
+        (n, float(round(params.prefill_profile_tps(n))))
+        for n in PREFILL_PROMPTS
+        if max_context is None or n <= max_context
+    )
     half = PROFILE_OUTPUT_TOKENS / 2.0
     decode = tuple(
         (c, float(round(params.decode_profile_tps(c, tpot_cap, PROFILE_OUTPUT_TOKENS))))
         for c in DECODE_CONTEXTS
-        if max(1.0, c - half) + PROFILE_OUTPUT_TOKENS <= params.decode_kv_tokens
+        if max(1.0, c - half) + PROFILE_OUTPUT_TOKENS <= min(params.decode_kv_tokens, limit)
     )
     return prefill, decode
 
 
-def with_measured_profile(spec: PDDeploymentSpec, params: EngineParams) -> PDDeploymentSpec:
+def _points(table: Points) -> list[ProfilePoint]:
+    return [ProfilePoint(tokens=n, tokens_per_second=tps) for n, tps in table]
+
+
+def with_measured_profile(
+    spec: PDDeploymentSpec, params: EngineParams, max_context: int | None = None
+) -> PDDeploymentSpec:
     """``spec`` with both pools' ``profile`` measured on the engine ``params`` describes,
     at the spec's TPOT SLO (docs/models.md §2d). Defaults, 50 ms: prefill (256, 8330.0)
-    ... (131072, 2460.0), decode (256, 4631.0) ... (65536, 35.0)."""
-    prefill, decode = measured_profile(params, spec.slo.tpot_seconds)
-
-    def points(table: Points) -> list[ProfilePoint]:
-        return [ProfilePoint(tokens=n, tokens_per_second=tps) for n, tps in table]
-
+    ... (131072, 2460.0), decode (256, 4631.0) ... (65536, 35.0). A measured engine
+    (``pdscaler.sim.measured``) passes its model's context: the profile is then the one
+    ``pdscaler plan profile`` writes (``pool_profiles``)."""
+    prefill, decode = measured_profile(params, spec.slo.tpot_seconds, max_context)
     return spec.model_copy(
         update={
-            "prefill": spec.prefill.model_copy(update={"profile": points(prefill)}),
-            "decode": spec.decode.model_copy(update={"profile": points(decode)}),
+            "prefill": spec.prefill.model_copy(update={"profile": _points(prefill)}),
+            "decode": spec.decode.model_copy(update={"profile": _points(decode)}),
         }
     )
+
+
+def pool_profiles(
+    params: EngineParams, tpot_cap: float, max_context: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """The ``prefill`` and ``decode`` pool fields (camelCase, as in a manifest) a
+    PDDeployment takes from a measured engine: ``gpusPerReplica``, ``tokensPerSecond``
+    (the profile at ``CONSTANT_AT`` tokens, the constant a spec without the profile
+    would use), ``kvCacheTokens`` (decode) and ``profile``, the points of
+    ``measured_profile``. Defaults, 50 ms: prefill 8,215 tokens/s, decode 2,018."""
+    prefill, decode = measured_profile(params, tpot_cap, max_context)
+
+    def pool(table: Points, gpus: int) -> dict[str, Any]:
+        return {
+            "gpusPerReplica": gpus,
+            "tokensPerSecond": capacity_at(1.0, table, CONSTANT_AT),
+            "profile": [p.model_dump(by_alias=True) for p in _points(table)],
+        }
+
+    return {
+        "prefill": pool(prefill, params.prefill_gpus),
+        "decode": {**pool(decode, params.decode_gpus), "kvCacheTokens": params.decode_kv_tokens},
+    }
