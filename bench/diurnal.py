@@ -50,7 +50,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -329,9 +329,14 @@ def run_job(plan: Plan, engine: str, startup: float, seed: int, name: str) -> di
     }
 
 
-def run_matrix(plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_matrix(
+    plan: Plan,
+    log: Callable[[str], None] = print,
+    partial: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Every job of the plan in ``plan.workers`` processes (one replay each: a day at
-    the bench scale holds several GB), then the document ``write`` reports."""
+    the bench scale holds several GB), then the document ``write`` reports;
+    ``partial`` gets the document after each job (``jobs_done`` of ``jobs``)."""
     started = time.perf_counter()
     week = load_diurnal(Path(plan.trace_path))
     scales = {}
@@ -340,30 +345,49 @@ def run_matrix(plan: Plan, log: Callable[[str], None] = print) -> dict[str, Any]
         scales[e] = {"scale": scale, "peak_hour": asdict(need), "larger": need.larger}
     jobs = plan.matrix()
     rows: list[dict[str, Any]] = []
+
+    def doc() -> dict[str, Any]:
+        order = {job: i for i, job in enumerate(jobs)}
+        done = sorted(
+            rows, key=lambda r: order[(r["engine"], r["startup_s"], r["seed"], r["policy"])]
+        )
+        return {
+            "plan": asdict(plan),
+            "policies": {n: POLICIES[n].label or n for n in plan.policies},
+            "scales": scales,
+            "rows": done,
+            "jobs": len(jobs),
+            "jobs_done": len(rows),
+            "wall_s": time.perf_counter() - started,
+            "engine": native.engine_label(),
+            provenance.KEY: provenance.measured_at(),
+        }
+
     with ProcessPoolExecutor(max_workers=plan.workers, max_tasks_per_child=1) as pool:
-        futures = [pool.submit(run_job, plan, *job) for job in jobs]
-        for job, f in zip(jobs, futures, strict=True):
-            row = f.result()
+        futures = {pool.submit(run_job, plan, *job): job for job in jobs}
+        for f in as_completed(futures):
+            job, row = futures[f], f.result()
             rows.append(row)
             log(
                 f"bench diurnal: {job[0]}, start-up {job[1]:g} s, seed {job[2]}, {job[3]}: "
                 f"{pct(row['scored']['slo_attainment'])} "
                 f"{row['scored']['gpu_hours']:.1f} GPU-h, {row['replay_s']:.0f} s"
             )
-    return {
-        "plan": asdict(plan),
-        "policies": {n: POLICIES[n].label or n for n in plan.policies},
-        "scales": scales,
-        "rows": rows,
-        "wall_s": time.perf_counter() - started,
-        "engine": native.engine_label(),
-        provenance.KEY: provenance.measured_at(),
-    }
+            if partial is not None and len(rows) < len(jobs):
+                partial(doc())
+    return doc()
 
 
 # ---------------------------------------------------------------- report
 def _pct(v: float | None) -> str:
     return "n/a" if v is None or not math.isfinite(v) else pct(v)
+
+
+def _incomplete(doc: dict[str, Any]) -> str:
+    done, jobs = doc.get("jobs_done"), doc.get("jobs")
+    if done is None or done == jobs:
+        return ""
+    return f" (INCOMPLETE: {done} of {jobs} jobs done when this was written)"
 
 
 def report(doc: dict[str, Any], command: str) -> str:
@@ -377,8 +401,8 @@ def report(doc: dict[str, Any], command: str) -> str:
         f"last {plan['warmup_hours']:g} h replayed as the pre-roll of the dynamic "
         f"policies (scored apart), day 1's first {plan['scored_hours']:g} h scored. "
         f"Simulator {doc['engine']}; {plan['workers']} worker processes; matrix wall "
-        f"time {doc['wall_s']:.0f} s. A skeleton: the baselines, engine profiles, "
-        "Dynamo's planner and the oracle of issue 26 plug into bench/diurnal.py's "
+        f"time {doc['wall_s']:.0f} s{_incomplete(doc)}. A skeleton: the baselines, engine "
+        "profiles, Dynamo's planner and the oracle of issue 26 plug into bench/diurnal.py's "
         "registries.",
         "",
     ]
@@ -505,8 +529,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         native.reexec(args_list, module="bench.diurnal")  # compiled, same results
     command = " ".join(["python -m bench.diurnal", *args_list])
-    doc = run_matrix(plan)
-    write(doc, parser().parse_args(args_list).out, command)
+    out = parser().parse_args(args_list).out
+    doc = run_matrix(plan, partial=lambda d: write(d, out, command))
+    write(doc, out, command)
     print(f"bench diurnal: wrote diurnal.md/json ({doc['wall_s']:.0f} s, pid {os.getpid()})")
     return 0
 
