@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from bench import quality, step
+from bench import provenance, quality, step
 from bench.__main__ import main
 from pdscaler.sim.engine import RequestTimes
 from pdscaler.sim.results import Summary
@@ -161,6 +162,13 @@ def test_quick_bench_writes_every_result(tmp_path: Path) -> None:
     assert seed0["oracle"]["gpu_hours"] >= seed0["lower_bound"]["gpu_hours"]
     readme = (tmp_path / "README.md").read_text()
     assert "pdscaler SLO met" in readme
+    # every results file says where it was measured: the same commit and date for all
+    stamp = doc["measured_at"]
+    assert re.fullmatch(r"[0-9a-f]{7}(\+dirty)?", stamp["commit"]), stamp  # git's HEAD
+    for name in ("queue.json", "step.json"):
+        assert json.loads((tmp_path / name).read_text())["measured_at"] == stamp, name
+    for name in ("quality.md", "queue.md", "step.md"):
+        assert provenance.line(stamp) in (tmp_path / name).read_text(), name
     assert "python -m bench --quick" in readme
     quality_md = (tmp_path / "quality.md").read_text()
     assert "| conv-2x, start-up 30 s |" in quality_md
@@ -266,3 +274,33 @@ def test_a_case_knows_its_group() -> None:
     for group in (*groups, quality.Group("mix", 1.0)):
         case = {"group": group.slug, "trace": group.trace, "scale": group.scale}
         assert quality.Group.of(case) == group
+
+
+def test_the_committed_reports_re_render_from_their_json(tmp_path: Path) -> None:
+    """``python -m bench --rerender`` measures nothing: from the committed JSON it writes
+    the committed quality.md and queue.md byte for byte (the labels and the header
+    included), and leaves the JSON as it was."""
+    results = Path(quality.__file__).parent / "results"
+    for name in ("quality.json", "queue.json", "step.json"):
+        (tmp_path / name).write_bytes((results / name).read_bytes())
+    assert main(["--rerender", "--out", str(tmp_path)]) == 0
+    for name in ("quality.md", "queue.md"):
+        assert (tmp_path / name).read_text() == (results / name).read_text(), name
+    for name in ("quality.json", "queue.json", "step.json"):
+        assert (tmp_path / name).read_bytes() == (results / name).read_bytes(), name
+    summary = (tmp_path / "README.md").read_text()
+    assert "Measured at commit 0620c79" in summary
+    assert "## Step load" in summary
+
+
+def test_the_mix_is_a_tuning_case_and_conv_long_held_out() -> None:
+    assert quality.Group("mix", 1.0).kind == quality.TUNING_CASE
+    assert quality.Group("conv", 1.0, long=True).kind == quality.HELD_OUT
+    assert quality.Group("code", 4.0).kind == quality.MATRIX
+    doc = json.loads((Path(quality.__file__).parent / "results" / "quality.json").read_text())
+    text = quality.report(doc, "python -m bench")
+    held = text.split("## Held out from pdscaler's development")[1].split("## Tuning case")[0]
+    assert "| conv-long-1x, start-up 90 s |" in held
+    assert "mix-1x" not in held
+    tuning = text.split("## Tuning case: the demo's mix shift")[1].split("## Tuning (seed 0)")[0]
+    assert "| mix-1x, start-up 90 s |" in tuning
