@@ -213,14 +213,18 @@ def decode_grid(
     max_context: int, kv_tokens: int, max_seqs: int, output: int = DECODE_OUTPUT
 ) -> tuple[tuple[int, int], ...]:
     """(prompt, batch) pairs whose sequences fit the context, the KV and the sequence
-    slots: 40,960 / 382,705 / 1,024 -> (256, 1) ... (256, 1024), ..., (32768, 8)."""
-    return tuple(
-        (p, b)
-        for p in DECODE_PROMPTS
-        if p + output <= max_context
-        for b in DECODE_BATCHES
-        if b <= max_seqs and b * (p + output) <= kv_tokens
-    )
+    slots, and at each prompt the largest batch that does (where a loaded replica
+    runs): 40,960 / 382,705 / 1,024 -> (256, 1) ... (256, 1024), (1024, 1) ...
+    (1024, 256), (1024, 351), ..., (32768, 11)."""
+    pairs: list[tuple[int, int]] = []
+    for p in DECODE_PROMPTS:
+        if p + output > max_context:
+            continue
+        most = min(max_seqs, kv_tokens // (p + output))
+        pairs += [(p, b) for b in DECODE_BATCHES if b < most]
+        if most >= 1:
+            pairs.append((p, most))
+    return tuple(pairs)
 
 
 def _nnls_rel(columns: Sequence[Sequence[float]], y: Sequence[float]) -> list[float]:
