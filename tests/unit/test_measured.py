@@ -25,6 +25,7 @@ from pdscaler.sim.measured import (
     Recorded,
     assemble,
     decode_grid,
+    engines_in,
     fit_decode,
     fit_prefill,
     from_record,
@@ -33,6 +34,7 @@ from pdscaler.sim.measured import (
     prefill_grid,
     to_record,
 )
+from pdscaler.sim.profiles import measured_profile
 from support.crd_schema import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "aic_qwen3_8b_h100.json"
@@ -170,7 +172,8 @@ def test_a_committed_engine_is_the_fit_of_its_answers(
 
 def test_the_committed_engines_are_the_three_deployments() -> None:
     """A dense model on one GPU, a larger one with TP on another GPU kind, a MoE."""
-    engines = {p.stem: load_engine(p) for p in ENGINES}
+    engines = engines_in(ROOT / "bench" / "engines")
+    assert sorted(engines) == [p.stem for p in ENGINES]
     kinds = {(e.deployment.model, e.deployment.system, e.deployment.tp) for e in engines.values()}
     assert kinds == {
         ("Qwen/Qwen3-8B", "h100_sxm", 1),
@@ -180,3 +183,35 @@ def test_the_committed_engines_are_the_three_deployments() -> None:
     moe = [e for e in engines.values() if e.facts.moe_miss < 1.0]
     assert [e.deployment.model for e in moe] == ["Qwen/Qwen3-30B-A3B"]
     assert moe[0].params.decode_step_moe_s > 0.0
+
+
+def test_the_docs_table_is_the_committed_engines() -> None:
+    """docs/models.md §2e's table: each measured engine's GPUs, KV tokens, profile at
+    1,024 / 8,192 tokens (TPOT 50 ms) and fit errors are those of its JSON; the
+    hand-made row is ``EngineParams()``'s."""
+    doc = (ROOT / "docs" / "models.md").read_text()
+    rows = {
+        cells[0].split(" (")[0]: cells[1:]
+        for line in doc.splitlines()
+        if line.startswith("| ") and "|---" not in line
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+
+    def expect(params: EngineParams, context: int | None) -> list[str]:
+        pre, dec = measured_profile(params, 0.05, context)
+        p, d = dict(pre), dict(dec)
+        return [
+            str(params.decode_gpus),
+            f"{params.decode_kv_tokens:,}",
+            f"{p[1024]:,.0f} / {p[8192]:,.0f}",
+            f"{d[1024]:,.0f} / {d[8192]:,.0f}",
+        ]
+
+    for name, e in engines_in(ROOT / "bench" / "engines").items():
+        pe, de = e.prefill_fit.error, e.decode_fit.error
+        errors = [
+            f"{pe.max_rel:.1%} / {pe.mean_rel:.1%}",
+            f"{de.max_rel:.1%} / {de.mean_rel:.1%}",
+        ]
+        assert rows[name] == [*expect(e.params, e.facts.max_context), *errors]
+    assert rows["hand-made"] == [*expect(EngineParams(), None), "-", "-"]

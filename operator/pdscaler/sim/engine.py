@@ -137,7 +137,7 @@ class EngineParams:
     #: engine is unchanged). A prefill batch of T tokens takes at least
     #: ``prefill_floor_s + prefill_floor_s_per_token * T`` besides attention: small
     #: batches are bound by reading the weights, not by compute (Qwen3-32B TP2 on H200:
-    #: 128 tokens 15.4 ms where the compute line says 13 ms).
+    #: 128 tokens 15.4 ms where the closed form fitted alone says 12.9 ms).
     prefill_floor_s: float = 0.0
     prefill_floor_s_per_token: float = 0.0
     #: Measured MoE engines only (0 and 1 here: off). A decode step also reads the
@@ -150,7 +150,7 @@ class EngineParams:
     #: Measured engines only (0 here: off). A large decode batch is compute-bound: its
     #: step, besides the KV, takes at least ``decode_step_compute_s_per_seq * batch``
     #: (Qwen3-32B TP2 on H200: 1,024 sequences of 288 tokens 62 ms a step, where the
-    #: memory-bound line of the small batches says 45 ms).
+    #: memory-bound line of the small batches says 46 ms).
     decode_step_compute_s_per_seq: float = 0.0
     prefill_gpus: int = 1
     decode_gpus: int = 1

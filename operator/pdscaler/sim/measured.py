@@ -17,18 +17,21 @@ squared lengths, B the sequences of a decode batch and K their KV tokens:
 * prefill: ``max(o + T / tps, f0 + f1 * T) + Q / (tps * A)``: the hand-made engine's
   overhead, linear and attention terms, under a floor line (``prefill_floor_s``,
   ``prefill_floor_s_per_token``) for small batches that read weights more than they
-  compute. The two lines are fitted on either side of a knee (a batch size of the grid),
+  compute. The two lines are fitted on either side of a knee (the tokens of a batch of the grid),
   the knee that leaves the least squared relative error is kept; a floor that does not
   help is dropped (the closed form alone).
-* decode: ``a + b * B + c * K [+ m * (1 - r ** B)]``: the closed form, plus for a MoE
-  model the routed experts the batch activates (``r = 1 - top_k / experts``).
+* decode: ``max(a + b * B [+ m * (1 - r ** B)], d * B) + c * K``: the closed form's
+  weights read, for a MoE model plus the routed experts the batch activates (``r = 1 -
+  top_k / experts``), under a compute line ``d`` for large batches
+  (``decode_step_compute_s_per_seq``), plus the KV read. Fitted the same way, the knee
+  a batch size.
 
 Both minimise the squared RELATIVE error with non-negative coefficients (an exhaustive
-active set: at most 4 coefficients). Golden (tests/unit/data/aic_qwen3_8b_h100.json,
-Qwen3-8B in vLLM on one H100): prefill 128 tokens 8.63 ms, 8,192 tokens 203.5 ms;
-decode 64 sequences of 1,024 + 64 tokens 10.99 ms a step. The fitted engine serves
-8,192 tokens in 205 ms (40,000 tokens/s) and a step of 64 x 1,056 tokens in ~10.6 ms,
-every grid point within 3% (prefill) and 7% (decode).
+active set: at most 4 coefficients). Golden (tests/fixtures/aic_qwen3_8b_h100.json,
+Qwen3-8B in vLLM on one H100): the database says 8.63 ms for a 128-token prefill,
+203.5 ms for 8,192 tokens, 10.99 ms a step for 64 sequences of 1,024 + 64 tokens; the
+fitted engine 8.73 ms, 199.1 ms (41,137 tokens/s) and 10.48 ms, every prefill answer
+within 2.2% and every decode answer within 8.3% (mean 1.4% and 2.8%).
 
 Not from the database (stated in every record): the KV hand-off, ``KV_LINK_BYTES_S``
 (25 GB/s, the hand-made engine's link) over the KV bytes a token holds on a replica,
@@ -495,8 +498,18 @@ def from_record(record: dict[str, Any]) -> MeasuredEngine:
 
 
 def load_engine(path: Path) -> MeasuredEngine:
-    """The engine recorded in ``path`` (a ``bench/engines/*.json``)."""
+    """The engine recorded in ``path`` (a ``bench/engines/*.json``). The simulator's
+    spec for it: ``profiles.with_measured_profile(spec, engine.params,
+    engine.facts.max_context)``, the profile ``pdscaler plan profile`` writes."""
     return from_record(json.loads(path.read_text()))
+
+
+def engines_in(directory: Path) -> dict[str, MeasuredEngine]:
+    """Every engine recorded in ``directory`` (``*.json``) by name: bench/engines/ ->
+    ``qwen3-30b-a3b-h200-vllm-tp1``, ``qwen3-32b-h200-vllm-tp2``,
+    ``qwen3-8b-h100-vllm-tp1``."""
+    engines = (load_engine(p) for p in sorted(directory.glob("*.json")))
+    return {e.name: e for e in engines}
 
 
 @dataclass(frozen=True)
