@@ -245,11 +245,11 @@ def run(
             next_tick += interval
             if progress is not None:
                 progress(min(1.0, now / max(trace.span, 1.0)))
-    end = _billing_end(engine, trace.span, limit)
+    times, end = _billing_end(engine, trace.span, limit)
     whole = Run(
         policy=controller.name,
         trace=trace.name,
-        times=engine.times(),
+        times=times,
         gpu_seconds=engine.gpu_seconds(end),
         end=end,
         timeline=rec.timeline(),
@@ -328,11 +328,14 @@ def _pools(engine: Engine) -> tuple[PoolObservation, PoolObservation]:
     return pool_observation(engine, Role.PREFILL), pool_observation(engine, Role.DECODE)
 
 
-def _billing_end(engine: Engine, span: float, limit: float) -> float:
-    """The billing horizon: the end of the trace or the last request's finish, whichever
-    is later; the limit if some request never finished (the engine is run up to it)."""
-    finish = engine.times().finish
+def _billing_end(engine: Engine, span: float, limit: float) -> tuple[RequestTimes, float]:
+    """The requests' times and the billing horizon: the end of the trace or the last
+    request's finish, whichever is later; the limit if some request never finished (the
+    engine is run up to it first). ``Engine.times`` is built once when every request
+    finished (a day at the diurnal bench's scale is 9.4 million requests)."""
+    times = engine.times()
+    finish = times.finish
     if np.all(np.isfinite(finish)):
-        return max(span, float(np.max(finish)) if len(finish) else span)
+        return times, max(span, float(np.max(finish)) if len(finish) else span)
     engine.run_until(limit)
-    return limit
+    return engine.times(), limit
