@@ -24,6 +24,7 @@ from support.crd_schema import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "aic_qwen3_8b_h100.json"
 MANIFEST = ROOT / "deploy" / "examples" / "chat.yaml"
+ENGINES = sorted((ROOT / "bench" / "engines").glob("*.json"))
 APP = build_app()
 ARGS = ["plan", "profile", "--model", "Qwen/Qwen3-8B", "--system", "h100_sxm", "--tp", "1"]
 
@@ -150,3 +151,11 @@ def test_the_recorded_answers_are_the_real_databases() -> None:
     tpot = {(p, o, b): ms for p, o, b, ms in answers["decode_ms"]}
     for b in (64, 351):
         assert db.decode_step_s(1024, 64, b) * 1e3 == pytest.approx(tpot[(1024, 64, b)], rel=1e-9)
+
+
+@pytest.mark.parametrize("path", ENGINES, ids=[p.stem for p in ENGINES])
+def test_a_committed_profile_is_its_engines(path: Path) -> None:
+    """bench/engines/<name>.profile.yaml is what the command writes for <name>.json at
+    50 ms (both written by bench/engines/regenerate.sh)."""
+    engine = load_engine(path)
+    assert path.with_suffix(".profile.yaml").read_text() == plan_profile.render(engine, 0.05)
