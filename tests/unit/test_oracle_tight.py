@@ -68,6 +68,9 @@ def test_one_replica_at_a_time_and_the_path_says_where_and_why() -> None:
     doc = step.to_json()
     assert doc["prefill"]["why"] == "TTFT misses queued for or in prefill"
     assert doc["prefill"]["added"] == [[4.0, 8.0, 1]]
+    # after a repair the replay did not see, the step doubles
+    doubled, _ = repair_path(sched, t, ttft_limit=limits, tpot_s=0.05, one=True, by=2)
+    assert doubled.prefill.tolist() == [3, 3, 5, 5, 3]
     coarse, c_step = repair_path(sched, t, ttft_limit=limits, tpot_s=0.05)
     assert coarse.prefill.tolist() == [3, 3, 5, 5, 3]
     assert c_step.prefill_added == ((4.0, 8.0, 2),)

@@ -283,6 +283,7 @@ def repair_path(
     maximum: tuple[int, int] = (10_000, 10_000),
     fix: float | None = None,
     one: bool = False,
+    by: int = 1,
 ) -> tuple[Schedule, Repair]:
     """Add capacity where the replay of ``sched`` missed the SLO; (new schedule, what
     was charged and added).
@@ -294,10 +295,12 @@ def repair_path(
     the prefill, to decode in every bin from its arrival to its finish. Coarse (the
     default): a bin gets ``ceil(level * missed / requests)`` more replicas (at least 1)
     where ``missed`` is the misses charged to it: 3 prefill replicas in a bin where 40%
-    of the requests missed TTFT -> 3 + ceil(1.2) = 5. ``one``: +1 replica in each bin
-    with misses charged to it (3 -> 4), the tight oracle's step. Bins without misses
-    are unchanged. With ``fix`` (close to the target: the misses still to remove), only
-    the bins with the most misses get +1 each, until they hold twice ``fix`` misses.
+    of the requests missed TTFT -> 3 + ceil(1.2) = 5. ``one``: +``by`` replicas (1
+    unless the last repair changed nothing the replay saw) in each bin with misses
+    charged to it (3 -> 4), the tight oracle's step. Bins without misses are unchanged.
+    With ``fix`` (close to the target: the misses still to remove), only the bins with
+    the most misses get +1 (+``by`` when ``one``) each, until they hold twice ``fix``
+    misses.
     """
     nb = len(sched.times)
     bs = sched.bin_s
@@ -330,8 +333,8 @@ def repair_path(
     np.add.at(diff, hi, -1.0)
     d_miss = np.cumsum(diff)[:nb]
     if one:
-        p_add = (p_miss > 0).astype(np.int64)
-        d_add = (d_miss > 0).astype(np.int64)
+        p_add = by * (p_miss > 0).astype(np.int64)
+        d_add = by * (d_miss > 0).astype(np.int64)
     else:
         # share of the bin's concurrent requests: arrivals in the bin are a proxy
         p_add = np.where(p_miss > 0, np.maximum(1, np.ceil(sched.prefill * p_frac)), 0)
@@ -340,8 +343,8 @@ def repair_path(
     if fix is not None:
         # only the worst bins, until they hold ``fix`` misses (times 2: not all of a
         # bin's misses are fixed by one more replica), with +1 replica each
-        p_add = _worst(p_miss, 2.0 * fix)
-        d_add = _worst(d_miss, 2.0 * fix)
+        p_add = _worst(p_miss, 2.0 * fix) * (by if one else 1)
+        d_add = _worst(d_miss, 2.0 * fix) * (by if one else 1)
     prefill = np.minimum(sched.prefill + p_add.astype(np.int64), maximum[0])
     decode = np.minimum(sched.decode + d_add.astype(np.int64), maximum[1])
     step = Repair(
