@@ -132,6 +132,8 @@ def test_the_preroll_replays_the_head_or_the_wrapped_tail() -> None:
     assert head.prompt.tolist() == [1, 2, 3, 1, 2, 3, 4, 5]
     assert head.span == 140.0
     assert (head.arrival[3:] - 40.0).tolist() == trace.arrival.tolist()
+    # [0, 30) excludes the request at 30 s: it is the scored span's, not the pre-roll's
+    assert len(with_preroll(trace, 30.0)) == 2 + 5
     wrap = with_preroll(trace, 40.0, "wrap")
     # [60, 100] of the trace (the requests at 70 and 100 s) replayed at 10 and 40 s
     assert wrap.arrival.tolist() == [10.0, 40.0, 40.0, 50.0, 70.0, 110.0, 140.0]
