@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from pdscaler.cli import build_app, plan_profile
 from pdscaler.sim.measured import Deployment, Recorded, load_engine
-from pdscaler.sim.profiles import with_measured_profile
+from pdscaler.sim.profiles import with_measured_profile, with_pool_profiles
 from pdscaler.sim.setup import sim_spec
 from pdscaler.spec import PDDeployment
 from support.crd_schema import ROOT
@@ -100,6 +100,13 @@ def test_the_simulator_reads_the_same_profile(
     assert spec.prefill.profile_points() == written.prefill.profile_points()
     assert spec.decode.profile_points() == written.decode.profile_points()
     assert len(written.decode.profile) == 8
+    # every written field: the spec a team deploys after measuring
+    full = with_pool_profiles(sim_spec(tpot_s=0.05), engine.params, engine.facts.max_context)
+    for role in ("prefill", "decode"):
+        for field, value in pools[role].items():
+            assert getattr(full, role).model_dump(by_alias=True)[field] == value
+    assert full.prefill.tokens_per_second == 46_780
+    assert full.decode.kv_cache_tokens == 382_705
 
 
 def test_a_tighter_tpot_lowers_the_decode_points_only(
