@@ -5,6 +5,7 @@ span, plus a margin) beside ``static-hindsight`` (sized on the span it is scored
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -112,3 +113,22 @@ def test_static_yesterday_without_a_size_or_a_previous_span_is_refused() -> None
     cfg = LoopConfig(spec=sim_spec(startup_s=30.0), startup_s=30.0)
     with pytest.raises(ValueError, match="previous span"):
         compare(constant(1.0, 30.0, 100, 10), (STATIC_YESTERDAY,), cfg, tuned=Tuned())
+
+
+def test_only_the_hindsight_size_follows_the_span_it_is_scored_on() -> None:
+    """The set-up error of issue 26's first row: static-best (static-hindsight) is
+    sized by replaying the very span it is scored on; static-yesterday is not."""
+    yesterday = synthetic("y", [Segment(120.0, 6.0, 1500.0, 150.0)], 2)
+    calm = synthetic("calm", [Segment(120.0, 4.0, 1500.0, 150.0)], 3)
+    busy = synthetic("busy", [Segment(120.0, 14.0, 1500.0, 150.0)], 3)
+    cfg = LoopConfig(spec=sim_spec(startup_s=30.0), startup_s=30.0)
+    names = (STATIC_YESTERDAY, STATIC_HINDSIGHT)
+    a = compare(calm, names, cfg, tuned=Tuned(), previous=yesterday).to_json()
+    b = compare(busy, names, cfg, tuned=Tuned(), previous=yesterday).to_json()
+
+    def size(doc: dict[str, Any], key: str) -> tuple[int, int]:
+        row = doc[key][0] if key == "static_best" else doc[key]
+        return row["prefill"], row["decode"]
+
+    assert size(a, "static_yesterday") == size(b, "static_yesterday")
+    assert size(a, "static_best") != size(b, "static_best")
