@@ -46,12 +46,16 @@ def run_recorded(
     return yaml.safe_load(out.read_text()), rec
 
 
-def manifest_with(pools: dict[str, Any]) -> PDDeployment:
+def manifest_doc(pools: dict[str, Any]) -> dict[str, Any]:
     """deploy/examples/chat.yaml with the written fields merged into its pools."""
-    doc = yaml.safe_load(MANIFEST.read_text())
+    doc: dict[str, Any] = yaml.safe_load(MANIFEST.read_text())
     for role in ("prefill", "decode"):
         doc["spec"][role].update(pools[role])
-    return PDDeployment.model_validate(doc)
+    return doc
+
+
+def manifest_with(pools: dict[str, Any]) -> PDDeployment:
+    return PDDeployment.model_validate(manifest_doc(pools))
 
 
 def test_the_written_profile_is_a_pddeployments_and_has_the_databases_numbers(
@@ -166,3 +170,23 @@ def test_a_committed_profile_is_its_engines(path: Path) -> None:
     50 ms (both written by bench/engines/regenerate.sh)."""
     engine = load_engine(path)
     assert path.with_suffix(".profile.yaml").read_text() == plan_profile.render(engine, 0.05)
+
+
+def test_the_operators_planner_reads_the_written_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deploy/examples/chat.yaml with the measured Qwen3-8B pools, planned by ``plan
+    from-file`` at 20 req/s of 2,000 + 500 tokens: prefill is read off the profile at
+    2,000 tokens, 46,780 - 976 / 1,024 x 900 = 45,922 tokens/s (not the example's 3,000),
+    so 40,000 / (45,922 x 0.7) = 1.24 -> 2 replicas."""
+    pools, _ = run_recorded(tmp_path, monkeypatch)
+    manifest = tmp_path / "measured.yaml"
+    manifest.write_text(yaml.safe_dump(manifest_doc(pools)))
+    args = ["--rate", "20", "--prompt-tokens", "2000", "--output-tokens", "500", "--json"]
+    result = CliRunner().invoke(APP, ["plan", "from-file", str(manifest), *args])
+    assert result.exit_code == 0, result.output
+    prefill = json.loads(result.stdout)["prefill"]
+    expected = 46_780 - (2000 - 1024) / (2048 - 1024) * (46_780 - 45_880)
+    assert prefill["tokens_per_second"] == pytest.approx(expected)
+    assert expected == pytest.approx(45_922, abs=1)
+    assert prefill["want"] == 2
