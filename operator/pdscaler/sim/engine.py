@@ -67,6 +67,12 @@ The simulator's PDDeployment priors (``pdscaler.sim.setup``) are 10,000 prefill
 tokens/s (the true 8,500 is 15% lower) and 1,400 decode tokens/s (the true ~1,700 at
 the chat mix is ~20% higher), so the operator's online refinement matters.
 
+These defaults are the hand-made engine. The measured ones (``pdscaler.sim.measured``,
+``bench/engines/``: Qwen3-8B on an H100, Qwen3-32B on two H200s, Qwen3-30B-A3B on an
+H200) are fitted to NVIDIA aiconfigurator's performance database and also set three
+terms that are off here: a prefill floor, a decode compute line and a MoE experts term
+(``measured_decode_step``; docs/models.md §2e).
+
 Driving it. Offline (``pdscaler.sim.loop``): build with the whole trace, then alternate
 ``run_until(t)``, ``sample(t)`` and ``scale_to(role, n, t)``. Live, in wall-clock time
 (the lab's engine simulator): build with ``initial=(0, 0)`` and an empty or partial
