@@ -215,3 +215,14 @@ def test_the_docs_table_is_the_committed_engines() -> None:
         ]
         assert rows[name] == [*expect(e.params, e.facts.max_context), *errors]
     assert rows["hand-made"] == [*expect(EngineParams(), None), "-", "-"]
+
+
+def test_a_record_of_another_version_or_unknown_params_is_refused() -> None:
+    """A record whose params name a field EngineParams does not have (renamed since it
+    was written) fails loudly instead of building another engine."""
+    record = to_record(fixture_engine())
+    with pytest.raises(ValueError, match="record_version 0"):
+        from_record({**record, "record_version": 0})
+    params = {**record["params"], "prefill_tokens_per_s": 1.0}
+    with pytest.raises(ValueError, match="unknown EngineParams fields: prefill_tokens_per_s"):
+        from_record({**record, "params": params})
