@@ -132,3 +132,16 @@ def test_only_the_hindsight_size_follows_the_span_it_is_scored_on() -> None:
 
     assert size(a, "static_yesterday") == size(b, "static_yesterday")
     assert size(a, "static_best") != size(b, "static_best")
+
+
+def test_out_of_reach_the_cheapest_size_near_the_ample_pairs_attainment() -> None:
+    trace = steps()
+    cfg = LoopConfig(spec=sim_spec(startup_s=30.0), startup_s=30.0)
+    search = tuning.StaticSearch(trace, cfg)
+    ample = search.summary(*search.ample())
+    c = search.choose(1.01)  # no size reaches 101%
+    assert not c.met
+    assert c.slo_attainment >= ample.slo_attainment - tuning.NEAR_AMPLE
+    # not the ample pair's last replicas bought for nothing
+    assert c.gpu_hours < ample.gpu_hours
+    assert (c.prefill, c.decode) != search.ample()
