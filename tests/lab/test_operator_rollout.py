@@ -105,7 +105,7 @@ def test_version_change_rolls_both_pools_without_breaking_invariants(
             took = time.time() - t0
             wait_cell_gone(kube, namespace, name, "v1", 30)
     assert checker.violations == [], checker.violations[:5]
-    assert checker.samples >= took / 0.5  # sampled all along (~every 200 ms)
+    checker.check(at_least=int(took / 0.5))  # sampled all along (~every 200 ms)
     assert {"v1", "v2"} <= checker.versions_seen
     prog = condition(get_pdd(kube, namespace, name), ConditionType.PROGRESSING)
     assert prog is not None
@@ -129,6 +129,7 @@ def test_never_ready_version_rolls_back_by_itself(
         spec = spec_of(get_pdd(kube, namespace, name))
         never = {"metadata": {"annotations": {"pdscaler.io/startup-delay": "1h"}}}
         with InvariantChecker(kube, namespace, name, spec, period=0.2) as checker:
+            t0 = time.time()
             patch_spec(
                 kube,
                 namespace,
@@ -153,12 +154,15 @@ def test_never_ready_version_rolls_back_by_itself(
 
             st = wait_for(rolled_back, 90, "phase RolledBack")
             wait_cell_gone(kube, namespace, name, "v9", 60)
+            took = time.time() - t0
     assert st["activeVersion"] == "v1"
     ready = ready_by_version(kube, namespace, name)
     assert ready.get(("prefill", "v1"), 0) >= 1
     assert ready.get(("decode", "v1"), 0) >= 1
     assert ("prefill", "v9") not in ready
     assert checker.violations == [], checker.violations[:5]
+    checker.check(at_least=int(took / 0.5))  # sampled through the rollback
+    assert {"v1", "v9"} <= checker.versions_seen  # the v9 pods were sampled too
     prog = condition(get_pdd(kube, namespace, name), ConditionType.PROGRESSING)
     assert prog is not None
     assert (prog["status"], prog["reason"]) == ("False", ConditionReason.ROLLED_BACK)

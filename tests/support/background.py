@@ -100,6 +100,7 @@ class Sampling(Background):
         reads = self.samples + self.failed
         bound = reads // 10 if max_failed is None else max_failed
         name = type(self).__name__
+        print(f"{name}: {self.samples} samples, {self.failed} failed reads {self.errors[:3]}")
         assert self.samples >= at_least, (
             f"{name}: {self.samples} samples, at least {at_least} expected "
             f"({self.failed} failed reads: {self.errors[:5]})"

@@ -28,7 +28,7 @@ from pdscaler.kube import load_api_client
 from pdscaler.reconcile import Runtime
 from pdscaler.spec import GROUP, PLURAL, VERSION, PDDeploymentSpec
 from pdscaler.types import Role
-from support.background import Background
+from support.background import Sampling
 from support.exporter import EngineExporter
 from support.labkit import Kube, not_found, wait_for
 
@@ -458,28 +458,25 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 
 
 @dataclass
-class InvariantChecker(Background):
-    """Samples the PDDeployment's pods every ``period`` s and records every violation of
-    the docs/design.md §4 invariants (``pdscaler.invariants``)."""
+class InvariantChecker(Sampling):
+    """Samples the PDDeployment's pods every ``period`` s (0.2 by default) and records
+    every violation of the docs/design.md §4 invariants (``pdscaler.invariants``); a
+    read that fails is counted (``failed``, ``errors``), not a sample, and sampling
+    goes on: ``check(at_least)`` is what a test asserts of it."""
 
     kube: Kube
     namespace: str
     name: str
     spec: PDDeploymentSpec
-    period: float = 0.2
-    samples: int = 0
     violations: list[tuple[float, str]] = field(default_factory=list)
     versions_seen: set[str] = field(default_factory=set)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            pods = pod_dicts(self.kube, self.namespace, self.name)
-            for p in pods:
-                self.versions_seen.add(
-                    ((p.get("metadata") or {}).get("labels") or {}).get(naming.LABEL_VERSION, "")
-                )
-            now = time.time()
-            for v in invariants.violations(pods, self.spec, self.name, check_capacity=True):
-                self.violations.append((now, v))
-            self.samples += 1
-            self._stop.wait(self.period)
+    def sample(self) -> None:
+        pods = pod_dicts(self.kube, self.namespace, self.name)
+        for p in pods:
+            self.versions_seen.add(
+                ((p.get("metadata") or {}).get("labels") or {}).get(naming.LABEL_VERSION, "")
+            )
+        now = time.time()
+        for v in invariants.violations(pods, self.spec, self.name, check_capacity=True):
+            self.violations.append((now, v))
