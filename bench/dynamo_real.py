@@ -13,7 +13,8 @@ planner's targets as a ``Target``. Must not: see the engine or the trace.
 What the planner is fed, per call (the keys ``ReplayPlannerAdapter.on_tick`` reads):
 
 * worker counts: ``active_*_count`` = the pool's Ready replicas, ``non_draining_*_count``
-  = the replicas asked for (starting + Ready), as the replay's inventory;
+  = the replicas asked for (starting + Ready), ``starting_*_count`` the difference, as
+  Dynamo's Rust replay loop counts them (active + starting ids);
 * ``traffic`` (Dynamo reads it from the frontend's Prometheus series): the window since
   the previous call, ``duration_s``, ``num_req`` = R x duration (R: the request rate of
   the snapshot, over its 2-minute window), ``avg_isl``/``avg_osl`` = the snapshot's mean
@@ -61,6 +62,8 @@ from pdscaler.types import MetricsSnapshot, PoolMetrics
 WORKER = Path(__file__).resolve().parent / "dynamo_worker" / "worker.py"
 #: Where bench/install-dynamo.sh puts the planner's virtualenv.
 DEFAULT_VENV = Path.home() / ".cache" / "pdscaler" / "dynamo-venv"
+#: The planner's wall-clock deadlines in the replay (``planner_config``).
+REPLAY_DEADLINE_S = 3600.0
 #: KV block size of the mocker engine arguments the capabilities are derived from.
 BLOCK_SIZE = 16
 
@@ -120,6 +123,10 @@ def planner_config(spec: PDDeploymentSpec, config: RealDynamoConfig) -> dict[str
         "control_api_port": 0,
         "report_interval_hours": None,
         "pre_deployment_sweeping_mode": "none",
+        # A replay: no wall-clock deadlines (5 s a plugin call, 30 s a tick by default).
+        # ARIMA fits on a busy 2-core machine ran into them, and runs differed.
+        "plugin_registration": {"transport": {"request_timeout_seconds": REPLAY_DEADLINE_S}},
+        "scheduling": {"tick_max_duration_seconds": REPLAY_DEADLINE_S},
         **config.extra,
     }
 
@@ -255,10 +262,13 @@ def scaling_tick(view: View, params: EngineParams, ordinal: int, duration: float
     p_ready, d_ready = view.prefill.ready, view.decode.ready
     result: dict[str, Any] = {
         "tick_ordinal": ordinal,
+        "now_ms": 1000.0 * view.now,
         "active_prefill_count": p_ready,
         "active_decode_count": d_ready,
         "non_draining_prefill_count": view.prefill.replicas,
         "non_draining_decode_count": view.decode.replicas,
+        "starting_prefill_count": max(0, view.prefill.replicas - p_ready),
+        "starting_decode_count": max(0, view.decode.replicas - d_ready),
         "prefill_fpm_snapshots": [],
         "decode_fpm_snapshots": [],
     }
@@ -346,12 +356,15 @@ class RealDynamoController:
         self._next = math.inf
         self._last = 0.0
         self.calls = 0
+        #: wall seconds the subprocess took to start (imports, profile, bootstrap)
+        self.start_seconds = 0.0
         #: wall seconds spent in the planner's ticks (the subprocess round trips)
         self.seconds = 0.0
         self.bootstrap: dict[str, Any] = {}
         self.last_answer: dict[str, Any] = {}
 
     def _start(self) -> None:
+        t0 = time.perf_counter()
         self._proc = PlannerProcess(self._python)
         answer = self._proc.call(
             {
@@ -362,6 +375,7 @@ class RealDynamoController:
         )
         self.bootstrap = answer["bootstrap"]
         self._next = float(answer["initial_tick_ms"]) / 1000.0
+        self.start_seconds = time.perf_counter() - t0
 
     def tick(self, view: View) -> Target | None:
         if self._proc is None:

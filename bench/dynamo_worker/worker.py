@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import sys
+from importlib import metadata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,6 +40,9 @@ from dynamo.planner.config.planner_config import PlannerConfig
 from dynamo.planner.core.types import WorkerCapabilities
 from dynamo.planner.offline.replay_adapter import create_replay_planner_adapter
 from dynamo.replay import planner as replay_planner
+
+#: Distributions whose versions the init answer reports.
+VERSIONED = ("ai-dynamo", "ai-dynamo-runtime", "aiconfigurator-core", "pydantic")
 
 
 class EngineSession:
@@ -115,6 +119,7 @@ class Planner:
         decode = replay_planner._generate_ais_decode_fpms(session, d_args, granularity)
         self.adapter.install_benchmark_fpms(prefill_fpms=prefill, decode_fpms=decode)
         self.bootstrap = {
+            "versions": {n: metadata.version(n) for n in VERSIONED},
             "status": "installed",
             "prefill_fpm_count": len(prefill),
             "decode_fpm_count": len(decode),

@@ -4,8 +4,11 @@ test_dynamo_real_planner.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from bench.dynamo_compare import BEGIN, END, RESULTS, render
 from bench.dynamo_real import (
     RealDynamoConfig,
     decode_fpms,
@@ -105,5 +108,18 @@ def test_planner_config_from_the_spec_and_the_slo_scale() -> None:
     assert cfg["max_gpu_budget"] == spec.scaling.max_gpus == 128
     assert cfg["mode"] == "disagg"
     assert cfg["optimization_target"] == "sla"
+    # a replay: the planner's wall-clock deadlines (5 s a plugin call, 30 s a tick) off
+    assert cfg["plugin_registration"]["transport"]["request_timeout_seconds"] == 3600.0
+    assert cfg["scheduling"]["tick_max_duration_seconds"] == 3600.0
     arima = planner_config(spec, RealDynamoConfig(extra={"load_predictor": "arima"}))
     assert arima["load_predictor"] == "arima"
+
+
+def test_the_results_note_shows_the_results_file() -> None:
+    """bench/results/dynamo-planner.md's table is rendered from dynamo-planner.json."""
+    doc = json.loads((RESULTS / "dynamo-planner.json").read_text())
+    md = (RESULTS / "dynamo-planner.md").read_text()
+    assert f"{BEGIN}\n{render(doc)}\n{END}" in md
+    rows = doc["cases"]["conv-4x"]["rows"]
+    assert {"re-implementation", "Dynamo 1.6.1"} <= set(rows)
+    assert rows["Dynamo 1.6.1"]["planner_ticks"] > 200  # an hour at 15 s
