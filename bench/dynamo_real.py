@@ -58,6 +58,8 @@ from pdscaler.sim.setup import clamp
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot, PoolMetrics
 
+#: The policy's name in the bench's tables.
+NAME = "dynamo-planner-real"
 #: The worker script (run by the dynamo venv's interpreter).
 WORKER = Path(__file__).resolve().parent / "dynamo_worker" / "worker.py"
 #: Where bench/install-dynamo.sh puts the planner's virtualenv.
@@ -290,7 +292,9 @@ def scaling_tick(view: View, params: EngineParams, ordinal: int, duration: float
 
 
 class PlannerProcess:
-    """The worker subprocess: one JSON request a line, one answer a line."""
+    """The worker subprocess: one JSON request a line, one answer a line. Its stderr
+    (Dynamo's logs, a traceback) is discarded unless ``DYNAMO_WORKER_STDERR`` is set;
+    ``DYN_LOG`` (default ``error``) sets Dynamo's log level."""
 
     def __init__(self, python: Path | None = None) -> None:
         env = {**os.environ, "DYN_LOG": os.environ.get("DYN_LOG", "error")}
@@ -350,7 +354,7 @@ class RealDynamoController:
     ) -> None:
         self.spec, self.profile = spec, profile
         self.config = config or RealDynamoConfig()
-        self.name = "dynamo-planner-real"
+        self.name = NAME
         self._python = python
         self._proc: PlannerProcess | None = None
         self._next = math.inf
