@@ -4,6 +4,7 @@ dynamic policy gets (static ones start at their size on the scored span)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -104,3 +105,34 @@ def test_the_plan_runs_the_pre_rolled_jobs_first_and_refuses_unknown_names() -> 
     args = diurnal.parser().parse_args(["--policies", "pdscaler,nope"])
     with pytest.raises(ValueError, match="nope"):
         diurnal.plan_of(args)
+
+
+def test_a_job_reports_the_scored_span_and_its_preroll_apart() -> None:
+    plan = diurnal.Plan(scale=2, trace_path=str(FIXTURE))
+    dynamic = diurnal.run_job(plan, "default", 90.0, 0, "pdscaler")
+    static = diurnal.run_job(plan, "default", 90.0, 0, "static-peak")
+    assert dynamic["scored"]["requests"] == static["scored"]["requests"] == 6
+    assert dynamic["preroll"]["requests"] == 10  # day 0's five requests, doubled
+    assert dynamic["requests_replayed"] == 16
+    assert static["preroll"] is None
+    assert static["requests_replayed"] == 6
+    assert static["static_size"] == [1, 1]
+    doc = {
+        "plan": dataclasses.asdict(plan),
+        "policies": {"pdscaler": "pdscaler", "static-peak": "static-peak"},
+        "scales": {},
+        "rows": [dynamic, static],
+        "jobs": 3,
+        "jobs_done": 2,
+        "wall_s": 1.0,
+        "engine": "pure Python",
+        "measured_at": {"commit": "0000000", "date": "2026-12-05 10:00 UTC"},
+    }
+    text = diurnal.report(doc, "python -m bench.diurnal")
+    assert "INCOMPLETE: 2 of 3 jobs" in text
+    pd_row = next(line for line in text.splitlines() if "| pdscaler |" in line)
+    static_row = next(line for line in text.splitlines() if "| static-peak |" in line)
+    assert "| dynamic |" in pd_row
+    assert "| 1P/1D |" in static_row
+    assert "| - | - |" in static_row  # no pre-roll figures for a static policy
+    assert "| - |" not in pd_row
