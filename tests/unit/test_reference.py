@@ -18,6 +18,7 @@ from pdscaler.sim.reference import (
     ArrivalLog,
     ReferenceController,
     Signals,
+    drain_deadline,
     reference_config,
     reference_sizes,
 )
@@ -39,13 +40,23 @@ def test_sizes_worked_numbers() -> None:
     # decode: 1,500 / (1,544.5 x 0.7) = 1.39 by throughput; 1.31 by the KV -> 2
     assert steady.decode_ratio == pytest.approx(1500 / (1544.48 * 0.7), rel=1e-4)
     assert steady.decode == 2
-    queued = reference_sizes(SPEC, Signals(10.0, 1500.0, 150.0, 60.0, 0.0, 1, 2), None, 60.0)
-    # B = 60 + (10 - 5.43) x 60 = 334; 10 + 334 / 15 = 32.3 req/s -> 6 replicas
-    assert queued.prefill_drain == 6
-    assert queued.prefill == 6
+    queued = reference_sizes(SPEC, Signals(10.0, 1500.0, 150.0, 60.0, 0.0, 1, 2), None, 30.0)
+    # T_s 30 s, deadline 60 s: B = 60 + (10 - 5.43) x 30 = 197; 10 + 197 / 30 = 16.6
+    # req/s -> 4 replicas
+    assert queued.prefill_drain == 4
+    assert queued.prefill == 4
+    # T_s 60 s >= recovery 60 s: drained 60 s after the replicas are up (pdscaler's)
+    late = reference_sizes(SPEC, Signals(10.0, 1500.0, 150.0, 60.0, 0.0, 1, 2), None, 60.0)
+    assert late.prefill_drain == 3  # 10 + 334 / 60 = 15.6 req/s
     assert reference_sizes(SPEC, Signals(0.0, math.nan, math.nan, 0, 0, 1, 1), None, 60.0) == (
         reference_sizes(SPEC, Signals(0.0, 1.0, 1.0, 5.0, 5.0, 0, 0), None, 60.0)
     )
+
+
+def test_the_drain_deadline_is_pdscalers() -> None:
+    assert drain_deadline(sim_spec(startup_s=30.0), 30.0) == 60.0
+    assert drain_deadline(sim_spec(startup_s=50.0), 50.0) == 65.0  # an interval after
+    assert drain_deadline(sim_spec(startup_s=90.0), 90.0) == 150.0  # recovery after up
 
 
 def test_the_kv_bound_sizes_long_contexts() -> None:

@@ -23,17 +23,18 @@ How it sizes, with the same models as pdscaler (docs/models.md §2, §2b, §2d, 
 pool's per-replica tokens/s read off its measured profile at the mix (the constant
 ``tokensPerSecond`` without one); the ratio target ``ceil(R * L / (P * u))``, decode the
 larger of that and the KV bound when M is known; the drain target, the fewest replicas
-that drain ``B = Q + (R - mu_0) * T_s`` by ``max(recoverySeconds, T_s + interval)``
-(``models.replicas_for_deadline``, mu_0 = what the ready replicas serve); the larger of
-the two, inside the spec's bounds, held up for ``scaleDownStabilization`` (the highest
-want of that window, as pdscaler and the HPA do). No forecast, no learning, no
-bottleneck rule: both pools follow the load.
+that drain ``B = Q + (R - mu_0) * T_s`` by pdscaler's deadline (``drain_deadline``;
+``models.replicas_for_deadline``; mu_0 = what the current replicas serve over T_s: the
+ready ones all along, those still starting from when they are up); the larger of the
+two, inside the spec's bounds, held up for ``scaleDownStabilization`` (the highest want
+of that window, as pdscaler and the HPA do). No forecast, no learning, no bottleneck
+rule: both pools follow the load.
 
 Worked numbers (``tests/unit/test_reference.py``): 10 req/s of 1,500 + 150 tokens, the
 default engine's measured profile (prefill 8,145 tokens/s at 1,500 tokens: 5.43 req/s
 a replica), u 0.7: prefill ceil(15,000 / 5,702) = ceil(2.63) = 3 with 3 ready and
-nothing queued; with 60 queued and 1 ready, T_s 60 s, deadline max(60, 60 + 15) = 75 s:
-B = 60 + (10 - 5.43) x 60 = 334, mu_min = 10 + 334 / 15 = 32.3 req/s -> 6 replicas.
+nothing queued; with 60 queued and 1 ready, T_s 30 s, deadline 60 s: B = 60 + (10 -
+5.43) x 30 = 197, mu_min = 10 + 197 / 30 = 16.6 req/s -> 4 replicas.
 """
 
 from __future__ import annotations
@@ -111,6 +112,18 @@ class Sizes:
     decode_drain: int | None
 
 
+def drain_deadline(spec: PDDeploymentSpec, startup_s: float) -> float:
+    """When the backlog must be drained, counted from now, as pdscaler's drain plan
+    has it (``policy.sizing.plan_drain``): ``recoverySeconds``, but at least one
+    interval after the new replicas are up; when ``recoverySeconds <= T_s`` (no size
+    meets it) ``recoverySeconds`` after they are up. Recovery 60 s, interval 15 s: T_s
+    30 s -> 60; 50 s -> 65; 90 s -> 150."""
+    recovery = spec.slo.recovery_seconds
+    if recovery > startup_s:
+        return max(recovery, startup_s + spec.scaling.interval_seconds)
+    return startup_s + recovery
+
+
 def reference_sizes(
     spec: PDDeploymentSpec, s: Signals, kv_tokens: float | None, startup_s: float
 ) -> Sizes:
@@ -126,7 +139,7 @@ def reference_sizes(
     if kv_tokens is not None:
         n_d = max(n_d, decode_memory(s.rate, s.prompt, s.output, tpot, kv_tokens).n_decode)
         per_d = min(per_d, memory_service_rate(s.prompt, s.output, tpot, kv_tokens))
-    deadline = max(spec.slo.recovery_seconds, startup_s + spec.scaling.interval_seconds)
+    deadline = drain_deadline(spec, startup_s)
     drains = []
     for per, queue, ready in (
         (per_p, s.prefill_queue, s.prefill_ready),
