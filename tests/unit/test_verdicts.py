@@ -15,6 +15,7 @@ from pdscaler.sim.verdicts import (
     FCFS,
     Kind,
     Point,
+    comparison_points,
     dominates,
     policy_points,
     static_point,
@@ -140,3 +141,32 @@ def test_pdscaler_is_dominated_on_every_code_case_of_the_committed_bench(key: st
         assert best.gpu_hours == pytest.approx(20.10, abs=0.01)
         assert v.point.slo_attainment == pytest.approx(0.8430, abs=1e-4)
         assert v.point.gpu_hours == pytest.approx(28.26, abs=0.01)
+
+
+def test_points_of_a_comparison_document() -> None:
+    def row(a: float, h: float) -> dict[str, float]:
+        return {"slo_attainment": a, "gpu_hours": h}
+
+    doc = {
+        "policies": {
+            "pdscaler": row(0.843, 28.26),
+            "hpa-tuned": row(0.574, 17.56),
+            "oracle-replay": row(0.70, 9.0),
+            "pdscaler, no profile": row(0.80, 20.0),
+            "pdscaler + role flips": row(0.85, 20.0),
+            "pdscaler, deadline queue": row(0.856, 24.79),
+        },
+        "static_sweep": [{"prefill": 19, "decode": 2, "slo_attainment": 0.850, "gpu_hours": 20.1}],
+    }
+    points = comparison_points(doc)
+    assert [p.label for p in points] == [
+        "pdscaler",
+        "hpa-tuned",
+        "oracle-replay",
+        "pdscaler (deadline)",
+        "static 19P/2D",
+    ]
+    assert points[2].kind is Kind.BOUND
+    # the role-flips variant (85%, 20.0) would dominate pdscaler: it is not a rival
+    assert verdict("pdscaler", points).labels == ("static 19P/2D",)
+    assert verdict("pdscaler", points, DEADLINE).pareto

@@ -26,10 +26,13 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 #: Queue disciplines (``EngineParams.queue_discipline``).
 FCFS = "fcfs"
 DEADLINE = "deadline"
+#: The bench's ablation row that is pdscaler under the deadline queue.
+DEADLINE_ABLATION = "pdscaler, deadline queue"
 
 
 class Kind(StrEnum):
@@ -95,6 +98,20 @@ def sweep_points(sizes: Iterable[Mapping[str, float]], discipline: str = FCFS) -
             key, static_point(*key, float(s["slo_attainment"]), float(s["gpu_hours"]), discipline)
         )
     return list(seen.values())
+
+
+def comparison_points(doc: Mapping[str, Any], discipline: str = FCFS) -> list[Point]:
+    """Every point of one ``Comparison.to_json`` document: its policies' rows (the
+    ablation rows, ``pdscaler`` variants named ``pdscaler, ...`` or ``pdscaler + ...``,
+    left out: they are neither pdscaler's row nor a rival's), its static sweep, and
+    ``oracle-replay`` as a bound. ``"pdscaler, deadline queue"`` is pdscaler's row
+    under the deadline queue."""
+    pols = doc["policies"]
+    rows = {n: r for n, r in pols.items() if n == "pdscaler" or not n.startswith("pdscaler")}
+    points = policy_points(rows, discipline)
+    if discipline == FCFS and DEADLINE_ABLATION in pols:
+        points += policy_points({"pdscaler": pols[DEADLINE_ABLATION]}, DEADLINE)
+    return points + sweep_points(doc.get("static_sweep", ()), discipline)
 
 
 def dominates(a: Point, b: Point, eps: float = 0.0) -> bool:
