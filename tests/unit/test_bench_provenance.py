@@ -69,7 +69,7 @@ def test_the_header_line_says_commit_date_and_when_it_was_recorded() -> None:
     assert measured({}) == "commit not recorded"
 
 
-@pytest.mark.parametrize("name", ["quality.json", "queue.json", "step.json"])
+@pytest.mark.parametrize("name", ["quality.json", "queue.json", "step.json", "request_path.json"])
 def test_every_committed_json_result_names_its_commit_and_date(name: str) -> None:
     stamp = json.loads((RESULTS / name).read_text())[provenance.KEY]
     assert re.match(r"^[0-9a-f]{7}(\+dirty)?$", stamp["commit"]), stamp

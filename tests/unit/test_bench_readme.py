@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench import quality, readme
+from bench import quality, readme, request_path
 from pdscaler.sim.results import Summary
 
 OVERHEAD = """# Operator overhead
@@ -24,8 +24,45 @@ OVERHEAD = """# Operator overhead
 
 
 def test_the_committed_readme_matches_the_committed_results() -> None:
+    """Both generated parts: the results section and the request path's sentence."""
     text = readme.README.read_text(encoding="utf-8")
-    assert readme.render(text, readme.section()) == text, "run: python -m bench.readme"
+    assert readme.render_all(text) == text, "run: python -m bench.readme"
+    assert "225 requests" not in text  # the figure that predated its test
+
+
+def test_the_request_path_sentence_takes_its_figures_from_the_file(tmp_path: Path) -> None:
+    doc = {
+        "requests": 300,
+        "errors": 0,
+        "mixed_pairs": 0,
+        "tolerance": 0.15,
+        "both_serving_s": 4.3,
+        "requests_both_serving": 17,
+        "cells": [
+            {"cell": "old", "traffic": 0.35, "capacity": 0.31},
+            {"cell": "new", "traffic": 0.65, "capacity": 0.69},
+        ],
+    }
+    assert request_path.write(doc, tmp_path) == tmp_path / "request_path.json"
+    text = readme.request_path_part(tmp_path)
+    assert "rolls v1 -> v2 under aiperf's load: 300 requests, 0 failed, 0 cross-version" in text
+    assert "within 15 points of its share of Ready prefill" in text
+    assert "(measured 35/65 against 31/69, old cell first, over 4.3 s and 17 requests" in text
+    assert "at commit " in text
+    assert "not measured (no bench/results/request_path.json" in readme.request_path_part(
+        tmp_path / "none"
+    )
+
+
+def test_the_request_path_file_is_written_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(request_path.OUT_ENV, raising=False)
+    assert request_path.write({"requests": 1}) is None
+    monkeypatch.setenv(request_path.OUT_ENV, str(tmp_path))
+    path = request_path.write({"requests": 1})
+    assert path is not None
+    assert json.loads(path.read_text())["measured_at"]["commit"]
 
 
 def results(tmp_path: Path) -> Path:
