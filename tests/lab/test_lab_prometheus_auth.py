@@ -14,10 +14,13 @@ What it proves, in order (the Secret cache's 60 s TTL shortened to 1 s so a rota
 Secret is seen within the test):
 
 1. with the right Secrets the operator's queries authenticate: MetricsAvailable=True
-   from the exporter's series (1 req/s, 2000/500 tokens);
+   from the exporter's series (3 req/s, 2000/500 tokens: N_P = 6000/2100 = 2.86 and
+   N_D = 1500/560 = 2.68, so both pools grow to 3, above their minimum of 1);
 2. a wrong password: MetricsAvailable=False, reason PrometheusUnauthorized, the pools
-   keep their replicas;
-3. a Secret deleted: MetricsAvailable=False, reason SecretNotFound, naming it;
+   keep their 3 replicas for 3 ticks (an operator that lowered pools on missing metrics
+   would take them to 1);
+3. a Secret deleted: MetricsAvailable=False, reason SecretNotFound, naming it; the
+   pools keep their replicas for 3 more ticks;
 4. no credential appears in the status or the namespace's Events.
 """
 
@@ -27,7 +30,6 @@ import base64
 import contextlib
 import json
 import secrets
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,18 +41,21 @@ from kubernetes.client.exceptions import ApiException
 from pdlab.lab import Lab
 from pdlab.pki import ensure_pki
 from pdscaler.prometheus import Credentials, MetricsUnavailableError, PrometheusClient
+from pdscaler.runtime import Runtime
 from pdscaler.types import ConditionReason, Role
 from support.exporter import EngineExporter
-from support.labkit import Kube
+from support.labkit import Kube, wait_for
 from support.opkit import (
     create_pdd,
     get_pdd,
     operator_runtime,
     pdd_manifest,
     replicas,
-    serve_light,
+    serve_two_by_two,
     ticking,
+    wait_both_pools,
     wait_condition,
+    wait_stable,
 )
 from support.promkit import own_prometheus
 
@@ -60,6 +65,8 @@ with warnings.catch_warnings():
 
 NAME = "chat"
 USER = "pdscaler"
+RATE = 3.0  # req/s: both pools at 3 (module docstring, step 1)
+ABOVE_MIN = 3
 
 
 @contextlib.contextmanager
@@ -126,6 +133,12 @@ AUTH: dict[str, Any] = {
 }
 
 
+def ticks(rt: Runtime, n: int) -> None:
+    """Until the operator has ticked ``n`` more times (1 s apart; 60 s at most)."""
+    start = rt.ticks
+    wait_for(lambda: rt.ticks >= start + n or None, 60, f"{n} operator ticks")
+
+
 def written_text(kube: Kube, namespace: str) -> str:
     """The PDDeployment's status and every Event of the namespace, as text."""
     status = get_pdd(kube, namespace, NAME).get("status")
@@ -162,7 +175,7 @@ def test_the_operator_authenticates_and_names_each_failure(
             },
         )
         put_secret(kube, namespace, "prom-tenant", {"org": b"tenant-a"})
-        serve_light(exporter, namespace, NAME)
+        serve_two_by_two(exporter, namespace, NAME, RATE)
         manifest = pdd_manifest(NAME, url)
         manifest["spec"]["metrics"]["prometheus"]["auth"] = AUTH
         create_pdd(kube, namespace, manifest)
@@ -180,6 +193,9 @@ def test_the_operator_authenticates_and_names_each_failure(
             # the rate is still rising towards 1 req/s)
             assert report.metrics.request_rate is not None
             assert report.metrics.request_rate > 0
+            # above their minimum of 1, so holding them is a decision, not a floor
+            wait_both_pools(kube, namespace, NAME, ABOVE_MIN, 120, f"{ABOVE_MIN} + {ABOVE_MIN}")
+            assert min(wait_stable(kube, namespace, NAME)) >= ABOVE_MIN
             before = {r: replicas(kube, namespace, NAME, r) for r in Role}
 
             # 2. a wrong password
@@ -197,7 +213,7 @@ def test_the_operator_authenticates_and_names_each_failure(
             )
             assert "HTTP 401" in bad["message"]
             assert "no scale-down" in bad["message"]
-            time.sleep(3)  # a few ticks on the refused credentials
+            ticks(rt, 3)  # on the refused credentials
             assert {r: replicas(kube, namespace, NAME, r) for r in Role} == before
 
             # 3. a Secret deleted
@@ -212,6 +228,7 @@ def test_the_operator_authenticates_and_names_each_failure(
                 reason=ConditionReason.SECRET_NOT_FOUND,
             )
             assert f"Secret {namespace}/prom-tenant not found" in gone["message"]
+            ticks(rt, 3)  # without the Secret
             assert {r: replicas(kube, namespace, NAME, r) for r in Role} == before
 
         # 4. no credential in what the operator wrote
