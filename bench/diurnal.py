@@ -20,8 +20,9 @@ attention (the mean squared prompt / (8,500 x 53,400)) = 0.08786 replica-seconds
 against 2,634 tokens/s a replica (129 sequences at a 49.0 ms step) = 0.0587. Prefill is
 the larger pool: 20 / 0.2890 = 69.2 -> x70, where the peak hour needs 20.2 prefill and
 4.1 decode replicas, and a day is 7.7-10.2 million requests (day 1: 9.40 million). The
-busiest minutes need more than the hour's mean (pdscaler asked for up to 64 prefill
-replicas in hour 27 at x70): the scale is a floor on the pools' size, not a headroom.
+busiest minutes need more than the hour's mean (static-peak sizes day 1's busiest
+minute at 64 prefill and 21 decode replicas at x70, bench/results/diurnal.md): the
+scale is a floor on the pools' size, not a headroom.
 
 Spans (``Plan``): ``warmup_hours`` of the warm-up day's end (24: all of day 0) are the
 pre-roll of the dynamic policies (``LoopConfig.preroll_s``; scored apart, reported as
