@@ -6,7 +6,8 @@ signalled): ``paused`` (SIGSTOP, SIGCONT in ``finally``) and ``killed`` (SIGKILL
 started again in ``finally`` with its recorded arguments: ``Lab.restart``);
 ``DrillOperator``, the operator process of ``operator_process`` with ``/metrics`` and
 ``/healthz`` on a free port (its successful ticks counted from
-``pdscaler_reconcile_duration_seconds_count``); ``ClusterSampler`` (every owned
+``pdscaler_reconcile_duration_seconds_count``; ``hold``: a fault held for seconds and
+ticks); ``ClusterSampler`` (every owned
 Deployment's uid and ``spec.replicas``, the PDDeployments' rollout phase, their
 CapacityLimited condition, a cell gone while its pods serve) and ``TickSampler``. Must
 not signal any process it did not look up in the lab's state file, or leave a component
@@ -37,7 +38,7 @@ from pdscaler import naming
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from pdscaler.types import ConditionType
 from support.background import Background
-from support.labkit import Kube, free_port
+from support.labkit import Kube, free_port, wait_for
 
 
 def component_pid(lab: Lab, component: str) -> int:
@@ -78,6 +79,27 @@ def killed(lab: Lab, component: str, restart_timeout: float = 90.0) -> Iterator[
 
 
 TICKS = re.compile(r"^pdscaler_reconcile_duration_seconds_count\{([^}]*)\} ([0-9.e+]+)$", re.M)
+CONDITION = re.compile(r"^pdscaler_condition\{([^}]*)\} ([0-9.e+]+)$", re.M)
+
+
+def scraped(text: str) -> tuple[dict[str, float], set[tuple[str, str, str]]]:
+    """From one /metrics text: the successful ticks per PDDeployment name, and the
+    (name, type, status) of each condition reported (``pdscaler_condition`` 1), so a
+    condition is seen with the count of the ticks that had run when it was set:
+    ``..._count{namespace="n",name="a"} 7.0`` and ``pdscaler_condition{namespace="n",
+    name="a",type="MetricsAvailable",status="False"} 1.0`` -> ({"a": 7.0},
+    {("a", "MetricsAvailable", "False")})."""
+    ticks: dict[str, float] = {}
+    for labels, value in TICKS.findall(text):
+        name = re.search(r'(?:^|,)name="([^"]*)"', labels)
+        if name:
+            ticks[name.group(1)] = float(value)
+    conditions = set()
+    for labels, value in CONDITION.findall(text):
+        got = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if float(value) == 1.0:
+            conditions.add((got.get("name", ""), got.get("type", ""), got.get("status", "")))
+    return ticks, conditions
 
 
 @dataclass
@@ -117,15 +139,24 @@ class DrillOperator(OperatorProcess):
 
     def ticks(self) -> dict[str, float]:
         """Successful ticks so far per PDDeployment name ({} when /metrics is silent)."""
+        return self.ticks_and_conditions()[0]
+
+    def ticks_and_conditions(self) -> tuple[dict[str, float], set[tuple[str, str, str]]]:
+        """``scraped`` of ONE /metrics scrape (({}, set()) when /metrics is silent)."""
         code, text = self._get("/metrics")
-        if code != 200:
-            return {}
-        out: dict[str, float] = {}
-        for labels, value in TICKS.findall(text):
-            name = re.search(r'name="([^"]*)"', labels)
-            if name:
-                out[name.group(1)] = float(value)
-        return out
+        return scraped(text) if code == 200 else ({}, set())
+
+    def hold(self, name: str, seconds: float, ticks: int) -> None:
+        """Let ``seconds`` pass AND ``name`` be ticked ``ticks`` more times (successful
+        ticks, from /metrics; 60 s more at most): a fault held this way is seen by as
+        many ticks on a loaded machine as on an idle one. Interval 2 s: 20 s -> 8 ticks."""
+        start = wait_for(lambda: self.ticks().get(name), 30, f"a first tick of {name}")
+        time.sleep(seconds)
+        wait_for(
+            lambda: self.ticks().get(name, 0.0) >= start + ticks or None,
+            60,
+            f"{ticks} more ticks of {name} (from {start:g})",
+        )
 
     def tail(self, chars: int = 4000) -> str:
         try:

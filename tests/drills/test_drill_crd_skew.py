@@ -18,7 +18,9 @@ status keeps being written); capacity never below the
 published totals; 0 pairing violations. Mid-rollout (v2 Ready 6 s after creation): the
 rollout finishes on v2 after the wipe. After a rollback (v2 never Ready, rolled back
 and its cell deleted): after the wipe and restart the failed version is not retried
-(no v2 Deployment appears again for 12 s) and the rollout shows RolledBack again.
+(no v2 Deployment appears again in 6 ticks of the restarted operator, 12 s idle) and
+the rollout shows RolledBack again. The newer CRD's schema is served asynchronously:
+the test polls its read of the default (and of the session CRD's schema at the end).
 
 Shortened (each case < 90 s): interval 2 s (15 s), progressDeadline 15 s (10 m), 1 + 1
 then 2 + 2 replicas, pods Ready 1 s after creation; the restart is at once.
@@ -26,6 +28,7 @@ then 2 + 2 replicas, pods Ready 1 s after creation; the restart is at once.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from pathlib import Path
@@ -34,8 +37,8 @@ from typing import Any, cast
 import pytest
 import yaml
 
+from drills.faults import DrillOperator
 from drills.operator_process import (
-    OperatorProcess,
     handling,
     ready_by_version,
     start_on_new_pdd,
@@ -62,7 +65,8 @@ from support.opkit import (
 
 INTERVAL = 2.0
 DEADLINE = 15.0
-WATCH_AFTER = 12.0
+#: ticks of the restarted operator watched for a retry of the failed version (12 s idle)
+WATCH_TICKS = 6
 BROKEN = {"template": {"metadata": {"annotations": {"pdscaler.io/startup-delay": "1h"}}}}
 SLOW = {"template": {"metadata": {"annotations": {"pdscaler.io/startup-delay": "6s"}}}}
 
@@ -84,6 +88,25 @@ def _apply(kube: Kube, body: dict[str, Any]) -> None:
     body["metadata"]["resourceVersion"] = current.metadata.resource_version
     kube.apiext.replace_custom_resource_definition(name, cast(Any, body))
     wait_for(lambda: crd_established(kube, name), 30, "the newer CRD Established")
+
+
+def _served_scaling(kube: Kube, namespace: str, name: str, *, newer: bool) -> dict[str, Any]:
+    """``spec.scaling`` of the PDDeployment once the API server serves the CRD just
+    applied: with the newer CRD's defaulted ``predictive``, or without it again. A CRD's
+    new schema is served asynchronously (Established is already True from before):
+    read at once after the replace, the object came without the default (make test,
+    48bfd55: KeyError 'predictive'), so the read is polled, 30 s at most."""
+
+    reads, t0, which = [0], time.monotonic(), "newer" if newer else "session"
+
+    def scaling() -> dict[str, Any] | None:
+        reads[0] += 1
+        got = dict(get_pdd(kube, namespace, name)["spec"]["scaling"])
+        return got if ("predictive" in got) == newer else None
+
+    served = wait_for(scaling, 30, f"the {which} CRD's schema served")
+    print(f"the {which} CRD's schema served: read {reads[0]}, {time.monotonic() - t0:.2f} s")
+    return served
 
 
 def _status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
@@ -182,7 +205,7 @@ def test_newer_crd_and_wiped_status(
     )
     name = "d13"
     serve_two_by_two(exporter, namespace, name, 1.0)
-    op = OperatorProcess(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
+    op = DrillOperator(namespace, str(lab.kubeconfig), tmp_path / "operator.log")
     op.allowed = lab.prometheus_url
     start_on_new_pdd(
         op, kube, lab.prometheus_url, name, interval=INTERVAL, progress_deadline=f"{DEADLINE:g}s"
@@ -190,7 +213,8 @@ def test_newer_crd_and_wiped_status(
     try:
         wait_ready(kube, namespace, name, 1, 1, 60)
         _apply(kube, newer_crd())
-        assert get_pdd(kube, namespace, name)["spec"]["scaling"]["predictive"] == "Off"
+        scaling = _served_scaling(kube, namespace, name, newer=True)
+        assert scaling["predictive"] == "Off", scaling
         t0 = time.time()
         serve_two_by_two(exporter, namespace, name, 2.0)
         wait_for(
@@ -271,14 +295,16 @@ def test_newer_crd_and_wiped_status(
                 )
                 assert back
                 drill.recovered("RolledBack shown again after the wipe", time.time() - t_wipe)
-                time.sleep(WATCH_AFTER)  # the failed version must stay out
+                op.hold(name, 0.0, WATCH_TICKS)  # the failed version must stay out
             final = get_pdd(kube, namespace, name)
     except Exception:
         _dump(kube, namespace, name)
         raise
     finally:
         op.stop()
-        apply_crd(kube)  # the session's CRD again for the next tests
+        apply_crd(kube)  # the session's CRD again for the next tests, once it is served
+        with contextlib.suppress(Exception):
+            _served_scaling(kube, namespace, name, newer=False)
     pairing = tl.pairing()
     below = tl.below(sizes)
     retried = tl.version_growth("v2", since=t_wipe) if when == "after-rollback" else []
