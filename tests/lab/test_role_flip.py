@@ -39,13 +39,24 @@ from support.labkit import Kube, wait_for
 from support.opkit import get_pdd, patch_spec, pod_dicts
 from support.served_chat import NAME, completion, records, scaled_chat, serving
 
+FLIP_WINDOW_S = 5.0
+
+
+def decode_recommended_one_since(kube: Kube, namespace: str) -> float | None:
+    """When decode's recommendation became 1 (the newest change point of the policy's
+    memory in the status, [t, prefill, decode]); None while it is not 1."""
+    memory = (get_pdd(kube, namespace, NAME).get("status") or {}).get("memory") or {}
+    points = memory.get("recommendations") or []
+    return float(points[-1][0]) if points and points[-1][2] == 1 else None
+
 
 def flip_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:
     doc = scaled_chat(namespace, prometheus_url)
     spec = doc["spec"]
     spec["prefill"]["replicas"] = {"min": 1, "max": 4}
     spec["decode"]["replicas"] = {"min": 4, "max": 6}
-    spec["scaling"]["roleFlips"] = {"enabled": True, "reconfigureSeconds": 0, "window": "5s"}
+    flips = {"enabled": True, "reconfigureSeconds": 0, "window": f"{FLIP_WINDOW_S:g}s"}
+    spec["scaling"]["roleFlips"] = flips
     return doc
 
 
@@ -99,7 +110,11 @@ def test_a_surplus_decode_replica_flips_to_prefill_and_the_router_follows(
         if labels(p)[naming.LABEL_ROLE] != "router"
     )
     patch_spec(kube, namespace, NAME, {"decode": {"replicas": {"min": 1, "max": 6}}})
-    time.sleep(8)  # the flip window (5 s) fills with decode recommendations of 1
+    # the flip window (5 s) fills with decode recommendations of 1: from the first tick
+    # that recommended 1 (its time in status.memory, whole seconds), 5 s of the
+    # operator's clock (this process's: it ticks in a thread here), however late it came
+    since = wait_for(lambda: decode_recommended_one_since(kube, namespace), 60, "decode -> 1")
+    time.sleep(max(0.0, since + 1 + FLIP_WINDOW_S - time.time()))
     patch_spec(kube, namespace, NAME, {"prefill": {"replicas": {"min": 3, "max": 4}}})
 
     def flipped() -> dict[str, Any] | None:
