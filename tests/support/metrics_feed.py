@@ -6,12 +6,14 @@ already have turned NaN and Inf into "no data".
 
     rt, feed = fed_runtime(lab)                  # R = 4 req/s of the chat mix
     feed.set(IDLE_LOW)                           # the next tick reads R = 1
+    feed.hold(3.0, reads=2)                      # >= 3 s and >= 2 ticks read R = 1
     with Sampler(kube, ns, name) as sampler: ... # sampler.low / sampler.high per role
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -21,7 +23,7 @@ from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot, Role
 from support.background import Background
 from support.builders import snapshot
-from support.labkit import Kube
+from support.labkit import Kube, wait_for
 from support.opkit import operator_runtime, pdd_manifest, total
 
 MAX_REPLICAS = 12
@@ -31,19 +33,31 @@ Source = Callable[[PDDeploymentSpec, str, str, float], MetricsSnapshot]
 
 
 class Feed:
-    """The snapshot the operator reads next (``source`` is the Runtime's hook)."""
+    """The snapshot the operator reads next (``source`` is the Runtime's hook), and how
+    many ticks read it since ``set`` (``reads``)."""
 
     def __init__(self, first: MetricsSnapshot) -> None:
         self._snap = first
         self._lock = threading.Lock()
+        self.reads = 0
 
     def set(self, snap: MetricsSnapshot) -> None:
         with self._lock:
             self._snap = snap
+            self.reads = 0
 
     def source(self, spec: PDDeploymentSpec, ns: str, name: str, now: float) -> MetricsSnapshot:
         with self._lock:
+            self.reads += 1
             return replace(self._snap, time=now)
+
+    def hold(self, seconds: float, reads: int) -> None:
+        """Keep the snapshot ``seconds`` AND until ``reads`` ticks have read it, however
+        slowly a loaded machine ticks (60 s more at most). One tick reads once, so with
+        ``reads`` >= 2 the first tick that read it has also finished (its decision and
+        status written). At 1 tick/s (ticks of ~0.2 s): 3 s -> 2 reads, 8 s -> 6."""
+        time.sleep(seconds)
+        wait_for(lambda: self.reads >= reads or None, 60, f"{reads} ticks on the snapshot")
 
 
 @dataclass
