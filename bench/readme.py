@@ -207,13 +207,15 @@ OVERHEAD_FIGURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "rss": (r"^\| RSS, peak in window \| ([^|]+?) \|", ("rss",)),
     "date": (r"^\| date \| ([^|]+?) \|", ("date",)),
     "commit": (r"^Measured at commit (\S+),", ("commit",)),
+    "unsteady": (r"^- (NOT steady at the window's start: [^;\n]+)", ("unsteady",)),
 }
 
 
 def overhead_figures(text: str) -> dict[str, str]:
     """The figures overhead.md states (a figure it lacks is absent): ``decide_p50``,
     ``decide_p99``, ``tick_n``, ``tick_p50``, ``tick_p99``, ``tick_writes``, ``pdds``,
-    ``interval``, ``cpu``, ``rss``, ``date``, ``commit``; e.g. ``| CPU, mean | 38.9% of
+    ``interval``, ``cpu``, ``rss``, ``date``, ``commit``, ``unsteady`` (the run's own
+    note when the fleet was not steady at the window's start); e.g. ``| CPU, mean | 38.9% of
     one core | ...`` -> ``{"cpu": "38.9% of one core"}``."""
     out: dict[str, str] = {}
     for pattern, names in OVERHEAD_FIGURES.values():
@@ -245,6 +247,7 @@ def overhead_part(text: str | None) -> str:
         parts.append(
             f"one operator process keeps {f['pdds']} PDDeployments at a {f['interval']} "
             f"interval with {f['cpu']} and a peak RSS of {f['rss']}"
+            + (f" ({f['unsteady']})" if "unsteady" in f else "")
         )
     else:
         parts.append("the many-PDDeployments run: not measured")

@@ -76,7 +76,7 @@ def test_every_committed_json_result_names_its_commit_and_date(name: str) -> Non
     assert DATE.match(stamp["date"]), stamp
 
 
-@pytest.mark.parametrize("name", ["quality.md", "queue.md", "step.md"])
+@pytest.mark.parametrize("name", ["quality.md", "queue.md", "step.md", "overhead.md"])
 def test_every_committed_markdown_result_says_it_in_its_header(name: str) -> None:
     head = (RESULTS / name).read_text().split("\n\n", 2)[1]
     assert re.match(

@@ -155,3 +155,14 @@ def test_merge_unites_two_runs_of_the_matrix(tmp_path: Path) -> None:
     assert merged["plan"]["scales"] == [1.0, 10.0]
     assert merged["wall_s"] == 240.0
     assert set(merged["groups"]) == {"conv-1x", "conv-10x"}
+
+
+def test_an_unsteady_fleet_window_is_said_with_its_figures() -> None:
+    note = "- NOT steady at the window's start: 448 of 800 pods Ready (want 400); the lab lagged"
+    text = readme.overhead_part(
+        f"Measured at commit abc1234, 2026-12-05 10:07 UTC.\n{OVERHEAD}{note}\n"
+    )
+    assert "38.9% of one core and a peak RSS of 191 MiB (NOT steady at the window's start: " in text
+    assert "448 of 800 pods Ready (want 400))" in text
+    assert "at commit abc1234" in text
+    assert "(NOT steady" not in readme.overhead_part(OVERHEAD)
