@@ -454,3 +454,22 @@ def test_main_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     err = capsys.readouterr().err
     assert err.count("bench.overhead:") == 2
     assert "Traceback" not in err
+
+
+def test_reads_per_tick_are_counted_not_described() -> None:
+    """The tick section states the API requests its converged ticks sent (the client's
+    counts), not a fixed description: 20 GETs of the PDDeployment and 60 LISTs over 20
+    ticks -> 4.0 in all."""
+    from bench.overhead.tick import reads_per_tick
+
+    before = {("get", "pddeployments"): 5, ("list", "pods"): 3}
+    after = {
+        ("get", "pddeployments"): 25,
+        ("list", "pods"): 23,
+        ("list", "services"): 20,
+        ("list", "deployments"): 20,
+    }
+    assert reads_per_tick(before, after, 20) == (
+        "4.0 in all: get pddeployments 1.0, list deployments 1.0, list pods 1.0, list services 1.0"
+    )
+    assert reads_per_tick(after, after, 20) == "none counted"
