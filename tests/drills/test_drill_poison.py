@@ -249,7 +249,9 @@ def test_drill_d11_a_rejecting_admission_policy_does_not_freeze_the_cell(
             assert message in c["message"]
             wait_for(lambda: total(kube, namespace, name, Role.DECODE) >= 1, 20, "decode")
             scales_within_two_ticks(kube, namespace, name, rt, feed, drill)
+            ticked = rt.ticks  # a second more, and at least one more tick ended (refused)
             time.sleep(1.0)
+            wait_for(lambda: rt.ticks > ticked or None, 30, "a tick after the scale-up")
             assert errors_flat(rt, namespace, name)
 
 
