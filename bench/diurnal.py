@@ -480,6 +480,47 @@ def report(doc: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
+def preroll_table(paths: Sequence[Path]) -> str:
+    """The pre-roll-length comparison: every pre-rolled row of the given diurnal.json
+    files, by seed then pre-roll hours (longest first)."""
+    rows = []
+    for path in paths:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        for r in doc["rows"]:
+            if r["preroll"] is not None:
+                rows.append((r, doc["plan"]["warmup_hours"], path, doc[provenance.KEY]))
+    rows.sort(key=lambda x: (x[0]["policy"], x[0]["startup_s"], x[0]["seed"], -x[1]))
+    body = [
+        [
+            r["policy"],
+            f"{r['startup_s']:g} s",
+            str(r["seed"]),
+            f"{hours:g} h",
+            _pct(r["scored"]["slo_attainment"]),
+            f"{r['scored']['gpu_hours']:.1f}",
+            _pct(r["preroll"]["slo_attainment"]),
+            f"`{path.name}` ({stamp['commit']}, {stamp['date']})",
+        ]
+        for r, hours, path, stamp in rows
+    ]
+    headers = ["policy", "start-up", "seed", "pre-roll", "SLO (scored)", "GPU-h", "pre-roll SLO"]
+    return "\n".join(
+        [
+            "# Diurnal benchmark: how long a pre-roll",
+            "",
+            "The same scored day (day 1 at x70, the rate scaling seeded by the seed alone, "
+            "so every row of a seed scores the same requests) after pre-rolls of day 0's "
+            "last 24 h, 2 h and 15 minutes (`python -m bench.diurnal --policies pdscaler "
+            "--startups 90 --seeds S --warmup-hours H`; rendered by `python -m "
+            "bench.diurnal --preroll-table <files>`). Two rows of one seed and pre-roll "
+            "measured at different commits show whether the replay changed between them.",
+            "",
+            table([*headers, "measured in"], body, right=numeric_columns(body, len(headers) + 1)),
+            "",
+        ]
+    )
+
+
 def write(doc: dict[str, Any], out_dir: Path, command: str) -> None:
     doc["command"] = command
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -505,6 +546,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--scale", type=int, default=None, help="fixed rate scale (default: 20 at peak)")
     p.add_argument("--render", action="store_true", help="re-render diurnal.md from diurnal.json")
+    p.add_argument(
+        "--preroll-table",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="diurnal.json files: write the pre-roll-length table to --out/diurnal-preroll.md",
+    )
     return p
 
 
@@ -534,6 +582,10 @@ def plan_of(args: argparse.Namespace) -> Plan:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(args_list)
+    if args.preroll_table:
+        text = preroll_table(args.preroll_table)
+        (args.out / "diurnal-preroll.md").write_text(text, encoding="utf-8")
+        return 0
     if args.render:
         doc = json.loads((args.out / "diurnal.json").read_text(encoding="utf-8"))
         (args.out / "diurnal.md").write_text(report(doc, doc["command"]), encoding="utf-8")

@@ -5,6 +5,7 @@ dynamic policy gets (static ones start at their size on the scored span)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -136,3 +137,28 @@ def test_a_job_reports_the_scored_span_and_its_preroll_apart() -> None:
     assert "| 1P/1D |" in static_row
     assert "| - | - |" in static_row  # no pre-roll figures for a static policy
     assert "| - |" not in pd_row
+
+
+def test_the_preroll_table_lists_pre_rolled_rows_longest_first(tmp_path: Path) -> None:
+    stamp = {"commit": "0000000", "date": "2026-12-05 10:00 UTC"}
+
+    def doc(hours: float, attainment: float) -> dict[str, object]:
+        row = {
+            "policy": "pdscaler",
+            "startup_s": 90.0,
+            "seed": 0,
+            "scored": {"slo_attainment": attainment, "gpu_hours": 10.0},
+            "preroll": {"slo_attainment": 0.5},
+        }
+        static = {**row, "policy": "static-peak", "preroll": None}
+        return {"plan": {"warmup_hours": hours}, "rows": [row, static], "measured_at": stamp}
+
+    paths = []
+    for hours, att in ((2.0, 0.93), (24.0, 0.95)):
+        path = tmp_path / f"{hours:g}.json"
+        path.write_text(json.dumps(doc(hours, att)))
+        paths.append(path)
+    text = diurnal.preroll_table(paths)
+    rows = [line for line in text.splitlines() if line.startswith("| pdscaler")]
+    assert [r.split(" | ")[3:5] for r in rows] == [["24 h", "95.00%"], ["2 h", "93.00%"]]
+    assert "static-peak" not in text
