@@ -12,6 +12,7 @@ whether a drill passed (its asserts do).
     with Timeline(kube, ns, "d7", spec) as tl:
         ...  # the fault
     drops = tl.replica_drops()          # [(t, "d7-v1-...-decode", 3, 2)] when one shrank
+    tl.check(at_least=100)              # sampled along, few failed reads (else AssertionError)
     drill.sampled(tl.samples, len(tl.pairing()) + len(drops))
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 from drills.operator_process import ready_by_version, serving
 from pdscaler import invariants, naming
 from pdscaler.spec import PDDeploymentSpec
-from support.background import Background
+from support.background import Sampling
 from support.labkit import Kube
 from support.opkit import deployments, get_pdd, pod_dicts
 
@@ -53,31 +54,24 @@ def _desired(status: dict[str, Any]) -> tuple[int, int] | None:
 
 
 @dataclass
-class Timeline(Background):
-    """Samples ``name`` in ``namespace`` every ``period`` s until the ``with`` block ends;
-    a sample whose reads fail is skipped (the drill may be cutting the API's peers)."""
+class Timeline(Sampling):
+    """Samples ``name`` in ``namespace`` every ``period`` s (0.15 by default) until the
+    ``with`` block ends; a sample whose reads fail is not a sample (the drill may be
+    cutting the API's peers): it is counted in ``failed`` and kept in ``errors``, and
+    sampling goes on (``Sampling``)."""
 
     kube: Kube
     namespace: str
     name: str
     spec: PDDeploymentSpec
-    period: float = 0.15
+    period: float = field(default=0.15, kw_only=True)
     points: list[Sample] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
 
-    @property
-    def samples(self) -> int:
-        return len(self.points)
+    def sample(self) -> None:
+        self.points.append(self.read())
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.points.append(self.sample())
-            except Exception as err:  # a failed read is not a sample
-                self.errors.append(f"{time.time():.1f} {type(err).__name__}: {err}"[:300])
-            self._stop.wait(self.period)
-
-    def sample(self) -> Sample:
+    def read(self) -> Sample:
+        """One instant of the PDDeployment (raises when a read fails)."""
         pods = pod_dicts(self.kube, self.namespace, self.name)
         deps = deployments(self.kube, self.namespace, self.name)
         status = get_pdd(self.kube, self.namespace, self.name).get("status") or {}
