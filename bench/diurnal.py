@@ -42,6 +42,12 @@ warm-up trace, the scored trace, the config and the engine. An engine profile is
 entry of ``ENGINES`` (name -> ``EngineParams``; the measured profiles of bench/engines/
 register there); the scale is computed per engine. Bounds (the tight oracle) replay
 the scored trace without a pre-roll, as the statics do.
+
+Budget: the skeleton's 6 jobs took 871 s with one worker on the shared 2 cores
+(compiled): 170-290 s a pre-rolled dynamic job, 75-110 s a static one, ~13 s of set-up
+each. An hour holds about a dozen of each; the full matrix of issue 26 (3 engines x 2
+start-ups x ~8 policies, plus the static searches' and the oracle's replays) does not
+fit at this speed without fewer scored hours or a faster engine (speed.md).
 """
 
 from __future__ import annotations
