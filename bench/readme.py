@@ -207,6 +207,10 @@ OVERHEAD_FIGURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "rss": (r"^\| RSS, peak in window \| ([^|]+?) \|", ("rss",)),
     "date": (r"^\| date \| ([^|]+?) \|", ("date",)),
     "commit": (r"^Measured at commit (\S+),", ("commit",)),
+    "tick_reads": (
+        r"^- API requests per converged tick [^:]*\): ([0-9.]+) in all",
+        ("tick_reads",),
+    ),
     "unsteady": (r"^- (NOT steady at the window's start: [^;\n]+)", ("unsteady",)),
 }
 
@@ -214,7 +218,8 @@ OVERHEAD_FIGURES: dict[str, tuple[str, tuple[str, ...]]] = {
 def overhead_figures(text: str) -> dict[str, str]:
     """The figures overhead.md states (a figure it lacks is absent): ``decide_p50``,
     ``decide_p99``, ``tick_n``, ``tick_p50``, ``tick_p99``, ``tick_writes``, ``pdds``,
-    ``interval``, ``cpu``, ``rss``, ``date``, ``commit``, ``unsteady`` (the run's own
+    ``interval``, ``cpu``, ``rss``, ``date``, ``commit``, ``tick_reads`` (API requests
+    per converged tick, caches off), ``unsteady`` (the run's own
     note when the fleet was not steady at the window's start); e.g. ``| CPU, mean | 38.9% of
     one core | ...`` -> ``{"cpu": "38.9% of one core"}``."""
     out: dict[str, str] = {}

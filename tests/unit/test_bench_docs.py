@@ -146,7 +146,11 @@ def api_reads() -> str:
     rec = record("D14", "with_and_without_caches")
     assert rec.invariant == "a converged tick reads 1 object from the API (its PDDeployment)"
     assert rec.outcome == "passed"
-    return "A converged PDDeployment costs 1 API read (its PDDeployment; 7 with the caches off"
+    return (
+        "A converged PDDeployment costs 1 API read (its PDDeployment; 7 with the caches off, "
+        "`PDSCALER_KUBE_CACHE=0`: 1 GET, 3 LISTs and the routers' 3 GETs, counted "
+        f"{OVERHEAD['tick_reads']} per tick in bench/results/overhead.md §2"
+    )
 
 
 @pytest.mark.parametrize(
