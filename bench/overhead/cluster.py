@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from pdlab.kubeclient import Kube, pod_ready
 from pdlab.kwok import STARTUP_DELAY_ANNOTATION
+from pdscaler import naming
 from pdscaler.spec import GROUP, PLURAL, VERSION
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,9 +103,16 @@ def list_pdds(kube: Kube, namespace: str) -> list[Obj]:
     return list(cast(Obj, out).get("items") or [])
 
 
+#: The engine pods of a cell (its router pods are not counted: in the private lab no pod
+#: runner starts the router, so its readiness probe never passes).
+ENGINE_PODS = f"{naming.LABEL_ROLE} in (prefill,decode)"
+
+
 def ready_pods(kube: Kube, namespace: str) -> tuple[int, int]:
-    """(Ready pods, all pods) in ``namespace``."""
-    pods = kube.core.list_namespaced_pod(namespace, _request_timeout=30).items
+    """(Ready engine pods, all engine pods) in ``namespace`` (``ENGINE_PODS``)."""
+    pods = kube.core.list_namespaced_pod(
+        namespace, label_selector=ENGINE_PODS, _request_timeout=30
+    ).items
     return sum(1 for pod in pods if pod_ready(pod)), len(pods)
 
 

@@ -145,7 +145,8 @@ class Run:
             time.sleep(POLL_S)
 
     def settle(self, reconciled_count: int) -> None:
-        """Until every pod of the reconciled PDDeployments is Ready and the operator
+        """Until every engine pod of the reconciled PDDeployments is Ready (2 each: their
+        routers, never Ready without a pod runner, are not waited for) and the operator
         wrote nothing for one interval; after ``SETTLE_TIMEOUT_S`` the window starts
         anyway and the report says how far from steady it was (its writes/s show it)."""
         started = time.monotonic()
@@ -159,13 +160,13 @@ class Run:
                 last, quiet_since = writes, now
             elif now - quiet_since >= self.plan.interval_seconds:
                 self.facts["steady"] = (
-                    f"{ready} of {pods} pods Ready and no write for one interval, "
+                    f"{ready} of {pods} engine pods Ready and no write for one interval, "
                     f"{now - started:.0f} s after the last first tick"
                 )
                 return
             if now - started >= SETTLE_TIMEOUT_S:
                 self.facts["NOT steady at the window's start"] = (
-                    f"{ready} of {pods} pods Ready (want {2 * reconciled_count}) "
+                    f"{ready} of {pods} engine pods Ready (want {2 * reconciled_count}) "
                     f"{SETTLE_TIMEOUT_S:.0f} s after the last first tick; the lab lagged"
                 )
                 return

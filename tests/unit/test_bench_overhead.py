@@ -473,3 +473,26 @@ def test_reads_per_tick_are_counted_not_described() -> None:
         "4.0 in all: get pddeployments 1.0, list deployments 1.0, list pods 1.0, list services 1.0"
     )
     assert reads_per_tick(after, after, 20) == "none counted"
+
+
+def test_the_fleet_waits_for_the_engine_pods_not_the_routers() -> None:
+    """The private lab runs no router (no pod runner): its router pods are never Ready,
+    so steadiness counts the engine pods alone (the run at ca29ca6 waited for 800 pods,
+    448 Ready, and started its window NOT steady)."""
+    from types import SimpleNamespace
+
+    from bench.overhead.cluster import ENGINE_PODS, ready_pods
+
+    asked: list[str] = []
+
+    def pod(ready: bool) -> SimpleNamespace:
+        cond = SimpleNamespace(type="Ready", status="True" if ready else "False")
+        return SimpleNamespace(status=SimpleNamespace(conditions=[cond]))
+
+    def list_namespaced_pod(namespace: str, label_selector: str, **_: object) -> object:
+        asked.append(label_selector)
+        return SimpleNamespace(items=[pod(True), pod(True), pod(False)])
+
+    kube = SimpleNamespace(core=SimpleNamespace(list_namespaced_pod=list_namespaced_pod))
+    assert ready_pods(kube, "ns") == (2, 3)  # type: ignore[arg-type]
+    assert asked == [ENGINE_PODS] == ["pdscaler.io/role in (prefill,decode)"]
