@@ -15,8 +15,9 @@ scale-up reaches its replicas, all Ready.
 
 Shortened (each case < 90 s): the issue's 60 s stops are 20 s (the controller-manager)
 and, for the scheduler, from before the load rises until 10 s after the operator asked
-for more pods (at most 50 s); 2 s interval, pods Ready 1 s after creation, 2 + 2
-replicas, surge 2.
+for more pods (at most 50 s), each for at least 8 and 4 ticks of the operator (as many
+as idle, however late a loaded machine ticks); 2 s interval, pods Ready 1 s after
+creation, 2 + 2 replicas, surge 2.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ from support.opkit import (
 
 INTERVAL = 2.0
 STOP = 20.0
+PENDING = 10.0
+#: ticks each stop lasts at least (at the 2 s interval, a loaded machine ticking late
+#: stops the component longer rather than letting fewer ticks see it stopped)
+STOP_TICKS, PENDING_TICKS = 8, 4
 NAME = "d6"
 
 
@@ -144,7 +149,7 @@ def test_controller_manager_stopped_mid_rollout(
                 interval=0.05,
             )
             with paused(lab, "controller_manager"):
-                time.sleep(STOP)
+                op.hold(NAME, STOP, STOP_TICKS)
             cont = time.monotonic()
             wait_for(lambda: _complete(kube, namespace), 90, "rollout to v2 complete")
             done_s = time.monotonic() - cont
@@ -194,7 +199,7 @@ def test_scheduler_stopped_during_a_scale_up(
                     "the operator asks for more pods",
                 )
                 assert grown
-                time.sleep(10.0)  # pods Pending, unscheduled, while ticks run
+                op.hold(NAME, PENDING, PENDING_TICKS)  # pods Pending, unscheduled, while ticks run
             cont = time.monotonic()
 
             def scaled() -> bool:

@@ -3,7 +3,10 @@ over-asking leaves pods Pending with the scheduler's reason until GPUs are freed
 
 Timing is read from the API server's own timestamps (one-second resolution), so the
 checks hold however slowly the test process polls: with a delay D, Ready's
-lastTransitionTime minus the pod's startTime (both written by kwok) is in [D-1, D+2].
+lastTransitionTime minus the pod's startTime (both written by kwok) is at least D-1 (the
+delay is honoured) and, for the annotated 6 s, under 2D (kwok, late on a loaded machine,
+adds its lag to D: the bound leaves it 6 s where D+2 left 2, and a delay applied twice,
+12 s, still fails it); the lab default's 2 s keeps [D-1, D+2] (2D would be the same).
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def test_gpu_pods_land_on_fake_nodes_running_then_ready_after_annotated_delay(
         assert pod.spec is not None
         assert pod.spec.node_name in lab_nodes
         took = _startup_seconds(pod)
-        assert delay_s - 1 <= took <= delay_s + 2, f"{pod.spec.node_name}: Ready after {took}s"
+        assert delay_s - 1 <= took < 2 * delay_s, f"{pod.spec.node_name}: Ready after {took}s"
 
 
 def test_pods_without_annotation_use_the_lab_default_delay(

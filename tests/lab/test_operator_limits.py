@@ -25,6 +25,9 @@ from support.opkit import (
     wait_stable,
 )
 
+#: ticks the blind hold is checked over at least (20 s at 1 tick/s, each ~0.2 s)
+BLIND_TICKS = 15
+
 
 def serve(exp: EngineExporter, namespace: str, name: str, output: float, tpot: float) -> None:
     exp.set_deployment(
@@ -58,9 +61,12 @@ def test_prometheus_stopped_holds_and_recovers(
                 kube, namespace, name, ConditionType.METRICS_AVAILABLE, "False", 30,
                 reason=ConditionReason.PROMETHEUS_UNREACHABLE,
             )  # fmt: skip
-            t_down = time.time()
-            while time.time() - t_down < 20.0:  # twice the stabilization window
+            # twice the stabilization window, and as many ticks as an idle machine runs in
+            # it (1 tick/s): a loaded one stretches the wait, not the ticks it checks
+            t_down, ticks_down = time.time(), rt.ticks
+            while time.time() - t_down < 20.0 or rt.ticks - ticks_down < BLIND_TICKS:
                 assert total(kube, namespace, name, Role.DECODE) == high, "scaled down blind"
+                assert time.time() - t_down < 80.0, f"{rt.ticks - ticks_down} ticks in 80 s"
                 time.sleep(0.5)
             last = get_pdd(kube, namespace, name)["status"]["lastDecision"]
             assert last["action"] == "HoldMetricsUnavailable"
