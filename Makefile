@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lint test unit drill lab-build lab-up lab-down lab-status demo bench bench-diurnal dashboard-preview fmt clean
+.PHONY: help venv dynamo-venv lint test unit drill lab-build lab-up lab-down lab-status demo bench bench-diurnal dashboard-preview fmt clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,7 +29,10 @@ fmt: $(STAMP) ## Format and auto-fix
 	$(BIN)/ruff format operator tests bench
 	$(BIN)/ruff check --fix operator tests bench
 
-test: lint lab-build ## The whole suite: lint, unit tests, and lab tests (starts the lab if needed)
+dynamo-venv: ## NVIDIA Dynamo's planner in its own venv (~/.cache/pdscaler/dynamo-venv; cold ~4 min)
+	bash bench/install-dynamo.sh
+
+test: lint lab-build dynamo-venv ## The whole suite: lint, unit tests, and lab tests (starts the lab if needed)
 	$(BIN)/pytest tests
 
 unit: $(STAMP) ## Unit tests of the pure core only (no lab)
