@@ -1,14 +1,20 @@
 """The queue discipline applied to every policy and the oracle (``python -m bench``'s
-``queue`` part): each case of the matrix at the ablations' start-ups (30 and 90 s),
-seed 0, replayed by every policy and the SLO-feasible oracle with the engines ordering
-by deadline (a request that can no longer meet its TTFT yields to one that can,
-``EngineParams.queue_discipline``), beside the same seed's FCFS figures from the quality
-part. The ablation row "pdscaler, deadline queue" changes the engine for pdscaler
-alone; this part shows what the same engine change gives every other policy, so that
-it flatters none.
+``queue`` part): each case of the matrix, seed 0, replayed by every policy and the
+SLO-feasible oracle with the engines ordering by deadline (a request that can no longer
+meet its TTFT yields to one that can, ``EngineParams.queue_discipline``), beside the
+same seed's FCFS figures from the quality part. The ablation row "pdscaler, deadline
+queue" changes the engine for pdscaler alone; this part shows what the same engine
+change gives every other policy, so that it flatters none, and the quality part's
+verdicts count these rows (``bench.quality.points``).
 
-Owns: the part's runs (``run_queue``), its report (``report``: queue.md, its header from
-the JSON's ``measured_at``) and its JSON.
+The deadline replays run inside the quality part's matrix (``quality.run_case`` with
+``discipline="deadline"``, the same pre-roll, tuned choices and static-yesterday
+sizes, queued on the same workers: no barrier after the matrix); this part reads them
+from the quality document (``from_quality``) and replays only what an older document
+lacks (``run_queue``).
+
+Owns: the part's rows (``from_quality``, ``run_queue``), its report (``report``:
+queue.md, its header from the JSON's ``measured_at``) and its JSON.
 Must not: re-tune (the tuned baselines replay the quality part's seed-0 choices) or
 re-run FCFS (the quality part's seed 0 is that run, bit for bit).
 
@@ -20,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 from bench import provenance, quality
@@ -29,25 +34,26 @@ from pdscaler.cli.common import percent as pct
 
 DISCIPLINE = "deadline"
 SEED = 0
-#: Policies reported (the quality part's case policies, the oracle as its own column).
-COLUMNS: tuple[str, ...] = quality.CASE_POLICIES
+#: Policies reported (every row of a quality case, the oracle as its own column).
+COLUMNS: tuple[str, ...] = quality.ROWS
+
+
+def row(key: str, case: dict[str, Any], deadline: dict[str, Any]) -> dict[str, Any]:
+    """A case's figures under both disciplines: FCFS from its seed-0 run, ``deadline``
+    a ``quality.run_case`` document of the same seed under the deadline queue."""
+    fcfs = quality.seed_zero(case) or case["seeds"][0]
+    return {"case": key, "fcfs": _figures(fcfs), DISCIPLINE: _figures(deadline)}
 
 
 def run_one(
-    key: str, case: dict[str, Any], tuned: dict[str, Any], duration: float | None
+    key: str, case: dict[str, Any], tuned: dict[str, Any], plan: dict[str, Any]
 ) -> dict[str, Any]:
-    """One case at seed 0 under the deadline queue: every policy and the oracle."""
+    """One case at seed 0 under the deadline queue (a quality document without its
+    deadline replay): every policy and the oracle, as the matrix runs them."""
     group = quality.Group.of(case)
-    trace = quality.load(group, quality.Plan(duration=duration), SEED)
-    cfg = quality.config(group, case["startup_s"], SEED)
-    cfg = replace(cfg, params=replace(cfg.params, queue_discipline=DISCIPLINE))
-    comp = quality.compare_case(group, trace, cfg, tuned).to_json()
-    fcfs = case["seeds"][0]
-    return {
-        "case": key,
-        "fcfs": _figures(fcfs),
-        DISCIPLINE: _figures(comp),
-    }
+    p = quality.Plan(duration=plan["duration"], preroll_s=plan.get("preroll_s", 0.0))
+    doc = quality.run_case(group, case["startup_s"], SEED, tuned, p, "", DISCIPLINE)
+    return row(key, case, doc)
 
 
 def _figures(doc: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -64,22 +70,30 @@ def _figures(doc: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def from_quality(doc: dict[str, Any]) -> dict[str, Any]:
+    """The part's result from a quality document's deadline replays (cases without one
+    are left out)."""
+    rows = [row(k, c, c[DISCIPLINE]) for k, c in doc["cases"].items() if c.get(DISCIPLINE)]
+    return {"discipline": DISCIPLINE, "seed": SEED, "cases": rows}
+
+
 def run_queue(
     doc: dict[str, Any], workers: int, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
-    """Every case of the quality document ``doc`` at the ablations' start-ups, seed 0,
-    under the deadline queue (in parallel on ``workers`` processes)."""
+    """Every case of the quality document ``doc`` under the deadline queue, seed 0: its
+    own deadline replays (``from_quality``), else replayed here at the start-ups the
+    document's plan names (``queue_startups``; documents written before it: the
+    ablations' start-ups) on ``workers`` processes."""
     plan = doc["plan"]
-    startups = set(plan["ablation_startups"])
-    keys = [k for k, c in doc["cases"].items() if c["startup_s"] in startups and c["seeds"]]
+    done = from_quality(doc)
+    if done["cases"]:
+        return done
+    want = plan.get("queue_startups") or plan["ablation_startups"]
+    keys = [k for k, c in doc["cases"].items() if c["startup_s"] in want and c["seeds"]]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {
             k: pool.submit(
-                run_one,
-                k,
-                doc["cases"][k],
-                doc["tuning"][doc["cases"][k]["group"]],
-                plan["duration"],
+                run_one, k, doc["cases"][k], doc["tuning"][doc["cases"][k]["group"]], plan
             )
             for k in keys
         }
@@ -139,11 +153,12 @@ def report(result: dict[str, Any], command: str) -> str:
             "",
             provenance.line(result.get(provenance.KEY)),
             "",
-            f"Generated by `{command}`. Seed {result['seed']}, the quality part's cases at its "
-            "ablation start-ups. Each cell: SLO met under FCFS (the quality part's run) -> "
-            f"under the {result['discipline']} queue (GPU-h under it). The tuned baselines "
-            "replay the quality part's seed-0 choices (tuned under FCFS); the oracle is "
-            "planned and repaired under each discipline.",
+            f"Generated by `{command}`. Seed {result['seed']}, the quality part's cases "
+            f"({len(result['cases'])}). Each cell: SLO met under FCFS (the quality part's run) "
+            f"-> under the {result['discipline']} queue (GPU-h under it). The tuned baselines "
+            "replay the quality part's seed-0 choices (tuned under FCFS), the dynamic ones "
+            "after the same pre-roll; the oracle is planned and repaired under each "
+            "discipline. The quality part's verdicts count every row here.",
             "",
             table(["case", *labels], rows),
             "",

@@ -5,7 +5,10 @@ floor and the feasibility ceiling into one comparison.
 Owns: the policy names (``POLICIES``, what ``--policy all`` runs, and the extras
 ``oracle-replay``: the lower bound's schedule replayed; ``static-hindsight``:
 ``static-best`` under its honest name, a bound; ``static-yesterday``: sized on the
-previous span; ``online-reference``: ``sim.reference``), the SLO-feasible oracle's
+previous span; ``online-reference``: ``sim.reference``; ``EXTERNAL``: controllers a
+caller registers by name, e.g. the bench's NVIDIA Dynamo planner), which of them are
+static (``STATIC_POLICIES``: they start at their size and never get the pre-roll the
+dynamic ones replay before the scored span, ``compare(preroll_s=...)``), the SLO-feasible oracle's
 search (``feasible_oracle``: plan in bins no wider than the TTFT limit at full load,
 replay, ``oracle.repair_path`` where the misses were, one replica a bin at a time,
 at most ``ORACLE_ONE_ITERATIONS`` repairs; conv-10x, 90 s, seed 0: 99.02% for 21.11
@@ -43,8 +46,14 @@ from pdscaler.sim.oracle import (
     work_floor,
 )
 from pdscaler.sim.reference import REFERENCE, ReferenceController, reference_config
-from pdscaler.sim.results import Summary, pareto_front, summarize, ttft_limits
-from pdscaler.sim.traces import Trace
+from pdscaler.sim.results import (
+    Summary,
+    pareto_front,
+    preroll_summary,
+    summarize,
+    ttft_limits,
+)
+from pdscaler.sim.traces import Trace, with_preroll
 
 #: ``--policy all``: pdscaler and every baseline (the tuned ones first; the naive HPA
 #: ``hpa-queue``, static peak and static mean are kept as labelled extras).
@@ -95,13 +104,20 @@ ORACLE_ONE_ITERATIONS = 40
 ORACLE_STALL = 8
 #: Within this much of the target, a repair adds +1 only in the worst bins.
 ORACLE_GENTLE = 0.05
+#: Policies that start at their own size and replay the scored span alone, never a
+#: pre-roll (``compare(preroll_s=...)``): the statics and the bound's replay. Every
+#: other policy is dynamic and, with a pre-roll, enters the scored span in its own
+#: steady state.
+STATIC_POLICIES = frozenset(
+    {"static-best", STATIC_HINDSIGHT, STATIC_YESTERDAY, "static-peak", "static-mean", ORACLE_REPLAY}
+)
 
 
 def parse_policies(text: str) -> tuple[str, ...]:
     """``all`` -> POLICIES; ``pdscaler,hpa-queue`` -> both; unknown names: ValueError
     listing the known ones."""
     names = POLICIES if text.strip() == "all" else tuple(n.strip() for n in text.split(","))
-    unknown = [n for n in names if n not in KNOWN]
+    unknown = [n for n in names if n not in KNOWN and n not in EXTERNAL]
     if unknown or not names:
         raise ValueError(
             f"unknown policy {', '.join(unknown) or repr(text)}: use all or one of "
@@ -141,6 +157,12 @@ class Tuned:
     yesterday: tuple[int, int] | None = None
 
 
+#: Controllers from outside this package by name (the bench registers NVIDIA Dynamo's
+#: own planner here): ``EXTERNAL[name](cfg, tuned) -> Controller``. Each is dynamic
+#: (pre-rolled); a controller with a ``close()`` is closed after its run.
+EXTERNAL: dict[str, Callable[[LoopConfig, Tuned], Controller]] = {}
+
+
 def controller(
     name: str,
     trace: Trace,
@@ -148,12 +170,15 @@ def controller(
     bound: OracleResult,
     decide: Decide | None = None,
     tuned: Tuned | None = None,
+    replayed: Trace | None = None,
 ) -> Controller:
     """The controller called ``name`` for this trace and config (``static-best``,
     ``static-hindsight``, ``static-yesterday`` and ``hpa-tuned`` need their choice in
     ``tuned``). The static peak and mean are sized with the pools' profile and the KV
     bound (``baselines.window_needs``). ``online-reference`` (``sim.reference``) runs
-    under ``reference.reference_config(cfg)`` in ``compare``."""
+    under ``reference.reference_config(cfg)`` in ``compare`` and reads the arrivals of
+    ``replayed``, the trace it is replayed on (``trace`` with its pre-roll; default
+    ``trace``). A name of ``EXTERNAL`` is built by its maker."""
     spec = cfg.spec
     tuned = tuned or Tuned()
 
@@ -197,7 +222,7 @@ def controller(
         "hpa-queue": lambda: baselines.HpaQueueController(spec),
         "fixed-ratio": lambda: baselines.FixedRatioController.profiled(trace, spec),
         "forecast-only": lambda: baselines.ForecastOnlyController(spec),
-        REFERENCE: lambda: ReferenceController(spec, trace, kv),
+        REFERENCE: lambda: ReferenceController(spec, replayed or trace, kv),
         ORACLE_REPLAY: lambda: ScheduleController(
             ORACLE_REPLAY,
             bound.schedule.times.tolist(),
@@ -206,6 +231,8 @@ def controller(
             lead=cfg.startup_s + spec.scaling.interval_seconds,
         ),
     }
+    if name in EXTERNAL:
+        return EXTERNAL[name](cfg, tuned)
     if name not in makers:
         raise ValueError(f"unknown policy {name}")
     return makers[name]()
@@ -374,6 +401,9 @@ class Comparison:
     #: Every size the static search replayed on this trace (``StaticSearch.tried``).
     static_sweep: tuple[dict[str, float], ...] = ()
     static_yesterday: tuning.YesterdayChoice | None = None
+    #: The pre-roll's own figures of each pre-rolled policy (``compare(preroll_s=...)``),
+    #: never added into its row.
+    prerolls: dict[str, Summary] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document of ``pdscaler simulate``::
@@ -410,6 +440,7 @@ class Comparison:
             "hpa_tuned": hpa,
             "dynamo_tuned": dynamo,
             "pareto_front": sorted(pareto_front(self.summaries)),
+            "preroll": {n: s.to_json() for n, s in self.prerolls.items()},
             "meta": self.meta,
         }
 
@@ -456,6 +487,8 @@ def compare(
     target: float = TARGET,
     previous: Trace | None = None,
     oracle_step: str = ORACLE_ONE,
+    preroll_s: float = 0.0,
+    preroll_source: str = "head",
 ) -> Comparison:
     """Run every policy in ``names`` on ``trace`` with the same config and seed.
     ``static-best`` (or ``static-hindsight``, the same search) is searched for
@@ -463,8 +496,21 @@ def compare(
     policy row is the one for ``target``; every size it replayed is kept
     (``Comparison.static_sweep``). ``static-yesterday`` is sized on ``previous`` (the
     span before ``trace``) unless ``tuned`` hands its size over. The oracle is repaired
-    one replica at a time unless ``oracle_step`` is ``coarse``."""
+    one replica at a time unless ``oracle_step`` is ``coarse``.
+
+    With ``preroll_s`` > 0 every dynamic policy (not in ``STATIC_POLICIES``; the tuned
+    HPA and Dynamo searches too) is replayed on ``traces.with_preroll(trace,
+    preroll_s, preroll_source)`` under ``LoopConfig.preroll_s``: its row is the scored
+    span's (``trace``'s requests exactly, t=0 at its start), the pre-roll's figures are
+    kept apart (``Comparison.prerolls``). The statics, the oracle and the bounds replay
+    ``trace`` alone, starting at their own size. 600 s of head pre-roll on an hour:
+    pdscaler replays 70 minutes and is scored on the last 60."""
     bound, floor = bounds(trace, cfg)
+    rtrace, rcfg = trace, cfg
+    if preroll_s > 0:
+        rtrace = with_preroll(trace, preroll_s, preroll_source)
+        rcfg = replace(cfg, preroll_s=preroll_s)
+    prerolls: dict[str, Summary] = {}
     tuned = tuned or Tuned()
     static_choices: list[tuning.StaticChoice] = []
     sweep: list[dict[str, float]] = []
@@ -487,15 +533,23 @@ def compare(
             yesterday = tuning.static_yesterday(previous, cfg, target)
             tuned = replace(tuned, yesterday=(yesterday.prefill, yesterday.decode))
         if name == "hpa-tuned" and tuned.hpa is None:
-            hpa_choice = tuning.hpa_tuned(trace, cfg, target)
+            hpa_choice = tuning.hpa_tuned(rtrace, rcfg, target)
             tuned = replace(tuned, hpa=hpa_choice.config)
         if name == "dynamo-planner" and tuned.dynamo is None:
-            dynamo_choice = tuning.dynamo_tuned(trace, cfg, target)
+            dynamo_choice = tuning.dynamo_tuned(rtrace, rcfg, target)
             tuned = replace(tuned, dynamo=dynamo_choice.config)
-        ctrl = controller(name, trace, cfg, bound, decide, tuned)
+        static = name in STATIC_POLICIES
+        on, on_cfg = (trace, cfg) if static else (rtrace, rcfg)
+        ctrl = controller(name, trace, on_cfg, bound, decide, tuned, replayed=on)
         report = None if progress is None else _named(progress, name)
-        loop_cfg = reference_config(cfg) if name == REFERENCE else cfg
-        runs.append(run(trace, ctrl, loop_cfg, report))
+        loop_cfg = reference_config(on_cfg) if name == REFERENCE else on_cfg
+        try:
+            runs.append(run(on, ctrl, loop_cfg, report))
+        finally:
+            getattr(ctrl, "close", lambda: None)()
+        pre = preroll_summary(runs[-1])
+        if pre is not None:
+            prerolls[name] = pre
     feasible = feasible_oracle(trace, cfg, target, step=oracle_step)
     info = {
         "trace": trace.name,
@@ -511,6 +565,7 @@ def compare(
         },
         "oracle_bin_s": feasible.schedule.bin_s,
         "oracle_step": feasible.step,
+        **({"preroll_s": preroll_s, "preroll_source": preroll_source} if preroll_s > 0 else {}),
         "lower_bound_bin_s": bound.schedule.bin_s,
         **({"static_best_size": list(tuned.static)} if tuned.static else {}),
         **({"hpa_tuned_config": tuned.hpa.label} if tuned.hpa else {}),
@@ -532,6 +587,7 @@ def compare(
         info,
         tuple(sweep),
         yesterday,
+        prerolls,
     )
 
 
