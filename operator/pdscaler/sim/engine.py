@@ -414,7 +414,15 @@ class Replica:
     kv_reserved: int = 0
     step_s: float = 0.0
     finishing: list[tuple[float, int]] = field(default_factory=list)
+    #: prefill: bumped to void the pending PREFILL_DONE; decode: the version of the
+    #: newest completion entry pushed on the heap (older ones are dropped when popped)
     version: int = 0
+    #: decode: the completion event armed, (time, seq) as it orders in the event heap
+    #: (inf: none), and the time of the entry that stands for it on the heap (inf: none;
+    #: never later than the armed one: ``Engine._reschedule``)
+    armed_t: float = math.inf
+    armed_seq: int = 0
+    heap_t: float = math.inf
     #: draining to change role (``Engine.flip``): the pool it joins, and the seconds
     #: from empty to serving there; ``flipped``: it came from the other pool (its
     #: readiness is no start-up sample)
@@ -747,7 +755,7 @@ class Engine:
         rep.finishing = []
         rep.kv_tokens = 0.0
         rep.kv_reserved = 0
-        rep.version += 1
+        rep.armed_t = math.inf  # its standing entry, if any, is dropped when popped
 
     def pool(self, role: Role) -> list[Replica]:
         """Replicas of ``role`` that are not gone (starting, ready, draining)."""
@@ -850,7 +858,7 @@ class Engine:
                 if self._idle_prefill:
                     self._dispatch_prefill(next_arr)
                 continue
-            ev_t, _, kind, a, b = heapq.heappop(events)
+            ev_t, seq, kind, a, b = heapq.heappop(events)
             self.now = ev_t
             if kind == handoff_ev:
                 self._handoff[a] = ev_t
@@ -866,8 +874,14 @@ class Engine:
                     self._make_ready(rep)
             else:
                 rep = self.replicas[a]
-                if b == rep.version:
+                if b != rep.version:
+                    continue  # an entry another, earlier one replaced
+                rep.heap_t = inf
+                if ev_t == rep.armed_t and seq == rep.armed_seq:
                     self._decode_event(rep, ev_t)
+                elif rep.armed_t < inf:  # the completion moved later: stand for it again
+                    rep.heap_t = rep.armed_t
+                    heapq.heappush(events, (rep.armed_t, rep.armed_seq, kind, a, b))
         self.now = max(self.now, t)
 
     def _prefill_cost(self, i: int) -> float:
@@ -965,13 +979,26 @@ class Engine:
         st.itl_sum += tokens * rep.step_s
 
     def _reschedule(self, rep: Replica, now: float) -> None:
-        rep.version += 1
+        """Arm the replica's next completion at its current step time (disarm it when
+        it runs nothing). The event keeps the (time, seq) it would have had as an entry
+        pushed now, so events pop in the same order as if every re-arm pushed one; but
+        an entry is pushed only when the completion moves EARLIER than the entry already
+        standing for the replica on the heap. When it moves later (an admission slows
+        the steps), the standing entry pops first and is pushed again at the armed
+        (time, seq) (``run_until``): no replica advances at a time it would not have."""
         b = len(rep.finishing)
         if b == 0:
+            rep.armed_t = math.inf
             return
         rep.step_s = self.p.decode_step(b, rep.kv_tokens)
         left = max(0.0, rep.finishing[0][0] - rep.steps)
-        self._push(now + left * rep.step_s, _Ev.DECODE, rep.ident, rep.version)
+        t = now + left * rep.step_s
+        self._seq += 1
+        rep.armed_t, rep.armed_seq = t, self._seq
+        if t < rep.heap_t:
+            rep.version += 1
+            rep.heap_t = t
+            heapq.heappush(self._events, (t, self._seq, int(_Ev.DECODE), rep.ident, rep.version))
 
     def _pick_decode(self, need: int) -> Replica | None:
         """The ready decode replica with the most free KV (least reserved) that has a
