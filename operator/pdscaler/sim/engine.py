@@ -414,15 +414,12 @@ class Replica:
     kv_reserved: int = 0
     step_s: float = 0.0
     finishing: list[tuple[float, int]] = field(default_factory=list)
-    #: prefill: bumped to void the pending PREFILL_DONE; decode: the version of the
-    #: newest completion entry pushed on the heap (older ones are dropped when popped)
+    #: prefill: bumped to void the pending PREFILL_DONE
     version: int = 0
-    #: decode: the completion event armed, (time, seq) as it orders in the event heap
-    #: (inf: none), and the time of the entry that stands for it on the heap (inf: none;
-    #: never later than the armed one: ``Engine._reschedule``)
+    #: decode: the next completion event, (time, seq) as it orders among the events of
+    #: the heap (inf: none; ``Engine._reschedule``)
     armed_t: float = math.inf
     armed_seq: int = 0
-    heap_t: float = math.inf
     #: draining to change role (``Engine.flip``): the pool it joins, and the seconds
     #: from empty to serving there; ``flipped``: it came from the other pool (its
     #: readiness is no start-up sample)
@@ -612,6 +609,13 @@ class Engine:
         self._idle_prefill: list[Replica] = []
         self._ready_decode: list[Replica] = []
         self._live: dict[Role, list[Replica]] = {Role.PREFILL: [], Role.DECODE: []}
+        self._live_decode = self._live[Role.DECODE]
+        #: The decode replica whose completion comes first, its (time, seq); stale when
+        #: ``_dmin_dirty`` (``_decode_next`` finds it again).
+        self._dmin: Replica | None = None
+        self._dmin_t = math.inf
+        self._dmin_seq = 0
+        self._dmin_dirty = False
         self._retired: dict[Role, PodStats] = {Role.PREFILL: PodStats(), Role.DECODE: PodStats()}
         self._c_arrived = 0
         self._c_finished = 0
@@ -689,6 +693,18 @@ class Engine:
             self._push(ready_at, _Ev.READY, ident)
         return rep
 
+    def _decode_next(self) -> None:
+        """Find the decode replica whose completion comes first (least (time, seq))."""
+        best: Replica | None = None
+        best_t = math.inf
+        best_seq = 0
+        for r in self._live_decode:
+            rt = r.armed_t
+            if rt < best_t or (rt == best_t and rt < math.inf and r.armed_seq < best_seq):
+                best, best_t, best_seq = r, rt, r.armed_seq
+        self._dmin, self._dmin_t, self._dmin_seq = best, best_t, best_seq
+        self._dmin_dirty = False
+
     def _make_ready(self, rep: Replica, *, record: bool = True) -> None:
         rep.state = State.READY
         rep.last_t = rep.ready_at
@@ -755,7 +771,9 @@ class Engine:
         rep.finishing = []
         rep.kv_tokens = 0.0
         rep.kv_reserved = 0
-        rep.armed_t = math.inf  # its standing entry, if any, is dropped when popped
+        rep.armed_t = math.inf
+        if rep is self._dmin:
+            self._dmin_dirty = True
 
     def pool(self, role: Role) -> list[Replica]:
         """Replicas of ``role`` that are not gone (starting, ready, draining)."""
@@ -839,9 +857,17 @@ class Engine:
         events = self._events
         inf = math.inf
         kv_limit = self.p.decode_kv_tokens  # ``EngineParams.fits``, inlined (hot loop)
-        ready_ev, prefill_ev, handoff_ev = int(_Ev.READY), int(_Ev.PREFILL_DONE), int(_Ev.HANDOFF)
+        prefill_ev, handoff_ev = int(_Ev.PREFILL_DONE), int(_Ev.HANDOFF)
         while True:
             next_ev = events[0][0] if events else inf
+            if self._dmin_dirty:
+                self._decode_next()
+            dec_t = self._dmin_t
+            decode_next = dec_t < next_ev or (
+                dec_t == next_ev and dec_t < inf and self._dmin_seq < events[0][1]
+            )
+            if decode_next:
+                next_ev = dec_t
             next_arr = arr[self._next_arrival] if self._next_arrival < len(arr) else inf
             nxt = next_ev if next_ev <= next_arr else next_arr
             if nxt > t or nxt == inf:
@@ -858,7 +884,13 @@ class Engine:
                 if self._idle_prefill:
                     self._dispatch_prefill(next_arr)
                 continue
-            ev_t, seq, kind, a, b = heapq.heappop(events)
+            if decode_next:
+                self.now = dec_t
+                rep = self._dmin
+                assert rep is not None
+                self._decode_event(rep, dec_t)
+                continue
+            ev_t, _, kind, a, b = heapq.heappop(events)
             self.now = ev_t
             if kind == handoff_ev:
                 self._handoff[a] = ev_t
@@ -868,20 +900,10 @@ class Engine:
                 rep = self.replicas[a]
                 if b == rep.version:
                     self._prefill_done(rep, ev_t)
-            elif kind == ready_ev:
+            else:
                 rep = self.replicas[a]
                 if rep.state is State.STARTING:
                     self._make_ready(rep)
-            else:
-                rep = self.replicas[a]
-                if b != rep.version:
-                    continue  # an entry another, earlier one replaced
-                rep.heap_t = inf
-                if ev_t == rep.armed_t and seq == rep.armed_seq:
-                    self._decode_event(rep, ev_t)
-                elif rep.armed_t < inf:  # the completion moved later: stand for it again
-                    rep.heap_t = rep.armed_t
-                    heapq.heappush(events, (rep.armed_t, rep.armed_seq, kind, a, b))
         self.now = max(self.now, t)
 
     def _prefill_cost(self, i: int) -> float:
@@ -910,7 +932,9 @@ class Engine:
     def next_time(self) -> float:
         """Time of the next arrival or event (inf when nothing is left)."""
         nxt = self._arr[self._next_arrival] if self._next_arrival < len(self._arr) else math.inf
-        return min(nxt, self._events[0][0] if self._events else math.inf)
+        if self._dmin_dirty:
+            self._decode_next()
+        return min(nxt, self._events[0][0] if self._events else math.inf, self._dmin_t)
 
     # ---------------------------------------------------------------- prefill
     def _dispatch_prefill(self, now: float) -> None:
@@ -980,25 +1004,33 @@ class Engine:
 
     def _reschedule(self, rep: Replica, now: float) -> None:
         """Arm the replica's next completion at its current step time (disarm it when
-        it runs nothing). The event keeps the (time, seq) it would have had as an entry
-        pushed now, so events pop in the same order as if every re-arm pushed one; but
-        an entry is pushed only when the completion moves EARLIER than the entry already
-        standing for the replica on the heap. When it moves later (an admission slows
-        the steps), the standing entry pops first and is pushed again at the armed
-        (time, seq) (``run_until``): no replica advances at a time it would not have."""
+        it runs nothing). Completions are not on the event heap: each decode replica
+        holds its own, with the (time, seq) an entry pushed now would have had, and
+        ``run_until`` takes the first of them (``_dmin``, found again by a scan of the
+        decode replicas only when it moved later or went) when it comes before the
+        heap's first event, so events are processed in the same order as if every
+        re-arm pushed an entry and voided the one before."""
         b = len(rep.finishing)
         if b == 0:
             rep.armed_t = math.inf
+            if rep is self._dmin:
+                self._dmin_dirty = True
             return
         rep.step_s = self.p.decode_step(b, rep.kv_tokens)
         left = max(0.0, rep.finishing[0][0] - rep.steps)
         t = now + left * rep.step_s
         self._seq += 1
-        rep.armed_t, rep.armed_seq = t, self._seq
-        if t < rep.heap_t:
-            rep.version += 1
-            rep.heap_t = t
-            heapq.heappush(self._events, (t, self._seq, int(_Ev.DECODE), rep.ident, rep.version))
+        rep.armed_t = t
+        rep.armed_seq = self._seq
+        if self._dmin_dirty:
+            return
+        if rep is self._dmin:
+            if t < self._dmin_t:  # still the first
+                self._dmin_t, self._dmin_seq = t, self._seq
+            else:
+                self._dmin_dirty = True
+        elif t < self._dmin_t:  # at an equal time the older event (lower seq) stays first
+            self._dmin, self._dmin_t, self._dmin_seq = rep, t, self._seq
 
     def _pick_decode(self, need: int) -> Replica | None:
         """The ready decode replica with the most free KV (least reserved) that has a
