@@ -85,16 +85,17 @@ time earlier than ``now``.
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import itertools
 import math
 import operator
 import random
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from heapq import heappop, heappush
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -430,14 +431,20 @@ class Replica:
     @property
     def work(self) -> int:
         """Requests held: the prefill batch or the running decode sequences."""
-        return len(self.batch) if self.role is Role.PREFILL else len(self.finishing)
+        return len(self.batch) if self.role is _PREFILL else len(self.finishing)
 
 
-class _Ev(IntEnum):
-    READY = 0
-    PREFILL_DONE = 1
-    HANDOFF = 2
-    DECODE = 3
+#: The kinds of the event heap's entries (decode completions are not on it:
+#: ``Engine._reschedule``). Module constants, not an enum: the compiled engine reads
+#: them without an attribute look-up.
+_READY_EV: Final = 0
+_PREFILL_EV: Final = 1
+_HANDOFF_EV: Final = 2
+#: ``State`` members, read in the event loop (likewise).
+_STARTING: Final = State.STARTING
+_READY: Final = State.READY
+_DRAINING: Final = State.DRAINING
+_PREFILL: Final = Role.PREFILL
 
 
 @dataclass(frozen=True)
@@ -662,9 +669,9 @@ class Engine:
         return len(self._arr)
 
     # ---------------------------------------------------------------- life cycle
-    def _push(self, t: float, kind: _Ev, a: int, b: int = 0) -> None:
+    def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
         self._seq += 1
-        heapq.heappush(self._events, (t, self._seq, int(kind), a, b))
+        heappush(self._events, (t, self._seq, kind, a, b))
 
     def add_replica(
         self,
@@ -690,7 +697,7 @@ class Engine:
         if ready_at <= now:
             self._make_ready(rep, record=now > 0.0 and ready_at > rep.requested_at)
         else:
-            self._push(ready_at, _Ev.READY, ident)
+            self._push(ready_at, _READY_EV, ident)
         return rep
 
     def _decode_next(self) -> None:
@@ -710,7 +717,7 @@ class Engine:
         rep.last_t = rep.ready_at
         if record and not rep.flipped:
             self.startup_samples[rep.role].append(rep.ready_at - rep.requested_at)
-        if rep.role is Role.PREFILL:
+        if rep.role is _PREFILL:
             self._idle_prefill.append(rep)
             self._dispatch_prefill(rep.ready_at)
         else:
@@ -857,7 +864,6 @@ class Engine:
         events = self._events
         inf = math.inf
         kv_limit = self.p.decode_kv_tokens  # ``EngineParams.fits``, inlined (hot loop)
-        prefill_ev, handoff_ev = int(_Ev.PREFILL_DONE), int(_Ev.HANDOFF)
         while True:
             next_ev = events[0][0] if events else inf
             if self._dmin_dirty:
@@ -890,19 +896,19 @@ class Engine:
                 assert rep is not None
                 self._decode_event(rep, dec_t)
                 continue
-            ev_t, _, kind, a, b = heapq.heappop(events)
+            ev_t, _, kind, a, b = heappop(events)
             self.now = ev_t
-            if kind == handoff_ev:
+            if kind == _HANDOFF_EV:
                 self._handoff[a] = ev_t
                 self._dc_queue.append(a)
                 self._dispatch_decode(ev_t)
-            elif kind == prefill_ev:
+            elif kind == _PREFILL_EV:
                 rep = self.replicas[a]
                 if b == rep.version:
                     self._prefill_done(rep, ev_t)
             else:
                 rep = self.replicas[a]
-                if rep.state is State.STARTING:
+                if rep.state is _STARTING:
                     self._make_ready(rep)
         self.now = max(self.now, t)
 
@@ -958,7 +964,7 @@ class Engine:
             rep.batch_tokens = tokens
             dur = self.p.prefill_seconds(tokens, squares)
             rep.stats.busy_s += dur
-            self._push(now + dur, _Ev.PREFILL_DONE, rep.ident, rep.version)
+            self._push(now + dur, _PREFILL_EV, rep.ident, rep.version)
 
     def _prefill_done(self, rep: Replica, now: float) -> None:
         base, per_tok = self.p.kv_handoff_base_s, self.p.kv_handoff_s_per_token
@@ -967,9 +973,9 @@ class Engine:
             self._pf_end[i] = now
             p = self._prompt[i]
             ttft = now - self._arr[i]
-            st.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
+            st.ttft_counts[bisect_left(TTFT_BUCKETS, ttft)] += 1
             st.ttft_sum += ttft
-            self._push(now + base + per_tok * p, _Ev.HANDOFF, i)
+            self._push(now + base + per_tok * p, _HANDOFF_EV, i)
         n = len(rep.batch)
         st.request_success += n
         st.prompt_tokens += rep.batch_tokens
@@ -978,9 +984,9 @@ class Engine:
         st.request_generation_tokens_sum += n
         rep.batch = []
         rep.batch_tokens = 0
-        if rep.state is State.DRAINING:
+        if rep.state is _DRAINING:
             self._gone(rep, now)
-        elif rep.state is State.READY:
+        elif rep.state is _READY:
             self._idle_prefill.append(rep)
             self._dispatch_prefill(now)
 
@@ -999,7 +1005,7 @@ class Engine:
         rep.kv_tokens += tokens
         st = rep.stats
         st.generation_tokens += tokens
-        st.itl_counts[bisect.bisect_left(TPOT_BUCKETS, rep.step_s)] += tokens
+        st.itl_counts[bisect_left(TPOT_BUCKETS, rep.step_s)] += tokens
         st.itl_sum += tokens * rep.step_s
 
     def _reschedule(self, rep: Replica, now: float) -> None:
@@ -1065,7 +1071,7 @@ class Engine:
             if best.ident not in touched:
                 self._advance(best, now)
                 touched[best.ident] = best
-            heapq.heappush(best.finishing, (best.steps + self._out[i], i))
+            heappush(best.finishing, (best.steps + self._out[i], i))
             best.kv_tokens += self._prompt[i]
             best.kv_reserved += need
             self._admit[i] = now
@@ -1073,10 +1079,10 @@ class Engine:
             first = now + step
             self._first[i] = first
             ttft = first - self._arr[i]
-            self._client_ttft[bisect.bisect_left(TTFT_BUCKETS, ttft)] += 1
+            self._client_ttft[bisect_left(TTFT_BUCKETS, ttft)] += 1
             self._client_ttft_sum += ttft
             decode_ttft = first - self._handoff[i]
-            best.stats.ttft_counts[bisect.bisect_left(TTFT_BUCKETS, decode_ttft)] += 1
+            best.stats.ttft_counts[bisect_left(TTFT_BUCKETS, decode_ttft)] += 1
             best.stats.ttft_sum += decode_ttft
         for rep in touched.values():
             self._reschedule(rep, now)
@@ -1087,7 +1093,7 @@ class Engine:
         st = rep.stats
         done = False
         while fin and fin[0][0] <= rep.steps + 1e-6:
-            _, i = heapq.heappop(fin)
+            _, i = heappop(fin)
             self._finish[i] = now
             self._c_finished += 1
             st.request_success += 1
@@ -1096,7 +1102,7 @@ class Engine:
             st.prompt_tokens += self._prompt[i]
             if self._out[i] > 1:  # vLLM: decode time / (output tokens - 1), per request
                 tpot = (now - self._first[i]) / (self._out[i] - 1)
-                st.request_tpot_counts[bisect.bisect_left(TPOT_BUCKETS, tpot)] += 1
+                st.request_tpot_counts[bisect_left(TPOT_BUCKETS, tpot)] += 1
                 st.request_tpot_sum += tpot
             rep.kv_tokens = max(0.0, rep.kv_tokens - self._prompt[i] - self._out[i])
             rep.kv_reserved -= self._prompt[i] + self._out[i]
@@ -1105,7 +1111,7 @@ class Engine:
             rep.kv_tokens = 0.0
         self._reschedule(rep, now)
         if done:
-            if rep.state is State.DRAINING and not fin:
+            if rep.state is _DRAINING and not fin:
                 self._gone(rep, now)
             self._dispatch_decode(now)
 
@@ -1178,14 +1184,21 @@ class Engine:
         return out
 
     def times(self) -> RequestTimes:
+        n = len(self._arr)
         return RequestTimes(
-            arrival=np.array(self._arr, dtype=np.float64),
-            prompt=np.array(self._prompt, dtype=np.int64),
-            output=np.array(self._out, dtype=np.int64),
-            prefill_start=np.array(self._pf_start),
-            prefill_end=np.array(self._pf_end),
-            decode_admit=np.array(self._admit),
-            first_token=np.array(self._first),
-            finish=np.array(self._finish),
-            rejected=np.array(self._rejected, dtype=np.bool_),
+            arrival=_floats(self._arr),
+            prompt=np.fromiter(self._prompt, dtype=np.int64, count=n),
+            output=np.fromiter(self._out, dtype=np.int64, count=n),
+            prefill_start=_floats(self._pf_start),
+            prefill_end=_floats(self._pf_end),
+            decode_admit=_floats(self._admit),
+            first_token=_floats(self._first),
+            finish=_floats(self._finish),
+            rejected=np.fromiter(self._rejected, dtype=np.bool_, count=n),
         )
+
+
+def _floats(column: list[float]) -> FloatArray:
+    """A column of floats as an array (``np.fromiter``: a day's 9.4 million requests'
+    column in ~0.1 s, where ``np.array`` first discovers the type of every item)."""
+    return np.fromiter(column, dtype=np.float64, count=len(column))
