@@ -37,7 +37,7 @@ from pdlab.lab import Lab
 from pdscaler import naming
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from pdscaler.types import ConditionType
-from support.background import Background
+from support.background import Sampling
 from support.labkit import Kube, free_port, wait_for
 
 
@@ -166,16 +166,16 @@ class DrillOperator(OperatorProcess):
 
 
 @dataclass
-class ClusterSampler(Background):
-    """Every ``period`` s (reads with a 2 s timeout: an API server that answers nothing
-    costs a sample, not the drill): each owned Deployment's uid by name (a name seen with
-    a second uid was recreated) and ``spec.replicas``; each PDDeployment's rollout phase
-    and whether its CapacityLimited condition is True."""
+class ClusterSampler(Sampling):
+    """Every ``period`` s (0.2 by default; reads with a 2 s timeout: an API server that
+    answers nothing costs a sample, not the drill): each owned Deployment's uid by name
+    (a name seen with a second uid was recreated) and ``spec.replicas``; each
+    PDDeployment's rollout phase and whether its CapacityLimited condition is True. A
+    sample whose reads fail is counted in ``failed`` and kept in ``errors``
+    (``Sampling``): a drill that stops the API server bounds them with ``check``."""
 
     kube: Kube
     namespace: str
-    period: float = 0.2
-    samples: int = 0
     uids: dict[str, set[str]] = field(default_factory=dict)
     replicas: dict[str, list[int]] = field(default_factory=dict)
     phases: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
@@ -187,48 +187,37 @@ class ClusterSampler(Background):
     #: being deleted while its pods still served
     deleted_serving: list[tuple[float, str, int]] = field(default_factory=list)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                deps = self.kube.apps.list_namespaced_deployment(
-                    self.namespace, label_selector=naming.LABEL_NAME, _request_timeout=2
-                ).items
-                pdds: Any = self.kube.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, _request_timeout=2
-                )
-            except Exception:
-                self._stop.wait(self.period)
-                continue
-            try:
-                pods = self.kube.core.list_namespaced_pod(
-                    self.namespace, label_selector=naming.LABEL_NAME, _request_timeout=2
-                ).items
-            except Exception:
-                self._stop.wait(self.period)
-                continue
-            now = time.time()
-            self._cells(deps, pods, now)
-            for d in deps:
-                assert d.metadata is not None  # listed objects have theirs
-                name = str(d.metadata.name)
-                self.uids.setdefault(name, set()).add(str(d.metadata.uid))
-                series = self.replicas.setdefault(name, [])
-                if not series or series[-1] != int(d.spec.replicas or 0):
-                    series.append(int(d.spec.replicas or 0))
-                    self.timeline.append((now, name, int(d.spec.replicas or 0)))
-            for p in pdds.get("items", []):
-                name = p["metadata"]["name"]
-                st = p.get("status") or {}
-                phase = str((st.get("rollout") or {}).get("phase") or "")
-                seen = self.phases.setdefault(name, [])
-                if not seen or seen[-1][1] != phase:
-                    seen.append((now, phase))
-                for c in st.get("conditions") or []:
-                    limited = c.get("type") == ConditionType.CAPACITY_LIMITED
-                    if limited and c.get("status") == "True":
-                        self.capacity_limited.append((now, name, str(c.get("message", ""))))
-            self.samples += 1
-            self._stop.wait(self.period)
+    def sample(self) -> None:
+        deps = self.kube.apps.list_namespaced_deployment(
+            self.namespace, label_selector=naming.LABEL_NAME, _request_timeout=2
+        ).items
+        pdds: Any = self.kube.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, _request_timeout=2
+        )
+        pods = self.kube.core.list_namespaced_pod(
+            self.namespace, label_selector=naming.LABEL_NAME, _request_timeout=2
+        ).items
+        now = time.time()
+        self._cells(deps, pods, now)
+        for d in deps:
+            assert d.metadata is not None  # listed objects have theirs
+            name = str(d.metadata.name)
+            self.uids.setdefault(name, set()).add(str(d.metadata.uid))
+            series = self.replicas.setdefault(name, [])
+            if not series or series[-1] != int(d.spec.replicas or 0):
+                series.append(int(d.spec.replicas or 0))
+                self.timeline.append((now, name, int(d.spec.replicas or 0)))
+        for p in pdds.get("items", []):
+            name = p["metadata"]["name"]
+            st = p.get("status") or {}
+            phase = str((st.get("rollout") or {}).get("phase") or "")
+            seen = self.phases.setdefault(name, [])
+            if not seen or seen[-1][1] != phase:
+                seen.append((now, phase))
+            for c in st.get("conditions") or []:
+                limited = c.get("type") == ConditionType.CAPACITY_LIMITED
+                if limited and c.get("status") == "True":
+                    self.capacity_limited.append((now, name, str(c.get("message", ""))))
 
     def _cells(self, deps: list[Any], pods: list[Any], now: float) -> None:
         live: set[str] = set()
@@ -256,21 +245,22 @@ class ClusterSampler(Background):
 
 
 @dataclass
-class TickSampler(Background):
-    """The operator's successful ticks per PDDeployment, scraped every ``period`` s:
-    ``rows`` of (monotonic time, {name: ticks so far}) (an unanswered scrape is not
-    a row)."""
+class TickSampler(Sampling):
+    """The operator's successful ticks per PDDeployment, scraped every ``period`` s (0.5
+    by default): ``rows`` of (monotonic time, {name: ticks so far}). A scrape that
+    /metrics does not answer (or answers with no tick yet) is not a row: it is counted
+    in ``failed`` and kept in ``errors`` (``Sampling``), and a drill bounds them with
+    ``check``."""
 
     op: DrillOperator
-    period: float = 0.5
+    period: float = field(default=0.5, kw_only=True)
     rows: list[tuple[float, dict[str, float]]] = field(default_factory=list)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            counts = self.op.ticks()
-            if counts:
-                self.rows.append((time.monotonic(), counts))
-            self._stop.wait(self.period)
+    def sample(self) -> None:
+        counts = self.op.ticks()
+        if not counts:
+            raise LookupError("/metrics did not answer, or counted no tick yet")
+        self.rows.append((time.monotonic(), counts))
 
     def first_tick_after(self, since: float) -> dict[str, float]:
         """Per PDDeployment: seconds from ``since`` to the first row after ``since`` in

@@ -26,7 +26,7 @@ from typing import Any
 from pdscaler import invariants, naming
 from pdscaler.observe import is_ready, labels
 from pdscaler.spec import PDDeploymentSpec
-from support.background import Background
+from support.background import Sampling
 from support.labkit import Kube, wait_for
 from support.opkit import create_pdd, deployments, pdd_manifest, pod_dicts
 
@@ -162,18 +162,17 @@ def cells(kube: Kube, namespace: str, name: str) -> dict[tuple[str, str], dict[s
 
 
 @dataclass
-class Sampler(Background):
-    """Samples the PDDeployment's pods every ``period`` s: mixed pairs (a Ready prefill
-    without a Ready decode of its version, or routers discovering other cells: the
-    ``invariants``) and the serving capacity below ``floor``."""
+class Sampler(Sampling):
+    """Samples the PDDeployment's pods every ``period`` s (0.2 by default): mixed pairs
+    (a Ready prefill without a Ready decode of its version, or routers discovering other
+    cells: the ``invariants``) and the serving capacity below ``floor``. A failed read
+    is counted in ``failed`` and kept in ``errors`` (``Sampling``), not a sample."""
 
     kube: Kube
     namespace: str
     name: str
     spec: PDDeploymentSpec
     floor: tuple[int, int]
-    period: float = 0.2
-    samples: int = 0
     mixed: list[tuple[float, str]] = field(default_factory=list)
     #: the pods (``snapshot``) at each sample with a mixed pair, by the sample's time
     seen: dict[float, str] = field(default_factory=dict)
@@ -181,22 +180,15 @@ class Sampler(Background):
         default_factory=list
     )
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                pods = pod_dicts(self.kube, self.namespace, self.name)
-            except Exception:
-                self._stop.wait(self.period)
-                continue
-            now = time.time()
-            for v in invariants.violations(pods, self.spec, self.name, check_capacity=False):
-                self.mixed.append((now, v))
-                self.seen[now] = snapshot(pods)
-            have = serving(pods)
-            if have[0] < self.floor[0] or have[1] < self.floor[1]:
-                self.below.append((now, have, ready_by_version(pods)))
-            self.samples += 1
-            self._stop.wait(self.period)
+    def sample(self) -> None:
+        pods = pod_dicts(self.kube, self.namespace, self.name)
+        now = time.time()
+        for v in invariants.violations(pods, self.spec, self.name, check_capacity=False):
+            self.mixed.append((now, v))
+            self.seen[now] = snapshot(pods)
+        have = serving(pods)
+        if have[0] < self.floor[0] or have[1] < self.floor[1]:
+            self.below.append((now, have, ready_by_version(pods)))
 
 
 def handling(op: OperatorProcess, offset: int) -> bool:

@@ -29,7 +29,7 @@ from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler import naming
 from pdscaler.observe import is_ready, labels
-from support.background import Background
+from support.background import Sampling
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
@@ -74,23 +74,17 @@ def mixed_pairs(pods: list[dict[str, Any]]) -> list[str]:
 
 
 @dataclass
-class MixSampler(Background):
-    """``mixed_pairs`` of the PDDeployment's pods every 200 ms (a failed read: no sample)."""
+class MixSampler(Sampling):
+    """``mixed_pairs`` of the PDDeployment's pods every 200 ms (a failed read: no sample,
+    counted in ``failed`` and kept in ``errors``: ``Sampling``)."""
 
     kube: Kube
     namespace: str
     name: str
-    samples: int = 0
     mixed: list[str] = field(default_factory=list)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.mixed += mixed_pairs(pod_dicts(self.kube, self.namespace, self.name))
-                self.samples += 1
-            except Exception:
-                pass
-            self._stop.wait(0.2)
+    def sample(self) -> None:
+        self.mixed += mixed_pairs(pod_dicts(self.kube, self.namespace, self.name))
 
 
 def pools(kube: Kube, namespace: str, name: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -199,11 +193,12 @@ def test_drift_squatter_template_and_config_changes(
 
             wait_for(moved, 50, "the args change rolled to a new cell")
             wait_stable(kube, namespace, name, hold=1.0, timeout=20)
+            sampler.still_sampling()  # alive through the whole drill
     finally:
         op.stop()
     drill.sampled(sampler.samples, len(sampler.mixed))
     assert reverted_after <= 2 * INTERVAL + 3, reverted_after
-    assert sampler.samples > 0
+    sampler.check(at_least=20)  # ~10 s at least of 200 ms samples, few failed reads
     assert sampler.mixed == [], sampler.mixed[:5]
     assert warnings(kube, namespace, "NotOwned"), "the squatter was not reported"
     service = kube.core.read_namespaced_service(name, namespace).spec

@@ -104,7 +104,8 @@ def test_drill_d8_garbage_never_lowers_and_never_raises(
         # the drill is not vacuous: complete data at R 1 does lower the pools
         feed.set(IDLE_LOW)
         wait_for(lambda: total(kube, namespace, name, Role.DECODE) < 4, 30, "decode lowered")
+        sampler.still_sampling()  # alive to the end of the drill
     drill.sampled(sampler.samples, len(broken) + int(raised))
     assert broken == []
     assert raised == 0, "a tick raised"
-    assert sampler.samples > 50
+    sampler.check(at_least=51)  # sampled along, at most a tenth of the reads failed

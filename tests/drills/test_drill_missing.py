@@ -111,6 +111,8 @@ def test_drill_d9_missing_data_never_lowers_a_pool(
             feed.set(snapshot(4.0, ttft=0.3, tpot=0.02, running=0.0))
             wait_both_pools(kube, namespace, name, 4, 20, "4 / 4")
         assert errors(rt, namespace, name) == errors_before
+        sampler.still_sampling()  # alive through every phase
+        sampler.check(at_least=50)  # 3 phases of >= 8 s at 0.2 s, few failed reads
         drill.sampled(sampler.samples, len(lowered))
         feed.set(IDLE_LOW)
         wait_for(lambda: total(kube, namespace, name, Role.DECODE) < 4, 30, "decode lowered")

@@ -27,6 +27,7 @@ the check a test makes on those counts. Must not sample anything itself.
 
     with Pods(kube, period=0.2) as pods:
         time.sleep(10)  # the API server is down from 4 s to 6 s
+        pods.still_sampling()  # 2 more samples taken (30 s at most): alive at the end
     pods.check(at_least=25)  # 40 samples, 10 errors ("4.1 s ApiException: ...")
     # -> AssertionError: 10 read errors in 50 reads (at most 5): ['4.1 s ...', ...]
 """
@@ -108,4 +109,19 @@ class Sampling(Background):
         assert self.failed <= bound, (
             f"{name}: {self.failed} read errors in {reads} reads (at most {bound}): "
             f"{self.errors[:5]}"
+        )
+
+    def still_sampling(self, more: int = 2, timeout: float = 30.0) -> None:
+        """Wait until ``more`` samples beyond those taken so far are taken (``timeout`` s
+        at most), failing otherwise: the sampler was alive at this point, however slowly
+        a loaded machine let it sample. Called at the end of a ``with`` block, it proves
+        the sampler covered the whole block, which a count floor alone does not (a
+        sampler that stopped half-way may already have taken enough)."""
+        start = self.samples
+        deadline = time.monotonic() + timeout
+        while self.samples < start + more and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self.samples >= start + more, (
+            f"{type(self).__name__}: {self.samples - start} samples in {timeout:g} s, "
+            f"{more} expected (stopped? {self.failed} failed reads: {self.errors[-3:]})"
         )

@@ -8,6 +8,7 @@ already have turned NaN and Inf into "no data".
     feed.set(IDLE_LOW)                           # the next tick reads R = 1
     feed.hold(3.0, reads=2)                      # >= 3 s and >= 2 ticks read R = 1
     with Sampler(kube, ns, name) as sampler: ... # sampler.low / sampler.high per role
+    sampler.check(at_least=50)                   # sampled along, few failed reads
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pdlab.lab import Lab
 from pdscaler.reconcile import Runtime
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot, Role
-from support.background import Background
+from support.background import Sampling
 from support.builders import snapshot
 from support.labkit import Kube, wait_for
 from support.opkit import operator_runtime, pdd_manifest, total
@@ -61,28 +62,25 @@ class Feed:
 
 
 @dataclass
-class Sampler(Background):
+class Sampler(Sampling):
     """Both pools' Deployment replicas every 0.2 s: the lowest and highest seen since
-    ``reset``."""
+    ``reset``. A sample whose reads fail is counted in ``failed`` and kept in ``errors``
+    (``Sampling``), and sampling goes on: the drill's ``check`` sees it."""
 
     kube: Kube
     namespace: str
     name: str
     low: dict[Role, int] = field(default_factory=dict)
     high: dict[Role, int] = field(default_factory=dict)
-    samples: int = 0
 
     def reset(self) -> None:
         self.low, self.high = {}, {}
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for role in Role:
-                n = total(self.kube, self.namespace, self.name, role)
-                self.low[role] = min(self.low.get(role, n), n)
-                self.high[role] = max(self.high.get(role, n), n)
-            self.samples += 1
-            self._stop.wait(0.2)
+    def sample(self) -> None:
+        seen = {role: total(self.kube, self.namespace, self.name, role) for role in Role}
+        for role, n in seen.items():
+            self.low[role] = min(self.low.get(role, n), n)
+            self.high[role] = max(self.high.get(role, n), n)
 
 
 def errors(rt: Runtime, namespace: str, name: str) -> float:
