@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import operator
 import random
 from bisect import bisect_left
 from collections import deque
@@ -508,10 +507,6 @@ class Sample:
     decode_kv_capacity_tokens: float = 0.0
     #: The sum of the end-to-end TTFTs counted in ``client_ttft_hist``, seconds.
     client_ttft_sum: float = 0.0
-
-
-#: A decode replica's reserved KV tokens (the key ``_pick_decode`` minimises).
-_reserved = operator.attrgetter("kv_reserved")
 
 
 def _least_work_first(rep: Replica) -> tuple[int, int]:
@@ -1043,14 +1038,21 @@ class Engine:
         free sequence slot, if ``need`` tokens fit in it (an empty replica takes any
         request). All replicas have the same KV size, so when the least-reserved one
         cannot take it, none can."""
-        ready = self._ready_decode
         max_seqs = self.p.decode_max_seqs
-        best = min(ready, key=_reserved)
-        if len(best.finishing) >= max_seqs:
-            open_slots = [r for r in ready if len(r.finishing) < max_seqs]
-            if not open_slots:
+        best: Replica | None = None  # the first least reserved (list order breaks ties)
+        best_open: Replica | None = None  # the same among those with a free slot
+        for r in self._ready_decode:
+            reserved = r.kv_reserved
+            if best is None or reserved < best.kv_reserved:
+                best = r
+            if len(r.finishing) < max_seqs and (
+                best_open is None or reserved < best_open.kv_reserved
+            ):
+                best_open = r
+        if best is None or len(best.finishing) >= max_seqs:
+            best = best_open
+            if best is None:
                 return None
-            best = min(open_slots, key=_reserved)
         if best.finishing and best.kv_reserved + need > self.p.decode_kv_tokens:
             return None
         return best
