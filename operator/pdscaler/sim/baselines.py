@@ -138,7 +138,7 @@ def window_needs(
     replicas its load needs at the pools' target utilisations, each pool's per-replica
     tokens/s read off its measured profile at the window's mix (docs/models.md §2d; the
     constant ``tokensPerSecond`` without one), decode the larger of its throughput and
-    the KV bound at the TPOT SLO (§2b) when ``kv_tokens`` is known. Long-context
+    the KV bound at the TPOT SLO (docs/models.md §2b) when ``kv_tokens`` is known. Long-context
     conversation at 1x (prompts 8k-16k), its busiest minute: prefill 21.9 (profile
     ~6,900 tokens/s at 12,000 tokens, against 16 with the 10,000 prior), decode 10.7
     by the KV (9.3 by throughput; 2 with the 1,400 prior)."""
