@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import provenance
 from bench.dynamo_real import RealDynamoConfig, RealDynamoController
 from bench.markdown import between, table
 from bench.quality import Group, Plan, config, load
@@ -111,6 +112,7 @@ def measure(duration: float | None) -> dict[str, Any]:
         "duration_s": duration,
         "versions": versions,
         "cases": cases,
+        provenance.KEY: provenance.measured_at(),
     }
 
 
@@ -155,6 +157,8 @@ def render(doc: dict[str, Any]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
     span = "the whole hour" if doc["duration_s"] is None else f"the first {doc['duration_s']:g} s"
     lines = [
+        provenance.line(doc.get(provenance.KEY)),
+        "",
         f"Start-up {doc['startup_s']:g} s, seed {doc['seed']}, {span}; "
         f"`python -m bench.dynamo_compare` ({versions}).",
         "",

@@ -24,6 +24,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bench import provenance
+
 #: The directory ``make drill`` collects records in (unset: records are not written).
 OUT_ENV = "PDSCALER_DRILL_OUT"
 
@@ -68,7 +70,8 @@ class DrillRecord:
     def write(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / (re.sub(r"[^A-Za-z0-9_.-]+", "_", self.case) + ".json")
-        path.write_text(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
+        record = {**asdict(self), provenance.KEY: provenance.measured_at()}
+        path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
         return path
 
 
