@@ -101,6 +101,8 @@ def _record_and_assert(
     ``done_s`` s after SIGCONT) into the drill's record, then the invariants: the operator
     alive, no cell deleted while its pods serve, no false CapacityLimited, no Deployment
     recreated, no mixed pairs, the serving capacity never below 2 + 2."""
+    pairs.check(at_least=20)  # >= 10 s stopped + the recovery at 0.2 s; few failed reads
+    cluster.check(at_least=20)
     drill.sampled(pairs.samples, len(pairs.mixed) + len(pairs.below))
     drill.sampled(
         cluster.samples,
@@ -153,6 +155,8 @@ def test_controller_manager_stopped_mid_rollout(
             cont = time.monotonic()
             wait_for(lambda: _complete(kube, namespace), 90, "rollout to v2 complete")
             done_s = time.monotonic() - cont
+            pairs.still_sampling()  # both alive to the end of the drill
+            cluster.still_sampling()
         alive = op.alive()
     finally:
         op.stop()
@@ -209,6 +213,8 @@ def test_scheduler_stopped_during_a_scale_up(
 
             wait_for(scaled, 60, "the scale-up Ready")
             done_s = time.monotonic() - cont
+            pairs.still_sampling()  # both alive to the end of the drill
+            cluster.still_sampling()
         alive = op.alive()
     finally:
         op.stop()

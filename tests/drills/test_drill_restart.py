@@ -192,12 +192,13 @@ def test_sigkill_at_every_rollout_boundary(
                 first_write.append(time.monotonic() - t0)
                 drill.recovered("first write after a restart", first_write[-1])
             wait_for(lambda: _complete(kube, namespace, name), 40, "rollout to v2 complete")
+            sampler.still_sampling()  # alive to the end of the drill
     finally:
         op.stop()
     late = [t for t in first_write if t > INTERVAL + 5]
     drill.sampled(sampler.samples, len(sampler.mixed) + len(sampler.below) + len(late))
     assert len(kills) >= 2, kills
-    assert sampler.samples > 0
+    sampler.check(at_least=20)  # 2 kills + restarts at 0.2 s; few failed reads
     assert sampler.mixed == [], sampler.mixed[:5]
     assert sampler.below == [], (sizes, kills, sampler.below[:5])
     assert late == [], first_write
