@@ -104,8 +104,13 @@ def test_version_change_rolls_both_pools_without_breaking_invariants(
             wait_for(done, 120, "rollout to v2 complete")
             took = time.time() - t0
             wait_cell_gone(kube, namespace, name, "v1", 30)
+            checker.still_sampling()  # alive once the v1 cell is gone: the whole rollout
     assert checker.violations == [], checker.violations[:5]
-    checker.check(at_least=int(took / 0.5))  # sampled all along (~every 200 ms)
+    # sampled all along: alive at the end (above), from v1 through v2 (below); 10 samples
+    # at least, a count a loaded machine still reaches (a sample every 200 ms idle, ~5
+    # per second of rollout; the rate is not asserted: load stretches it)
+    print(f"rollout took {took:.1f} s")
+    checker.check(at_least=10)
     assert {"v1", "v2"} <= checker.versions_seen
     prog = condition(get_pdd(kube, namespace, name), ConditionType.PROGRESSING)
     assert prog is not None
@@ -155,13 +160,15 @@ def test_never_ready_version_rolls_back_by_itself(
             st = wait_for(rolled_back, 90, "phase RolledBack")
             wait_cell_gone(kube, namespace, name, "v9", 60)
             took = time.time() - t0
+            checker.still_sampling()  # alive once the v9 cell is gone: the whole rollback
     assert st["activeVersion"] == "v1"
     ready = ready_by_version(kube, namespace, name)
     assert ready.get(("prefill", "v1"), 0) >= 1
     assert ready.get(("decode", "v1"), 0) >= 1
     assert ("prefill", "v9") not in ready
     assert checker.violations == [], checker.violations[:5]
-    checker.check(at_least=int(took / 0.5))  # sampled through the rollback
+    print(f"rollback took {took:.1f} s")
+    checker.check(at_least=10)  # sampled through the rollback (the rate: not asserted)
     assert {"v1", "v9"} <= checker.versions_seen  # the v9 pods were sampled too
     prog = condition(get_pdd(kube, namespace, name), ConditionType.PROGRESSING)
     assert prog is not None
