@@ -297,6 +297,7 @@ def test_newer_crd_and_wiped_status(
                 drill.recovered("RolledBack shown again after the wipe", time.time() - t_wipe)
                 op.hold(name, 0.0, WATCH_TICKS)  # the failed version must stay out
             final = get_pdd(kube, namespace, name)
+            tl.still_sampling()  # alive to the end of the drill
     except Exception:
         _dump(kube, namespace, name)
         raise
@@ -309,7 +310,7 @@ def test_newer_crd_and_wiped_status(
     below = tl.below(sizes)
     retried = tl.version_growth("v2", since=t_wipe) if when == "after-rollback" else []
     drill.sampled(tl.samples, len(pairing) + len(below) + len(retried))
-    assert tl.samples > 20, (tl.samples, tl.errors[:3])
+    tl.check(at_least=21)  # sampled along, at most a tenth of the reads failed
     assert retried == [], retried
     assert pairing == [], pairing[:5]
     assert below == [], below[:3]

@@ -168,6 +168,7 @@ def test_broken_version_rolls_back_under_sigkill(
                 "RolledBack after the last restart",
             )
             final = get_pdd(kube, namespace, name)
+            tl.still_sampling()  # alive to the end of the drill
     finally:
         op.stop()
     pairing = tl.pairing()
@@ -176,7 +177,7 @@ def test_broken_version_rolls_back_under_sigkill(
     v1_drops = [d for d in tl.replica_drops() if tl.points and _version_of(tl, d[1]) == v1]
     grown = tl.version_growth("v2", since=rolled_back or float("inf"))
     drill.sampled(tl.samples, len(pairing) + len(below) + len(v1_drops) + len(grown))
-    assert tl.samples > 100, (tl.samples, tl.errors[:3])
+    tl.check(at_least=101)  # sampled along, at most a tenth of the reads failed
     assert started is not None, "the rollout to v2 never showed as Progressing"
     assert rolled_back is not None, (kills, seen)
     # time the operator was down (killed, not yet handling the PDDeployment again)
