@@ -38,9 +38,10 @@ from kubernetes.client.exceptions import ApiException
 from drills.operator_process import OperatorProcess
 from drills.report import DrillRecord
 from pdlab.lab import Lab
+from pdscaler import naming, observe
 from pdscaler.spec import GROUP, PLURAL, VERSION
-from support.labkit import Kube, free_port
-from support.opkit import pdd_manifest
+from support.labkit import Kube, free_port, wait_for
+from support.opkit import as_dict, pdd_manifest
 
 FLEET = 100
 CHURN_ROUNDS = 3
@@ -180,6 +181,70 @@ def _reconciling(
         time.sleep(0.5)
 
 
+def _wait_pruned(url: str, namespace: str, names: list[str], timeout: float = 20.0) -> None:
+    """Wait until none of ``names`` (deleted) has a series on /metrics any more."""
+    wait_for(
+        lambda: not set(names) & _reconciled(_scrape(url), namespace),
+        timeout,
+        f"{len(names)} deleted PDDeployments pruned from /metrics",
+        interval=0.5,
+    )
+
+
+def _wait_ticks(url: str, more: int, timeout: float = 60.0) -> None:
+    """Wait until the process behind ``url`` has ticked ``more`` more times (all its
+    PDDeployments together)."""
+    metric = "pdscaler_reconcile_duration_seconds_count"
+    start = _sum(_scrape(url), metric)
+    wait_for(
+        lambda: _sum(_scrape(url), metric) >= start + more,
+        timeout,
+        f"{more} ticks more than {start:g}",
+        interval=0.5,
+    )
+
+
+def _settled_scrape(url: str, timeout: float = 20.0) -> str:
+    """A /metrics scrape once two scrapes 1 s apart show the same series (``timeout`` s
+    at most; then the last), instead of a fixed pause after the deletes: the pruning
+    that follows the DELETED events is done, however slowly a loaded machine runs it."""
+    deadline = time.monotonic() + timeout
+    last = _scrape(url)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        text = _scrape(url)
+        if _series(text) == _series(last):
+            return text
+        last = text
+    return last
+
+
+def _converged(kube: Kube, namespace: str, names: list[str]) -> bool:
+    """True when every one of ``names`` has a Ready prefill pod, a Ready decode pod and
+    its router Deployment (the router's pods never become Ready in the private lab: no
+    pod runner starts a router); else LookupError naming what is missing (wait_for
+    reports it)."""
+    sel = naming.LABEL_NAME
+    pods = [
+        as_dict(kube, p) for p in kube.core.list_namespaced_pod(namespace, label_selector=sel).items
+    ]
+    deps = kube.apps.list_namespaced_deployment(namespace, label_selector=sel).items
+    have: set[tuple[str, str]] = set()
+    for pod in pods:
+        lab = observe.labels(pod)
+        if observe.is_ready(pod):
+            have.add((lab.get(naming.LABEL_NAME, ""), lab.get(naming.LABEL_ROLE, "")))
+    for d in deps:
+        lab = (d.metadata.labels if d.metadata else None) or {}
+        if lab.get(naming.LABEL_ROLE) == naming.ROLE_ROUTER:
+            have.add((lab.get(naming.LABEL_NAME, ""), "router Deployment"))
+    want = ("prefill", "decode", "router Deployment")
+    missing = [f"{n}: {r}" for n in names for r in want if (n, r) not in have]
+    if missing:
+        raise LookupError(f"{len(missing)} missing: {missing[:6]}")
+    return True
+
+
 def _rates(url: str, window: float) -> dict[str, Any]:
     """Requests per second over ``window`` seconds of a steady fleet, and per tick."""
     before = _scrape(url)
@@ -280,11 +345,8 @@ def test_fleet_churn_leaves_memory_and_series_flat(
             _create(kube, namespace, names, lab.prometheus_url)
             _wait_reconciled(url, namespace, set(names), 90)
             _delete(kube, namespace, names)
-            deadline = time.monotonic() + 20  # the DELETED events reach the operator
-            while time.monotonic() < deadline and set(names) & _reconciled(_scrape(url), namespace):
-                time.sleep(0.5)
-            time.sleep(2.0)
-            text = _scrape(url)
+            _wait_pruned(url, namespace, names)  # the DELETED events reached the operator
+            text = _settled_scrape(url)
             rounds.append((_rss_kib(op), _series(text)))
             texts.append({f"{n}{labels}" for n, labels, _ in _samples(text)})
             print(f"D14 churn round {r}: RSS {rounds[-1][0]} KiB, series {rounds[-1][1]}")
@@ -333,7 +395,13 @@ def test_fleet_requests_per_second_with_and_without_caches(
         try:
             url = _metrics_url(op)
             _wait_reconciled(url, namespace, set(names), 60)
-            time.sleep(12.0)  # the cells converge: 1 + 1 Ready pods and a router each
+            wait_for(
+                lambda: _converged(kube, namespace, names),
+                90,
+                "the cells converged: 1 + 1 Ready pods and a router each",
+                interval=1.0,
+            )
+            _wait_ticks(url, 2 * AUTO_FLEET)  # steady: each ticked ~twice more since
             results[label] = _rates(url, STEADY_WINDOW / 2)
             print(f"D14 {AUTO_FLEET} Auto PDDeployments, {label}: {results[label]}")
         finally:
