@@ -172,6 +172,7 @@ def test_apiserver_outage_mid_rollout(
         ):
             patch_spec(kube, namespace, NAME, {"engine": {"version": "v2"}})
             wait_for(lambda: _mid_rollout(kube, namespace), 30, "v2 prefill > 0, v1 still up")
+            down = time.monotonic()
             with FAULTS[fault](lab):
                 time.sleep(OUTAGE)
             back = time.monotonic()  # the API server answers again
@@ -184,6 +185,8 @@ def test_apiserver_outage_mid_rollout(
             resume_s = ticks.first_tick_after(back)[NAME]
             wait_for(op.healthy, 10, "/healthz 200 after the outage")
             _wait_settled(kube, namespace, SETTLE_S)
+            for sampler in (pairs, cluster, ticks):
+                sampler.still_sampling()  # alive to the end of the drill
         alive = op.alive()
     finally:
         op.stop()
@@ -194,6 +197,12 @@ def test_apiserver_outage_mid_rollout(
     early = [
         (t - back_wall, p) for t, p in phases if p in back_phases and t < back_wall + DEADLINE_S
     ]
+    # the API server's reads fail only while it is down (the outage and, after SIGKILL,
+    # its restart): at most one per 0.2 s period of that, a few more around it
+    outage_reads = int((back - down) / 0.2) + 5
+    pairs.check(at_least=20, max_failed=outage_reads)
+    cluster.check(at_least=20, max_failed=outage_reads)
+    ticks.check(at_least=20)  # the operator's /metrics answers through the outage
     drill.sampled(pairs.samples, len(pairs.mixed))
     drill.sampled(cluster.samples, len(cluster.recreated()) + len(early))
     drill.recovered("first successful tick after the API server is back", resume_s)
