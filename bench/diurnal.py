@@ -1,17 +1,22 @@
 """The diurnal benchmark: days of production-shaped traffic (the ServeGen week,
-data/traces/README.md), a warm-up day replayed as every dynamic policy's pre-roll, and
-the days after it scored. ``make bench-diurnal`` (budget: 60 minutes on 2 cores).
+data/traces/README.md), a warm-up span replayed as every dynamic policy's pre-roll and
+used to size and tune the out-of-sample baselines, and the span after it scored.
+``make bench-diurnal`` (budget: 60 minutes on 2 cores, one worker).
 
-Owns: the diurnal matrix (``Plan``: engine profiles x start-ups x seeds x policies),
-the rate scale of the bench (``bench_scale``), the policy and engine registries other
-parts plug into (``POLICIES``, ``ENGINES``), running the matrix (``run_matrix``, one
-replay per worker process) and the report: ``bench/results/diurnal.md`` and
-``diurnal.json``. Must not: score a pre-roll, size a baseline on the span it is scored
-on without saying so, or report a number it did not measure.
+Owns: the diurnal matrix (``Plan``: engines x start-ups x seeds x policies), the rate
+scale of the bench (``bench_scale``), the policy and engine registries (``POLICIES``,
+``ENGINES``), the tuning of the baselines on the warm-up span (``tune_job``: the static
+searches on per-minute aggregates then a few replays, ``static_search``; the HPA grid
+and the Dynamo planners' SLO scale), running the matrix (``run_matrix``, one replay per
+worker process) and the report: ``bench/results/diurnal.md`` and ``diurnal.json``, with
+pdscaler's verdict per case against the best non-clairvoyant baseline and the tight
+oracle (``sim.verdicts``). Must not: score a pre-roll, size or tune a baseline on the
+span it is scored on without labelling it a bound, or report a number it did not
+measure.
 
 Scale (``bench_scale``): the trace is replayed at the smallest whole rate multiple at
 which its busiest hour needs at least ``MIN_PEAK_REPLICAS`` = 20 replicas of the
-larger pool at the engine's full TRUE capacity. Worked numbers, default engine
+larger pool at the engine's full TRUE capacity. Worked numbers, hand-made engine
 (``EngineParams()``, TPOT SLO 50 ms): the busiest hour of the week is hour 27 (day 1,
 03:00-04:00) with 11,843 requests (3.290 req/s), prompts 723 tokens and outputs 47 on
 average. Prefill: a request's prompt costs ``prefill_work_s`` = 723 / 8,370 + its
@@ -20,34 +25,52 @@ attention (the mean squared prompt / (8,500 x 53,400)) = 0.08786 replica-seconds
 against 2,634 tokens/s a replica (129 sequences at a 49.0 ms step) = 0.0587. Prefill is
 the larger pool: 20 / 0.2890 = 69.2 -> x70, where the peak hour needs 20.2 prefill and
 4.1 decode replicas, and a day is 7.7-10.2 million requests (day 1: 9.40 million). The
-busiest minutes need more than the hour's mean (static-peak sizes day 1's busiest
-minute at 64 prefill and 21 decode replicas at x70, bench/results/diurnal.md): the
-scale is a floor on the pools' size, not a headroom.
+measured engines are faster per replica, so their scale is higher: Qwen3-32B on two
+H200 x164 (0.1222 prefill replicas at x1), Qwen3-8B on one H100 x395, Qwen3-30B-A3B on
+one H200 x662 (a day of the latter: ~89 million requests, beyond this machine's memory).
 
-Spans (``Plan``): ``warmup_hours`` of the warm-up day's end (24: all of day 0) are the
-pre-roll of the dynamic policies (``LoopConfig.preroll_s``; scored apart, reported as
-"pre-roll"), then ``scored_hours`` from day 1's start are scored (24: day 1 only, for
-speed; bench/results/speed.md). Memory: the engine keeps every request's record, ~500
-bytes each; a pre-rolled job (19.5 million requests) peaked at 10.1 GB, so the bench
-runs one replay per worker and one worker by default. Static policies start at their
-size and replay the scored span only (their state does not depend on history; the
-requests in flight at midnight, the only difference, are a few seconds of a quiet
-hour).
+Engines (``ENGINES``): ``hand-made`` (``EngineParams()``'s invented constants, labelled)
+with the profile measured off it (``with_measured_profile``), and every record of
+bench/engines/ (aiconfigurator 0.12.0's database, ``pdscaler.sim.measured``) with the
+pools ``pdscaler plan profile`` writes for it (``with_pool_profiles`` at the model's
+40,960-token context).
 
-Plugging in (other parts of issue 26): a policy is a ``PolicySpec`` in ``POLICIES``
-(its name, ``make(case) -> Controller`` and whether it gets the pre-roll): a static
-size chosen on the warm-up day by replay (``static-yesterday``), the hindsight bound,
-the online reference, Dynamo's planner are one entry each, and ``Case`` hands them the
-warm-up trace, the scored trace, the config and the engine. An engine profile is an
-entry of ``ENGINES`` (name -> ``EngineParams``; the measured profiles of bench/engines/
-register there); the scale is computed per engine. Bounds (the tight oracle) replay
-the scored trace without a pre-roll, as the statics do.
+Spans (``Plan``): ``warmup_hours`` of the warm-up day's end (day 0) are the pre-roll of
+the dynamic policies (``LoopConfig.preroll_s``; scored apart, reported as "pre-roll")
+AND the span the out-of-sample baselines are sized and tuned on; then ``scored_hours``
+from day 1's start are scored. Static policies and the oracle start at their size and
+replay the scored span only. A static's replay does not depend on the start-up (it
+never starts a replica; checked by tests/unit/test_diurnal_bench.py), so each static
+size is replayed once per (engine, seed) and its row stands for every start-up.
+
+Policies (``POLICIES``): pdscaler; ``static-hindsight`` (a BOUND: the cheapest static
+meeting 99% on the scored span itself); ``static-yesterday`` (the cheapest static
+meeting 99% on the warm-up span, +20% per pool: ``tuning.with_margin``);
+``static-peak`` (the scored span's busiest minute: hindsight); ``hpa-tuned`` (the grid
+of ``baselines.hpa_grid`` on the warm-up span, replayed there, the cheapest meeting 99%
+else the highest attainment: never the scored span); ``dynamo-planner`` (our
+re-implementation) and ``dynamo-planner-real`` (NVIDIA Dynamo 1.6.1's own planner,
+``bench.dynamo_real``, registered by ``bench.quality``), both handed the SLO scale
+tuned on the warm-up span; ``online-reference`` (``sim.reference``); ``oracle`` (the
+tight SLO-feasible oracle, ``compare.feasible_oracle`` with ``oracle_repairs``
+repairs at most).
+
+Searches on a whole span are expensive (a day is ~65 s a replay), so the static ones
+(``static_search``) start from per-minute aggregates: each pool's 1-minute need
+(``baselines.window_needs``: the profile at the minute's mix and the KV bound), the
+size covering ``TARGET`` of the requests by their minute's need, replayed; when it meets
+the target it is stepped down (x0.9, x0.8 each pool) until a replay misses, else up
+(x1.15, x1.3) until one meets: at most ``STATIC_REPLAYS`` replays; the choice is the
+cheapest replay meeting the target, else the highest attainment. Every replayed size
+of the hindsight search counts in the verdicts (``verdicts.sweep_points``).
 
 Budget: the skeleton's 6 jobs took 871 s with one worker on the shared 2 cores
-(compiled): 170-290 s a pre-rolled dynamic job, 75-110 s a static one, ~13 s of set-up
-each. An hour holds about a dozen of each; the full matrix of issue 26 (3 engines x 2
-start-ups x ~8 policies, plus the static searches' and the oracle's replays) does not
-fit at this speed without fewer scored hours or a faster engine (speed.md).
+(compiled): 170-290 s a pre-rolled day, 75-110 s a static one, ~13 s of set-up each.
+The full matrix (4 engines x 2 start-ups x 9 policies, the tuning's ~16 replays and the
+oracle's per start-up, on full days) is several hours at this speed and a pre-rolled
+day of the measured engines does not fit in memory (Qwen3-32B: ~44 million requests,
+~23 GB), so ``make bench-diurnal`` runs the cut ``Plan()`` and says so in its header
+(``CUT``).
 """
 
 from __future__ import annotations
@@ -60,27 +83,37 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, replace
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from bench import native, provenance
-from bench.markdown import numeric_columns, table
+from bench import dynamo_real, native, provenance
+from bench import quality as hour_bench
+from bench.markdown import numeric_columns, table, two
 from pdscaler.cli.common import percent as pct
-from pdscaler.sim.baselines import StaticController, kv_capacity, static_peak
-from pdscaler.sim.controllers import Controller, PdscalerController
+from pdscaler.sim import compare as sim_compare
+from pdscaler.sim import tuning, verdicts
+from pdscaler.sim.baselines import HpaConfig, kv_capacity, window_needs
+from pdscaler.sim.compare import STATIC_HINDSIGHT, STATIC_YESTERDAY, TARGET, Tuned, choice_json
+from pdscaler.sim.controllers import Controller
+from pdscaler.sim.dynamo import DynamoConfig
 from pdscaler.sim.engine import EngineParams
 from pdscaler.sim.loop import LoopConfig, run
-from pdscaler.sim.profiles import with_measured_profile
+from pdscaler.sim.measured import HANDMADE_LABEL, engines_in
+from pdscaler.sim.oracle import OracleResult
+from pdscaler.sim.profiles import with_measured_profile, with_pool_profiles
+from pdscaler.sim.reference import REFERENCE, reference_config
 from pdscaler.sim.results import preroll_summary, summarize
-from pdscaler.sim.setup import sim_spec
-from pdscaler.sim.traces import DAY_S, Trace, days, load_diurnal, scale_rate
+from pdscaler.sim.setup import clamp, sim_spec
+from pdscaler.sim.traces import DAY_S, Trace, days, load_diurnal, load_profile, scale_rate
+from pdscaler.spec import PDDeploymentSpec
 
 REPO = Path(__file__).resolve().parent.parent
 WEEK = REPO / "data" / "traces" / "servegen-m-large-7d.jsonl.gz"
+ENGINE_DIR = REPO / "bench" / "engines"
 RESULTS = Path(__file__).resolve().parent / "results"
 HOUR_S = 3600.0
 #: The bench's scale: the busiest hour needs at least this many replicas of the larger
@@ -88,6 +121,20 @@ HOUR_S = 3600.0
 MIN_PEAK_REPLICAS = 20
 #: The day replayed as the warm-up (pre-roll); the scored span starts at the next one.
 WARMUP_DAY = 0
+#: The hand-made engine's name in the matrix.
+HAND_MADE = "hand-made"
+#: The tight oracle's name in the matrix (a clairvoyant bound, never a competitor).
+ORACLE = "oracle"
+#: Replays a static search may make after its per-minute start (``static_search``).
+STATIC_REPLAYS = 3
+#: The static search's steps from the per-minute size: down while it meets the target,
+#: up while it misses.
+STEPS_DOWN = (0.9, 0.8)
+STEPS_UP = (1.15, 1.3)
+#: Repairs of the tight oracle on the diurnal spans (each one replays the scored span).
+ORACLE_REPAIRS = 2
+#: Rows sized on the scored span (bounds and hindsight): never "the best baseline".
+CLAIRVOYANT = frozenset({STATIC_HINDSIGHT, "static-peak", ORACLE})
 
 
 @dataclass(frozen=True)
@@ -143,25 +190,57 @@ def peak_need(
 
 def bench_scale(need: PeakNeed, replicas: int = MIN_PEAK_REPLICAS) -> int:
     """The smallest whole rate multiple at which the peak needs ``replicas`` of the
-    larger pool: ceil(20 / 0.2890) = 70 for the week on the default engine."""
+    larger pool: ceil(20 / 0.2890) = 70 for the week on the hand-made engine."""
     return max(1, math.ceil(replicas / need.larger - 1e-9))
 
 
 # ---------------------------------------------------------------- registries
-def default_engine() -> EngineParams:
+@dataclass(frozen=True)
+class Engine:
+    """An engine of the matrix: the TRUE engine, the model's context (None: the
+    hand-made engine, whose profile is ``with_measured_profile``'s) and its label."""
+
+    params: EngineParams
+    max_context: int | None
+    label: str
+
+    def spec(self, startup_s: float) -> PDDeploymentSpec:
+        """The simulated PDDeployment a team deploys on this engine: the hand-made
+        engine's measured profile, or the pools ``pdscaler plan profile`` writes."""
+        base = sim_spec(startup_s=startup_s)
+        if self.max_context is None:
+            return with_measured_profile(base, self.params)
+        return with_pool_profiles(base, self.params, self.max_context)
+
+
+def hand_made() -> Engine:
     """The hand-made engine (Llama-2-7B-class on one A100, engine.py's docstring)."""
-    return EngineParams()
+    return Engine(EngineParams(), None, HANDMADE_LABEL)
 
 
-#: Engine profiles by name. The measured profiles (bench/engines/) add entries here.
-ENGINES: dict[str, Callable[[], EngineParams]] = {"default": default_engine}
+def measured(name: str) -> Callable[[], Engine]:
+    """The engine recorded as bench/engines/<name>.json."""
+
+    def load() -> Engine:
+        e = engines_in(ENGINE_DIR)[name]
+        d = e.deployment
+        return Engine(e.params, e.facts.max_context, f"measured: {name} ({d})")
+
+    return load
+
+
+#: Engines by name: the hand-made one and every measured record of bench/engines/.
+ENGINES: dict[str, Callable[[], Engine]] = {
+    HAND_MADE: hand_made,
+    **{name: measured(name) for name in sorted(p.stem for p in ENGINE_DIR.glob("*.json"))},
+}
 
 
 @dataclass(frozen=True)
 class Case:
-    """What a policy is built from: the warm-up span (for sizing out of sample), the
-    scored span, the pre-rolled trace (warm-up then scored; its ``preroll_s`` first
-    seconds are the warm-up), the config (without a pre-roll) and the engine."""
+    """What a policy is built from: the warm-up span (the pre-roll, and where the
+    out-of-sample baselines are sized and tuned), the scored span, the config (without
+    a pre-roll), the engine and the tuned choices (``tuned``: ``tune_job``'s)."""
 
     engine: str
     params: EngineParams
@@ -171,6 +250,7 @@ class Case:
     warmup: Trace
     scored: Trace
     cfg: LoopConfig
+    tuned: Tuned = field(default_factory=Tuned)
 
     @property
     def preroll_s(self) -> float:
@@ -190,59 +270,83 @@ class Case:
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """One policy of the matrix: ``make`` builds its controller for a case; ``preroll``:
-    it replays the warm-up as its pre-roll (dynamic policies), else it starts at its
-    size on the scored span (static ones)."""
+    """One policy of the matrix. ``preroll``: it replays the warm-up as its pre-roll
+    (dynamic policies), else it starts at its size on the scored span (statics, the
+    oracle). A policy with a name ``compare.controller`` knows is built there (with the
+    case's tuned choices); ``loop`` adapts the loop's settings (the online reference's
+    per-second scrapes)."""
 
     name: str
-    make: Callable[[Case], Controller]
     preroll: bool
     label: str = ""
+    loop: Callable[[LoopConfig], LoopConfig] | None = None
 
-
-def _static_named(name: str, ctrl: StaticController) -> StaticController:
-    return StaticController(name, ctrl.prefill, ctrl.decode)
+    def make(self, c: Case, replayed: Trace) -> Controller:
+        """The controller for case ``c``, replayed on ``replayed`` (the online reference
+        reads its arrivals). No policy here replays the lower bound's schedule, the one
+        use of ``compare.controller``'s bound."""
+        no_bound = cast(OracleResult, None)
+        return sim_compare.controller(
+            self.name, c.scored, c.cfg, no_bound, tuned=c.tuned, replayed=replayed
+        )
 
 
 POLICIES: dict[str, PolicySpec] = {
     p.name: p
     for p in (
+        PolicySpec("pdscaler", True, "pdscaler (pre-rolled on the warm-up span)"),
         PolicySpec(
-            "pdscaler",
-            lambda c: PdscalerController(c.cfg.spec, flips=c.cfg.flips),
-            preroll=True,
-            label="pdscaler (pre-rolled on the warm-up day)",
+            STATIC_HINDSIGHT,
+            False,
+            "static-hindsight (BOUND: the cheapest static meeting 99% on the scored span)",
         ),
         PolicySpec(
-            "static-peak",
-            lambda c: static_peak(c.scored, c.cfg.spec, kv_capacity(c.cfg.spec, c.params)),
-            preroll=False,
-            label="static-peak (the scored span's busiest minute: hindsight)",
+            STATIC_YESTERDAY,
+            False,
+            "static-yesterday (the cheapest static meeting 99% on the warm-up span, +20%)",
+        ),
+        PolicySpec("static-peak", False, "static-peak (the scored span's busiest minute)"),
+        PolicySpec("hpa-tuned", True, "hpa-tuned (grid tuned on the warm-up span)"),
+        PolicySpec(
+            "dynamo-planner",
+            True,
+            "dynamo-planner (our re-implementation; SLO scale tuned on the warm-up span)",
         ),
         PolicySpec(
-            "static-warmup-peak",
-            lambda c: _static_named(
-                "static-warmup-peak",
-                static_peak(c.warmup, c.cfg.spec, kv_capacity(c.cfg.spec, c.params)),
-            ),
-            preroll=False,
-            label="static-warmup-peak (the warm-up day's busiest minute: out of sample)",
+            dynamo_real.NAME,
+            True,
+            "dynamo-planner-real (NVIDIA Dynamo 1.6.1's own planner, the same SLO scale)",
         ),
+        PolicySpec(
+            REFERENCE,
+            True,
+            "online-reference (idealised reactive: true arrivals, past only)",
+            loop=reference_config,
+        ),
+        PolicySpec(ORACLE, False, "oracle (tight SLO-feasible clairvoyant bound)"),
     )
 }
+#: Policies whose row is replayed once per (engine, seed): a static size (the oracle's
+#: schedule is ordered a start-up ahead, so it is replayed per start-up).
+SHARED_ACROSS_STARTUPS = frozenset({STATIC_HINDSIGHT, STATIC_YESTERDAY, "static-peak"})
+#: Rows that come from the tuning's own replay (the hindsight search replayed its size
+#: on the scored span already).
+FROM_TUNING = frozenset({STATIC_HINDSIGHT})
+_ = hour_bench  # imported for its registration of dynamo-planner-real (compare.EXTERNAL)
 
 
 # ---------------------------------------------------------------- the matrix
 @dataclass(frozen=True)
 class Plan:
-    engines: tuple[str, ...] = ("default",)
+    engines: tuple[str, ...] = (HAND_MADE, "qwen3-32b-h200-vllm-tp2")
     startups: tuple[float, ...] = (90.0, 300.0)
     seeds: tuple[int, ...] = (0,)
-    policies: tuple[str, ...] = ("pdscaler", "static-peak", "static-warmup-peak")
-    #: Hours of the warm-up day's end replayed as the pre-roll (24: the whole day).
-    warmup_hours: float = 24.0
+    policies: tuple[str, ...] = tuple(POLICIES)
+    #: Hours of the warm-up day's end replayed as the pre-roll and used for the
+    #: out-of-sample sizing and tuning (24: all of day 0).
+    warmup_hours: float = 1.0
     #: Hours scored from the start of the day after the warm-up (24: one day).
-    scored_hours: float = 24.0
+    scored_hours: float = 4.0
     #: One replay per process at a time; a pre-rolled day (19.5 million requests at x70)
     #: peaked at 10.1 GB, so two at once need ~21 GB.
     workers: int = 1
@@ -250,17 +354,52 @@ class Plan:
     #: A fixed rate scale instead of ``bench_scale``'s (the tests' small runs).
     scale: int | None = None
     trace_path: str = str(WEEK)
+    #: Start-up at which the baselines are tuned (on the warm-up span).
+    tune_startup: float = 90.0
+    oracle_repairs: int = ORACLE_REPAIRS
 
     def matrix(self) -> list[tuple[str, float, int, str]]:
-        """Every (engine, start-up, seed, policy), the pre-rolled (longest) first."""
+        """Every (engine, start-up, seed, policy) replayed, engine by engine, the
+        pre-rolled (longest) first; a static size at the first start-up only
+        (``SHARED_ACROSS_STARTUPS``), the hindsight bound not at all (its search
+        replayed it)."""
         jobs = [
             (e, st, seed, p)
             for e in self.engines
             for st in self.startups
             for seed in self.seeds
             for p in self.policies
+            if p not in FROM_TUNING and (p not in SHARED_ACROSS_STARTUPS or st == self.startups[0])
         ]
-        return sorted(jobs, key=lambda j: not POLICIES[j[3]].preroll)
+        return sorted(jobs, key=lambda j: (self.engines.index(j[0]), not POLICIES[j[3]].preroll))
+
+
+#: The full matrix of issue 26 (``python -m bench.diurnal --full``): every engine, full
+#: days, seeds 0-2.
+FULL = Plan(engines=tuple(ENGINES), seeds=(0, 1, 2), warmup_hours=24.0, scored_hours=24.0)
+
+
+def cuts(plan: Plan) -> str:
+    """What ``plan`` leaves out of ``FULL`` ("" when nothing)."""
+    out = []
+    gone = [e for e in FULL.engines if e not in plan.engines]
+    if gone:
+        out.append("engines " + ", ".join(gone))
+    seeds = [str(s) for s in FULL.seeds if s not in plan.seeds]
+    if seeds:
+        out.append("seeds " + ", ".join(seeds))
+    if plan.warmup_hours < FULL.warmup_hours:
+        out.append(
+            f"the warm-up is day 0's last {plan.warmup_hours:g} h, not all of it (the "
+            "pre-roll and the span static-yesterday, hpa-tuned and the Dynamo planners' "
+            "SLO scale are sized and tuned on)"
+        )
+    if plan.scored_hours < FULL.scored_hours:
+        out.append(f"day 1's first {plan.scored_hours:g} h are scored, not all of it")
+    left = [p for p in POLICIES if p not in plan.policies]
+    if left:
+        out.append("policies " + ", ".join(left))
+    return "; ".join(out)
 
 
 def scale_for(plan: Plan, week: Trace, params: EngineParams) -> tuple[int, PeakNeed]:
@@ -268,77 +407,253 @@ def scale_for(plan: Plan, week: Trace, params: EngineParams) -> tuple[int, PeakN
     return (plan.scale or bench_scale(need, plan.min_peak_replicas)), need
 
 
-def loop_config(params: EngineParams, startup: float, seed: int) -> LoopConfig:
-    """The simulated PDDeployment (with the engine's measured profile) and the loop's
-    settings, without a pre-roll (``config`` adds it for the dynamic policies)."""
-    return LoopConfig(
-        spec=with_measured_profile(sim_spec(startup_s=startup), params),
-        params=params,
-        startup_s=startup,
-        seed=seed,
-    )
+def loop_config(engine: Engine, startup: float, seed: int) -> LoopConfig:
+    """The simulated PDDeployment on ``engine`` (its profile) and the loop's settings,
+    without a pre-roll (``config`` adds it for the dynamic policies)."""
+    return LoopConfig(spec=engine.spec(startup), params=engine.params, startup_s=startup, seed=seed)
 
 
-def case(plan: Plan, engine: str, startup: float, seed: int, week: Trace | None = None) -> Case:
+def case(
+    plan: Plan,
+    engine: str,
+    startup: float,
+    seed: int,
+    week: Trace | None = None,
+    tuned: Tuned | None = None,
+) -> Case:
     """The traces and config of one (engine, start-up, seed): day 0's last
     ``warmup_hours`` and day 1's first ``scored_hours``, each rate-scaled with its own
     seed (so the scored span is the same whatever the pre-roll)."""
     week = week if week is not None else load_diurnal(Path(plan.trace_path))
-    params = ENGINES[engine]()
-    scale, _ = scale_for(plan, week, params)
+    e = ENGINES[engine]()
+    scale, _ = scale_for(plan, week, e.params)
     both = days(week, WARMUP_DAY, 2)
     warm_s, scored_s = plan.warmup_hours * HOUR_S, plan.scored_hours * HOUR_S
     warmup = both.window(DAY_S - warm_s, DAY_S)
     scored = both.window(DAY_S, DAY_S + scored_s)
-    cfg = loop_config(params, startup, seed)
     return Case(
         engine,
-        params,
+        e.params,
         scale,
         startup,
         seed,
         scale_rate(warmup, scale, seed=2 * seed + 1),
         scale_rate(scored, scale, seed=2 * seed),
-        cfg,
+        loop_config(e, startup, seed),
+        tuned or Tuned(),
     )
 
 
 def config(c: Case, policy: PolicySpec) -> tuple[Trace, LoopConfig]:
     """The trace and config a policy replays: pre-rolled on the warm-up, or the scored
-    span alone."""
-    if policy.preroll:
-        return c.prerolled(), replace(c.cfg, preroll_s=c.preroll_s)
-    return c.scored, c.cfg
+    span alone; the policy's own loop settings applied."""
+    trace, cfg = (
+        (c.prerolled(), replace(c.cfg, preroll_s=c.preroll_s))
+        if policy.preroll
+        else (
+            c.scored,
+            c.cfg,
+        )
+    )
+    return trace, (policy.loop(cfg) if policy.loop else cfg)
 
 
-def run_job(plan: Plan, engine: str, startup: float, seed: int, name: str) -> dict[str, Any]:
-    """One policy on one case: its scored figures, its pre-roll's, and the wall time."""
+# ---------------------------------------------------------------- tuning
+def minute_size(trace: Trace, cfg: LoopConfig, target: float) -> tuple[int, int]:
+    """Each pool's 1-minute need (``window_needs``: the profile at the minute's mix, the
+    KV bound) at the ``target`` quantile of the requests (each minute weighted by its
+    requests), rounded up, inside the spec's bounds: the size that covers ``target`` of
+    the requests' minutes."""
+    spec = cfg.spec
+    n_p, n_d = window_needs(trace, spec, kv_capacity(spec, cfg.params))
+    weight = load_profile(trace).rate
+    out = []
+    for need, pool in ((n_p, spec.prefill), (n_d, spec.decode)):
+        order = np.argsort(need)
+        cum = np.cumsum(weight[order])
+        k = int(np.searchsorted(cum, target * cum[-1])) if cum[-1] > 0 else 0
+        n = math.ceil(float(need[order][min(k, len(order) - 1)]) - 1e-9)
+        out.append(clamp(n, pool.replicas.min, pool.replicas.max))
+    return out[0], out[1]
+
+
+def _scaled(size: tuple[int, int], factor: float, spec: PDDeploymentSpec) -> tuple[int, int]:
+    p = math.ceil(size[0] * factor - 1e-9)
+    d = math.ceil(size[1] * factor - 1e-9)
+    return (
+        clamp(p, spec.prefill.replicas.min, spec.prefill.replicas.max),
+        clamp(d, spec.decode.replicas.min, spec.decode.replicas.max),
+    )
+
+
+def static_search(
+    trace: Trace, cfg: LoopConfig, target: float = TARGET, replays: int = STATIC_REPLAYS
+) -> tuple[tuning.StaticChoice, tuning.StaticSearch]:
+    """The module docstring's search: ``minute_size``, replayed, then stepped down (it
+    met ``target``) or up (it missed) until the answer changes, at most ``replays``
+    replays; the cheapest replay meeting ``target``, else the highest attainment."""
+    search = tuning.StaticSearch(trace, cfg)
+    size = minute_size(trace, cfg, target)
+    met = search.attainment(*size) >= target
+    for factor in (STEPS_DOWN if met else STEPS_UP)[: replays - 1]:
+        nxt = _scaled(size, factor, cfg.spec)
+        if nxt in search.runs:
+            continue
+        if (search.attainment(*nxt) >= target) != met:
+            break
+    meeting = {k: s for k, s in search.runs.items() if s.slo_attainment >= target}
+    if meeting:
+        (p, d), s = min(meeting.items(), key=lambda kv: kv[1].gpu_hours)
+    else:
+        (p, d), s = max(
+            search.runs.items(), key=lambda kv: (kv[1].slo_attainment, -kv[1].gpu_hours)
+        )
+    return tuning.StaticChoice(
+        target, p, d, s.slo_attainment, s.gpu_hours, s.slo_attainment >= target
+    ), search
+
+
+def yesterday(choice: tuning.StaticChoice, spec: PDDeploymentSpec) -> tuning.YesterdayChoice:
+    """``static-yesterday`` from the choice on the warm-up span: +``YESTERDAY_MARGIN``
+    per pool (``tuning.with_margin``), inside the spec's bounds."""
+    p, d = tuning.with_margin((choice.prefill, choice.decode))
+    return tuning.YesterdayChoice(
+        choice,
+        clamp(p, spec.prefill.replicas.min, spec.prefill.replicas.max),
+        clamp(d, spec.decode.replicas.min, spec.decode.replicas.max),
+        tuning.YESTERDAY_MARGIN,
+    )
+
+
+def tune_job(plan: Plan, engine: str, seed: int) -> dict[str, Any]:
+    """The tuned choices of one (engine, seed), at start-up ``plan.tune_startup``: on
+    the WARM-UP span, static-yesterday's size (``static_search`` + 20%), the HPA grid
+    (``tuning.hpa_tuned``) and the Dynamo planners' SLO scale (``tuning.dynamo_tuned``);
+    on the scored span, the hindsight bound's search (every size it replayed kept for
+    the verdicts, and its chosen size's replay as the static-hindsight row)."""
     t0 = time.perf_counter()
-    c = case(plan, engine, startup, seed)
-    spec = POLICIES[name]
-    trace, cfg = config(c, spec)
-    ctrl = spec.make(c)
-    loaded = time.perf_counter()
-    result = run(trace, ctrl, cfg)
-    replayed = time.perf_counter() - loaded
-    s = summarize(result)
-    pre = preroll_summary(result)
-    size = getattr(ctrl, "initial", None)
+    c = case(plan, engine, plan.tune_startup, seed)
+    hind, search = static_search(c.scored, c.cfg)
+    warm, warm_search = static_search(c.warmup, c.cfg)
+    hpa = tuning.hpa_tuned(c.warmup, c.cfg, TARGET)
+    dyn = tuning.dynamo_tuned(c.warmup, c.cfg, TARGET)
+    return {
+        "engine": engine,
+        "seed": seed,
+        "static_hindsight": asdict(hind),
+        "static_hindsight_row": search.summary(hind.prefill, hind.decode).to_json(),
+        "static_sweep": search.tried(),
+        "static_yesterday": asdict(yesterday(warm, c.cfg.spec)),
+        "static_yesterday_sweep": warm_search.tried(),
+        "hpa": {**choice_json(hpa), "label": hpa.config.label},
+        "dynamo": choice_json(dyn),
+        "requests": {"warmup": len(c.warmup), "scored": len(c.scored)},
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def tuned_of(doc: dict[str, Any]) -> Tuned:
+    """The ``Tuned`` choices of a ``tune_job`` document."""
+    h, y, s = doc["hpa"]["config"], doc["static_yesterday"], doc["static_hindsight"]
+    return Tuned(
+        static=(s["prefill"], s["decode"]),
+        hpa=HpaConfig(h["target"], tuple(h["prefill"]), tuple(h["decode"])),
+        dynamo=DynamoConfig(**doc["dynamo"]["config"]),
+        yesterday=(y["prefill"], y["decode"]),
+    )
+
+
+# ---------------------------------------------------------------- jobs
+def _row(
+    engine: str, startup: float, seed: int, name: str, scale: int, size: Any
+) -> dict[str, Any]:
     return {
         "engine": engine,
         "startup_s": startup,
         "seed": seed,
         "policy": name,
-        "scale": c.scale,
+        "scale": scale,
         "static_size": list(size) if size else None,
+    }
+
+
+def run_job(
+    plan: Plan,
+    engine: str,
+    startup: float,
+    seed: int,
+    name: str,
+    tuned: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One policy on one case: its scored figures, its pre-roll's, and the wall time
+    (the oracle: its replay's figures and its tries and repairs, ``oracle``)."""
+    t0 = time.perf_counter()
+    c = case(plan, engine, startup, seed, tuned=None if tuned is None else tuned_of(tuned))
+    spec = POLICIES[name]
+    trace, cfg = config(c, spec)
+    loaded = time.perf_counter()
+    oracle = None
+    if name == ORACLE:
+        found = sim_compare.feasible_oracle(trace, cfg, TARGET, iterations=plan.oracle_repairs)
+        s, pre, size = found.summary, None, None
+        oracle = found.to_json()
+        replayed_requests = len(trace) * len(found.tries)
+    else:
+        ctrl = spec.make(c, trace)
+        try:
+            result = run(trace, ctrl, cfg)
+        finally:
+            getattr(ctrl, "close", lambda: None)()
+        s, pre = summarize(result), preroll_summary(result)
+        size = getattr(ctrl, "initial", None)
+        replayed_requests = len(trace)
+    replayed = time.perf_counter() - loaded
+    return {
+        **_row(engine, startup, seed, name, c.scale, size),
         "scored": s.to_json(),
         "preroll": None if pre is None else pre.to_json(),
-        "requests_replayed": len(trace),
+        "oracle": oracle,
+        "requests_replayed": replayed_requests,
         "replay_s": replayed,
-        "requests_per_s": len(trace) / replayed if replayed > 0 else math.nan,
+        "requests_per_s": replayed_requests / replayed if replayed > 0 else math.nan,
         "setup_s": loaded - t0,
         "max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
     }
+
+
+def tuning_rows(plan: Plan, doc: dict[str, Any], startups: Sequence[float]) -> list[dict[str, Any]]:
+    """The static-hindsight rows of one ``tune_job`` document: its search's replay of
+    the chosen size, for every start-up (a static's replay does not depend on it)."""
+    s = doc["static_hindsight"]
+    return [
+        {
+            **_row(
+                doc["engine"], st, doc["seed"], STATIC_HINDSIGHT, 0, (s["prefill"], s["decode"])
+            ),
+            "scored": doc["static_hindsight_row"],
+            "preroll": None,
+            "oracle": None,
+            "from_tuning": True,
+            "requests_replayed": 0,
+            "replay_s": 0.0,
+            "requests_per_s": math.nan,
+            "setup_s": 0.0,
+            "max_rss_gb": math.nan,
+        }
+        for st in startups
+        if STATIC_HINDSIGHT in plan.policies
+    ]
+
+
+def shared_rows(plan: Plan, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A static size's row for the other start-ups (``shared_from`` its replay's)."""
+    if row["policy"] not in SHARED_ACROSS_STARTUPS:
+        return []
+    return [
+        {**row, "startup_s": st, "shared_from_startup_s": row["startup_s"]}
+        for st in plan.startups
+        if st != row["startup_s"]
+    ]
 
 
 def run_matrix(
@@ -346,48 +661,154 @@ def run_matrix(
     log: Callable[[str], None] = print,
     partial: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Every job of the plan in ``plan.workers`` processes (one replay each: a day at
-    the bench scale holds several GB), then the document ``write`` reports;
-    ``partial`` gets the document after each job (``jobs_done`` of ``jobs``)."""
+    """Tune each (engine, seed), then replay its jobs, in ``plan.workers`` processes
+    (one replay each: a day at the bench scale holds several GB); the document
+    ``write`` reports; ``partial`` gets it after each job (``jobs_done`` of ``jobs``)."""
     started = time.perf_counter()
     week = load_diurnal(Path(plan.trace_path))
     scales = {}
     for e in plan.engines:
-        scale, need = scale_for(plan, week, ENGINES[e]())
-        scales[e] = {"scale": scale, "peak_hour": asdict(need), "larger": need.larger}
+        engine = ENGINES[e]()
+        scale, need = scale_for(plan, week, engine.params)
+        scales[e] = {
+            "scale": scale,
+            "peak_hour": asdict(need),
+            "larger": need.larger,
+            "label": engine.label,
+        }
     jobs = plan.matrix()
     rows: list[dict[str, Any]] = []
+    tuned: dict[str, dict[str, Any]] = {}
 
     def doc() -> dict[str, Any]:
-        order = {job: i for i, job in enumerate(jobs)}
+        order = {(e, st, seed, p): i for i, (e, st, seed, p) in enumerate(full_order(plan))}
         done = sorted(
             rows, key=lambda r: order[(r["engine"], r["startup_s"], r["seed"], r["policy"])]
         )
-        return {
+        out = {
             "plan": asdict(plan),
+            "cuts": cuts(plan),
             "policies": {n: POLICIES[n].label or n for n in plan.policies},
             "scales": scales,
+            "tuning": tuned,
             "rows": done,
-            "jobs": len(jobs),
-            "jobs_done": len(rows),
+            "jobs": len(jobs) + len(plan.engines) * len(plan.seeds),
+            "jobs_done": len([r for r in rows if "shared_from_startup_s" not in r])
+            - len([r for r in rows if r.get("from_tuning")])
+            + len(tuned),
             "wall_s": time.perf_counter() - started,
             "engine": native.engine_label(),
+            "real_dynamo": hour_bench.REAL_DYNAMO
+            if dynamo_real.available()
+            else hour_bench.REAL_DYNAMO_MISSING,
             provenance.KEY: provenance.measured_at(),
         }
+        out["verdicts"] = case_verdicts(out)
+        return out
 
     with ProcessPoolExecutor(max_workers=plan.workers, max_tasks_per_child=1) as pool:
-        futures = {pool.submit(run_job, plan, *job): job for job in jobs}
-        for f in as_completed(futures):
-            job, row = futures[f], f.result()
-            rows.append(row)
-            log(
-                f"bench diurnal: {job[0]}, start-up {job[1]:g} s, seed {job[2]}, {job[3]}: "
-                f"{pct(row['scored']['slo_attainment'])} "
-                f"{row['scored']['gpu_hours']:.1f} GPU-h, {row['replay_s']:.0f} s"
-            )
-            if partial is not None and len(rows) < len(jobs):
+        pending: dict[Future[dict[str, Any]], tuple[str, Any]] = {}
+        for e in plan.engines:
+            for seed in plan.seeds:
+                pending[pool.submit(tune_job, plan, e, seed)] = ("tune", (e, seed))
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                kind, key = pending.pop(f)
+                got = f.result()
+                if kind == "tune":
+                    e, seed = key
+                    tuned[f"{e}/{seed}"] = got
+                    rows.extend(tuning_rows(plan, got, plan.startups))
+                    log(f"bench diurnal: tuned {e}, seed {seed} ({got['seconds']:.0f} s)")
+                    for job in jobs:
+                        if (job[0], job[2]) == key:
+                            pending[pool.submit(run_job, plan, *job, got)] = ("job", job)
+                    continue
+                rows.append(got)
+                rows.extend(shared_rows(plan, got))
+                log(
+                    f"bench diurnal: {key[0]}, start-up {key[1]:g} s, seed {key[2]}, {key[3]}: "
+                    f"{pct(got['scored']['slo_attainment'])} "
+                    f"{got['scored']['gpu_hours']:.1f} GPU-h, {got['replay_s']:.0f} s"
+                )
+            if partial is not None and pending:
                 partial(doc())
     return doc()
+
+
+def full_order(plan: Plan) -> list[tuple[str, float, int, str]]:
+    """Every (engine, start-up, seed, policy) of the report, in its order."""
+    return [
+        (e, st, seed, p)
+        for e in plan.engines
+        for st in plan.startups
+        for seed in plan.seeds
+        for p in plan.policies
+    ]
+
+
+# ---------------------------------------------------------------- verdicts
+_FIGURES = ("slo_attainment", "gpu_hours")
+
+
+def case_verdicts(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per (engine, start-up, seed) with a pdscaler row: pdscaler against every other
+    row and every size the hindsight search replayed (``sim.verdicts``, FCFS; the oracle
+    a bound), the best non-clairvoyant baseline (``bench.quality.best_online``: the
+    cheapest with at least pdscaler's attainment, else the highest attainment) and the
+    tight oracle (GPU-h ratio, and at equal attainment: the cheapest oracle try
+    reaching pdscaler's)."""
+    out = []
+    cases: dict[tuple[str, float, int], dict[str, dict[str, Any]]] = {}
+    for r in doc["rows"]:
+        cases.setdefault((r["engine"], r["startup_s"], r["seed"]), {})[r["policy"]] = r
+    for (engine, startup, seed), rows in cases.items():
+        if "pdscaler" not in rows:
+            continue
+        scored = {n: r["scored"] for n, r in rows.items()}
+        sweep = doc["tuning"].get(f"{engine}/{seed}", {}).get("static_sweep", ())
+        pts = verdicts.policy_points(scored, bounds=(ORACLE,)) + verdicts.sweep_points(sweep)
+        v = verdicts.verdict("pdscaler", pts)
+        agg = {
+            "policies": {
+                n: {
+                    "slo_attainment": {"mean": s["slo_attainment"]},
+                    "gpu_hours": {"mean": s["gpu_hours"]},
+                }
+                for n, s in scored.items()
+                if n not in CLAIRVOYANT
+            }
+        }
+        online = hour_bench.best_online(agg)
+        pd = scored["pdscaler"]
+        oracle = rows.get(ORACLE, {}).get("oracle")
+        out.append(
+            {
+                "engine": engine,
+                "startup_s": startup,
+                "seed": seed,
+                "pdscaler": {"slo_attainment": pd["slo_attainment"], "gpu_hours": pd["gpu_hours"]},
+                "best_online": None
+                if online is None
+                else {"policy": online[0], **{k: online[1][k]["mean"] for k in _FIGURES}},
+                "oracle": None
+                if oracle is None
+                else {
+                    "slo_attainment": oracle["slo_attainment"],
+                    "gpu_hours": oracle["gpu_hours"],
+                    "met": oracle["met"],
+                    "repairs": oracle["repairs"],
+                    "ratio": pd["gpu_hours"] / oracle["gpu_hours"],
+                    "ratio_at_equal": hour_bench.ratio_at_equal(pd, oracle),
+                },
+                "pareto": v.pareto,
+                "dominated_by": list(v.labels),
+                "points": len(pts),
+                "policies_missing": [p for p in doc["plan"]["policies"] if p not in rows],
+            }
+        )
+    return out
 
 
 # ---------------------------------------------------------------- report
@@ -402,33 +823,19 @@ def _incomplete(doc: dict[str, Any]) -> str:
     return f" (INCOMPLETE: {done} of {jobs} jobs done when this was written)"
 
 
-def report(doc: dict[str, Any], command: str) -> str:
-    plan = doc["plan"]
-    lines = [
-        "# Diurnal benchmark",
-        "",
-        provenance.line(doc.get(provenance.KEY)),
-        "",
-        f"Generated by `{command}`: the ServeGen week (data/traces/README.md), day 0's "
-        f"last {plan['warmup_hours']:g} h replayed as the pre-roll of the dynamic "
-        f"policies (scored apart), day 1's first {plan['scored_hours']:g} h scored. "
-        f"Simulator {doc['engine']}; {plan['workers']} worker process(es); matrix wall "
-        f"time {doc['wall_s']:.0f} s{_incomplete(doc)}. A skeleton: the baselines, engine "
-        "profiles, Dynamo's planner and the oracle of issue 26 plug into bench/diurnal.py's "
-        "registries.",
-        "",
-    ]
-    for engine, sc in doc["scales"].items():
-        peak = sc["peak_hour"]
-        lines += [
-            f"Engine `{engine}`: rate x{sc['scale']} (the busiest hour, starting at "
-            f"{peak['start_s'] / HOUR_S:g} h, {peak['rate']:.3f} req/s of "
-            f"{peak['prompt_mean']:.0f}/{peak['output_mean']:.0f} tokens, needs "
-            f"{peak['prefill']:.4f} prefill and {peak['decode']:.4f} decode replicas at "
-            f"x1: {sc['scale'] * peak['prefill']:.1f} and {sc['scale'] * peak['decode']:.1f} "
-            "at the bench scale).",
-            "",
-        ]
+def _size(size: Sequence[int] | None) -> str:
+    return f"{size[0]}P/{size[1]}D" if size else "dynamic"
+
+
+def _replay_note(r: dict[str, Any]) -> str:
+    if r.get("from_tuning"):
+        return "its search's replay"
+    if "shared_from_startup_s" in r:
+        return f"as at {r['shared_from_startup_s']:g} s"
+    return f"{r['replay_s']:.0f} s"
+
+
+def rows_table(doc: dict[str, Any]) -> str:
     headers = [
         "engine",
         "start-up",
@@ -450,14 +857,14 @@ def report(doc: dict[str, Any], command: str) -> str:
     body = []
     for r in doc["rows"]:
         s, p = r["scored"], r["preroll"]
-        size = r["static_size"]
+        shared = r.get("from_tuning") or "shared_from_startup_s" in r
         body.append(
             [
                 r["engine"],
                 f"{r['startup_s']:g} s",
                 str(r["seed"]),
                 r["policy"],
-                f"{size[0]}P/{size[1]}D" if size else "dynamic",
+                _size(r["static_size"]) if r["policy"] != ORACLE else "schedule",
                 _pct(s["slo_attainment"]),
                 _pct(s["slo_attainment_settled"]),
                 f"{s['gpu_hours']:.1f}",
@@ -466,21 +873,174 @@ def report(doc: dict[str, Any], command: str) -> str:
                 "never" if s["ttft_p99_s"] is None else f"{s['ttft_p99_s']:.2f} s",
                 "-" if p is None else _pct(p["slo_attainment"]),
                 "-" if p is None else f"{p['gpu_hours']:.1f}",
-                f"{r['replay_s']:.0f} s",
-                f"{r['requests_per_s']:,.0f}",
-                f"{r['max_rss_gb']:.1f} GB",
+                _replay_note(r),
+                "-" if shared else f"{r['requests_per_s']:,.0f}",
+                "-" if shared else f"{r['max_rss_gb']:.1f} GB",
             ]
         )
-    lines += [table(headers, body, right=numeric_columns(body, len(headers))), ""]
-    lines += ["Policies:", ""]
+    return table(headers, body, right=numeric_columns(body, len(headers)))
+
+
+def verdict_table(doc: dict[str, Any]) -> str:
+    body = []
+    for v in doc.get("verdicts", ()):
+        pd, best, o = v["pdscaler"], v["best_online"], v["oracle"]
+        dom = v["dominated_by"]
+        more = f" (+{len(dom) - 3} more)" if len(dom) > 3 else ""
+        body.append(
+            [
+                f"{v['engine']}, {v['startup_s']:g} s, seed {v['seed']}",
+                f"{pct(pd['slo_attainment'])}, {pd['gpu_hours']:.1f}",
+                "-"
+                if best is None
+                else f"{best['policy']}: {pct(best['slo_attainment'])}, {best['gpu_hours']:.1f}",
+                "-" if best is None else two(pd["gpu_hours"] / best["gpu_hours"]),
+                "not run"
+                if o is None
+                else f"{pct(o['slo_attainment'])}, {o['gpu_hours']:.1f} ({o['repairs']} repairs"
+                + ("" if o["met"] else ", 99% not reached")
+                + ")",
+                "-" if o is None else two(o["ratio"]),
+                "-" if o is None or o["ratio_at_equal"] is None else two(o["ratio_at_equal"]),
+                "yes" if v["pareto"] else "no: " + ", ".join(dom[:3]) + more,
+                ", ".join(v["policies_missing"]) or "none",
+            ]
+        )
+    return table(
+        [
+            "case",
+            "pdscaler: SLO, GPU-h",
+            "best non-clairvoyant baseline: SLO, GPU-h",
+            "pdscaler GPU-h / its",
+            "tight oracle: SLO, GPU-h",
+            "x oracle",
+            "x oracle at equal SLO",
+            "Pareto (FCFS)",
+            "rows not measured",
+        ],
+        body,
+    )
+
+
+def tuning_table(doc: dict[str, Any]) -> str:
+    body = []
+    for key, t in doc.get("tuning", {}).items():
+        h, y, d = t["static_hindsight"], t["static_yesterday"], t["dynamo"]
+        on = y["sized_on"]
+        body.append(
+            [
+                key,
+                f"{_size((h['prefill'], h['decode']))}: {pct(h['slo_attainment'])}, "
+                f"{h['gpu_hours']:.1f}" + ("" if h["met"] else " (99% not reached)"),
+                str(len(t["static_sweep"])),
+                f"{_size((on['prefill'], on['decode']))} ({pct(on['slo_attainment'])} there"
+                + ("" if on["met"] else ", 99% not reached")
+                + f") -> {_size((y['prefill'], y['decode']))}",
+                str(len(t["static_yesterday_sweep"])),
+                f"{t['hpa']['label']}: {pct(t['hpa']['slo_attainment'])}"
+                + ("" if t["hpa"]["met"] else " (99% not reached: highest attainment)")
+                + f" of {len(t['hpa']['tried'])}",
+                f"{d['config']['slo_scale']:g} x the SLO: {pct(d['slo_attainment'])}"
+                + ("" if d["met"] else " (99% not reached: highest attainment)")
+                + f" of {len(d['tried'])}",
+                f"{t['seconds']:.0f} s",
+            ]
+        )
+    return table(
+        [
+            "engine/seed",
+            "static-hindsight (scored span)",
+            "replays",
+            "static-yesterday: on the warm-up -> run (+20%)",
+            "replays",
+            "hpa-tuned (warm-up span)",
+            "Dynamo SLO scale (warm-up span)",
+            "tuning time",
+        ],
+        body,
+    )
+
+
+def report(doc: dict[str, Any], command: str) -> str:
+    plan = doc["plan"]
+    cut = doc.get("cuts", "")
+    lines = [
+        "# Diurnal benchmark",
+        "",
+        provenance.line(doc.get(provenance.KEY)),
+        "",
+        f"Generated by `{command}`: the ServeGen week (data/traces/README.md), day 0's "
+        f"last {plan['warmup_hours']:g} h replayed as the pre-roll of the dynamic "
+        f"policies (scored apart) and used to size and tune the out-of-sample "
+        f"baselines, day 1's first {plan['scored_hours']:g} h scored; seeds "
+        f"{', '.join(str(s) for s in plan['seeds'])}; start-up "
+        f"{', '.join(f'{s:g}' for s in plan['startups'])} s. Simulator {doc['engine']}; "
+        f"{plan['workers']} worker process(es); matrix wall time {doc['wall_s']:.0f} s"
+        f"{_incomplete(doc)}.",
+        "",
+        (
+            f"CUT to fit the 60-minute budget on 2 cores (seeds first, then scored hours, "
+            f"then engines; the full matrix is `python -m bench.diurnal --full`): {cut}."
+            if cut
+            else "The full matrix: nothing cut."
+        ),
+        "",
+    ]
+    for engine, sc in doc["scales"].items():
+        peak = sc["peak_hour"]
+        lines += [
+            f"Engine `{engine}` ({sc.get('label', engine)}): rate x{sc['scale']} (the busiest "
+            f"hour, starting at {peak['start_s'] / HOUR_S:g} h, {peak['rate']:.3f} req/s of "
+            f"{peak['prompt_mean']:.0f}/{peak['output_mean']:.0f} tokens, needs "
+            f"{peak['prefill']:.4f} prefill and {peak['decode']:.4f} decode replicas at "
+            f"x1: {sc['scale'] * peak['prefill']:.1f} and {sc['scale'] * peak['decode']:.1f} "
+            "at the bench scale).",
+            "",
+        ]
+    lines += [
+        "## Where pdscaler stands",
+        "",
+        verdict_table(doc),
+        "",
+        "Best non-clairvoyant baseline: among the rows not sized on the scored span (not "
+        "static-hindsight, static-peak or the oracle), the cheapest with at least "
+        "pdscaler's attainment, else the highest attainment. Pareto: pdscaler's row "
+        "against every other row of the case and every static size the hindsight "
+        "search replayed on the scored span (`pdscaler.sim.verdicts`; the oracle is a "
+        "bound, never a competitor); FCFS only (the deadline queue was not replayed "
+        "here). x oracle at equal SLO: pdscaler's GPU-h over the cheapest oracle try "
+        "reaching its attainment.",
+        "",
+        "## Every row",
+        "",
+        rows_table(doc),
+        "",
+        f"## Tuning (start-up {plan.get('tune_startup', 90.0):g} s)",
+        "",
+        tuning_table(doc),
+        "",
+        "Policies:",
+        "",
+    ]
     lines += [f"* `{n}`: {label}" for n, label in doc["policies"].items()]
     lines += [
         "",
         "Definitions: SLO = share of the scored span's requests with TTFT <= 2 s and "
-        "TPOT <= 50 ms (pdscaler.sim.results); GPU-h billed from "
-        "the scored span's start to its last request's end; the pre-roll's figures "
-        "are its own requests and GPU-hours, never added in. `size`: a static "
-        "policy's replicas (it replays the scored span only, starting at its size).",
+        "TPOT <= 50 ms (pdscaler.sim.results); GPU-h billed from the scored span's start "
+        "to its last request's end; the pre-roll's figures are its own requests and "
+        "GPU-hours, never added in. `size`: a static policy's replicas (it replays the "
+        "scored span only, starting at its size; its replay does not depend on the "
+        "start-up, so it is replayed once and stands for both: `replay` says `as at 90 "
+        "s`). Static searches (bench.diurnal.static_search): each pool's 1-minute need "
+        "(profile at the minute's mix, KV bound) at the 99th percentile of the "
+        "requests, replayed, then x0.9 and x0.8 while it meets 99% or x1.15 and x1.3 "
+        f"while it misses, at most {STATIC_REPLAYS} replays (the `replays` columns). "
+        f"Oracle: `compare.feasible_oracle`, repaired one replica a bin at a time, at "
+        f"most {plan.get('oracle_repairs', ORACLE_REPAIRS)} repairs (each a replay of "
+        "the scored span). hpa-tuned: every configuration of `baselines.hpa_grid` on "
+        "the warm-up span, replayed there (no pre-roll), the cheapest meeting 99% else "
+        "the highest attainment; the Dynamo planners' SLO scale likewise "
+        f"(`tuning.DYNAMO_SLO_SCALES`). {hour_bench.real_dynamo_text(doc)}",
         "",
     ]
     return "\n".join(lines)
@@ -530,7 +1090,9 @@ def preroll_table(paths: Sequence[Path]) -> str:
 def write(doc: dict[str, Any], out_dir: Path, command: str) -> None:
     doc["command"] = command
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "diurnal.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    (out_dir / "diurnal.json").write_text(
+        json.dumps(hour_bench._clean(doc), indent=1, allow_nan=False) + "\n", encoding="utf-8"
+    )
     (out_dir / "diurnal.md").write_text(report(doc, command), encoding="utf-8")
 
 
@@ -540,17 +1102,22 @@ def _floats(text: str) -> tuple[float, ...]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.diurnal", description=__doc__.split("\n")[0])
+    d = Plan()
     p.add_argument("--out", type=Path, default=RESULTS, help="results directory")
-    p.add_argument("--engines", default="default", help="engine profiles (ENGINES)")
+    p.add_argument("--full", action="store_true", help="the full matrix (FULL), not the cut")
+    p.add_argument("--engines", default=",".join(d.engines), help="engines (ENGINES)")
     p.add_argument("--startups", default="90,300", help="start-up seconds (90,300)")
     p.add_argument("--seeds", default="0", help="seeds (0)")
-    p.add_argument("--policies", default=",".join(Plan().policies), help="policies (POLICIES)")
-    p.add_argument("--warmup-hours", type=float, default=24.0, help="pre-roll hours (24)")
-    p.add_argument("--scored-hours", type=float, default=24.0, help="scored hours (24)")
+    p.add_argument("--policies", default=",".join(d.policies), help="policies (POLICIES)")
+    p.add_argument("--warmup-hours", type=float, default=d.warmup_hours, help="warm-up hours")
+    p.add_argument("--scored-hours", type=float, default=d.scored_hours, help="scored hours")
     p.add_argument(
         "--workers", type=int, default=1, help="worker processes (1: ~10 GB each, module doc)"
     )
     p.add_argument("--scale", type=int, default=None, help="fixed rate scale (default: 20 at peak)")
+    p.add_argument(
+        "--oracle-repairs", type=int, default=ORACLE_REPAIRS, help="the oracle's repairs"
+    )
     p.add_argument("--render", action="store_true", help="re-render diurnal.md from diurnal.json")
     p.add_argument(
         "--preroll-table",
@@ -563,6 +1130,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def plan_of(args: argparse.Namespace) -> Plan:
+    if args.full:
+        return replace(FULL, workers=max(1, args.workers))
     engines = tuple(x.strip() for x in args.engines.split(",") if x.strip())
     policies = tuple(x.strip() for x in args.policies.split(",") if x.strip())
     unknown = [e for e in engines if e not in ENGINES] + [p for p in policies if p not in POLICIES]
@@ -582,6 +1151,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
         scored_hours=args.scored_hours,
         workers=max(1, args.workers),
         scale=args.scale,
+        oracle_repairs=args.oracle_repairs,
     )
 
 
