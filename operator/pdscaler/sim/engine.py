@@ -434,12 +434,17 @@ class Replica:
         return len(self.batch) if self.role is _PREFILL else len(self.finishing)
 
 
-#: The kinds of the event heap's entries (decode completions are not on it:
-#: ``Engine._reschedule``). Module constants, not an enum: the compiled engine reads
-#: them without an attribute look-up.
+#: The kinds of the event heap's entries (hand-offs and decode completions are not on
+#: it: ``Engine.run_until``, ``Engine._reschedule``). Module constants, not an enum:
+#: the compiled engine reads them without an attribute look-up.
 _READY_EV: Final = 0
 _PREFILL_EV: Final = 1
-_HANDOFF_EV: Final = 2
+#: Where ``run_until``'s next event comes from: the heap, the hand-offs' own heap
+#: (``Engine._handoffs``: (time, seq, request), a few entries where the event heap
+#: holds a batch per prefill replica) or the decode replicas' completions.
+_HEAP: Final = 0
+_HANDOFFS: Final = 1
+_DECODES: Final = 2
 #: ``State`` members, read in the event loop (likewise).
 _STARTING: Final = State.STARTING
 _READY: Final = State.READY
@@ -549,7 +554,9 @@ class _Queue:
     def __len__(self) -> int:
         return len(self._on_time) - self._pos + len(self._late)
 
-    def __bool__(self) -> bool:
+    def waiting(self) -> bool:
+        """Whether a request waits (a method, not ``__bool__``: the compiled engine
+        calls it natively where a truth test goes through Python's protocol)."""
         return self._pos < len(self._on_time) or len(self._late) > 0
 
     def append(self, i: int) -> None:
@@ -626,6 +633,7 @@ class Engine:
         self._next_arrival = 0
         self.now = 0.0
         self._events: list[tuple[float, int, int, int, int]] = []
+        self._handoffs: list[tuple[float, int, int]] = []
         self._seq = 0
         self.replicas: list[Replica] = []
         self._by_name: dict[str, Replica] = {}
@@ -888,16 +896,24 @@ class Engine:
         events = self._events
         inf = math.inf
         kv_limit = self.p.decode_kv_tokens  # ``EngineParams.fits``, inlined (hot loop)
+        handoffs = self._handoffs
         while True:
-            next_ev = events[0][0] if events else inf
+            # The first event: the least (time, seq) of the heap's first, the first
+            # hand-off and the first decode completion (``_reschedule``).
+            source = _HEAP
+            next_ev, next_seq = inf, 0
+            if events:
+                head = events[0]
+                next_ev, next_seq = head[0], head[1]
+            if handoffs:
+                first = handoffs[0]
+                if first[0] < next_ev or (first[0] == next_ev and first[1] < next_seq):
+                    next_ev, next_seq, source = first[0], first[1], _HANDOFFS
             if self._dmin_dirty:
                 self._decode_next()
             dec_t = self._dmin_t
-            decode_next = dec_t < next_ev or (
-                dec_t == next_ev and dec_t < inf and self._dmin_seq < events[0][1]
-            )
-            if decode_next:
-                next_ev = dec_t
+            if dec_t < next_ev or (dec_t == next_ev and dec_t < inf and self._dmin_seq < next_seq):
+                next_ev, source = dec_t, _DECODES
             next_arr = arr[self._next_arrival] if self._next_arrival < len(arr) else inf
             nxt = next_ev if next_ev <= next_arr else next_arr
             if nxt > t or nxt == inf:
@@ -914,19 +930,22 @@ class Engine:
                 if self._idle_prefill:
                     self._dispatch_prefill(next_arr)
                 continue
-            if decode_next:
+            if source == _DECODES:
                 self.now = dec_t
                 rep = self._dmin
                 assert rep is not None
                 self._decode_event(rep, dec_t)
                 continue
+            if source == _HANDOFFS:
+                ev_t, _, i = heappop(handoffs)
+                self.now = ev_t
+                self._handoff[i] = ev_t
+                self._dc_queue.append(i)
+                self._dispatch_decode(ev_t)
+                continue
             ev_t, _, kind, a, b = heappop(events)
             self.now = ev_t
-            if kind == _HANDOFF_EV:
-                self._handoff[a] = ev_t
-                self._dc_queue.append(a)
-                self._dispatch_decode(ev_t)
-            elif kind == _PREFILL_EV:
+            if kind == _PREFILL_EV:
                 rep = self.replicas[a]
                 if b == rep.version:
                     self._prefill_done(rep, ev_t)
@@ -964,18 +983,19 @@ class Engine:
         nxt = self._arr[self._next_arrival] if self._next_arrival < len(self._arr) else math.inf
         if self._dmin_dirty:
             self._decode_next()
-        return min(nxt, self._events[0][0] if self._events else math.inf, self._dmin_t)
+        handoff = self._handoffs[0][0] if self._handoffs else math.inf
+        return min(nxt, self._events[0][0] if self._events else math.inf, handoff, self._dmin_t)
 
     # ---------------------------------------------------------------- prefill
     def _dispatch_prefill(self, now: float) -> None:
         budget = self.p.prefill_token_budget
         prompt = self._prompt
         queue = self._pf_queue
-        while queue and self._idle_prefill:
+        while queue.waiting() and self._idle_prefill:
             rep = self._idle_prefill.pop()
             tokens = squares = 0
             batch: list[int] = []
-            while queue:  # a prompt over the budget alone is one batch of its own
+            while queue.waiting():  # a prompt over the budget alone is a batch of its own
                 nxt = prompt[queue.head(now)]
                 if batch and tokens + nxt > budget:
                     break
@@ -999,7 +1019,8 @@ class Engine:
             ttft = now - self._arr[i]
             st.ttft_counts[bisect_left(TTFT_BUCKETS, ttft)] += 1
             st.ttft_sum += ttft
-            self._push(now + base + per_tok * p, _HANDOFF_EV, i)
+            self._seq += 1
+            heappush(self._handoffs, (now + base + per_tok * p, self._seq, i))
         n = len(rep.batch)
         st.request_success += n
         st.prompt_tokens += rep.batch_tokens
@@ -1090,12 +1111,12 @@ class Engine:
         """Admit queued hand-offs in FIFO order, each to the ready replica with the most
         free KV that fits it; stop at the first that fits nowhere (head-of-line)."""
         queue = self._dc_queue
-        if not queue or not self._ready_decode:
+        if not queue.waiting() or not self._ready_decode:
             return
         touched: list[Replica] = []  # in the order first admitted to (their re-arm order)
         self._dispatches += 1
         mark = self._dispatches
-        while queue:
+        while queue.waiting():
             i = queue.head(now)
             need = self._prompt[i] + self._out[i]
             best = self._pick_decode(need)
