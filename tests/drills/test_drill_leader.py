@@ -38,7 +38,7 @@ from kubernetes import client
 from drills.report import DrillRecord
 from pdlab.lab import Lab
 from pdscaler.types import Role
-from support.background import Background
+from support.background import Sampling
 from support.exporter import EngineExporter
 from support.labkit import Kube, free_port, wait_for
 from support.opkit import create_pdd, pdd_manifest, ready_count, total
@@ -92,27 +92,22 @@ def start(identity: str, namespace: str, lab: Lab, logdir: str) -> Operator:
 
 
 @dataclass
-class Sampler(Background):
-    """Both operators' write counters and leader gauges, and the pools' replicas."""
+class Sampler(Sampling):
+    """Both operators' write counters and leader gauges, and the pools' replicas; a
+    failed read is counted and kept (``Sampling``), never a sample."""
 
     kube: Kube
     namespace: str
     ops: list[Operator]
-    period: float = 0.3
     rows: list[tuple[float, dict[str, tuple[float, float] | None]]] = field(default_factory=list)
     replicas: dict[Role, list[int]] = field(default_factory=lambda: collections.defaultdict(list))
-    errors: list[str] = field(default_factory=list)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                row = {op.identity: op.scrape() for op in self.ops}
-                self.rows.append((time.monotonic(), row))
-                for role in Role:
-                    self.replicas[role].append(total(self.kube, self.namespace, NAME, role))
-            except Exception as err:  # a sample lost is not a violation
-                self.errors.append(repr(err))
-            self._stop.wait(self.period)
+    def sample(self) -> None:
+        row = {op.identity: op.scrape() for op in self.ops}
+        counts = {role: total(self.kube, self.namespace, NAME, role) for role in Role}
+        self.rows.append((time.monotonic(), row))
+        for role, n in counts.items():
+            self.replicas[role].append(n)
 
     def writes_after(self, identity: str, since: float) -> float:
         """Writes sent between the first and the last answer at or after ``since``."""
@@ -182,7 +177,7 @@ def test_drill_leader_stop_and_continue(
     by_id = {op.identity: op for op in ops}
     stopped: Operator | None = None
     try:
-        with Sampler(kube, namespace, ops) as s:
+        with Sampler(kube, namespace, ops, period=0.3) as s:
             wait_for(lambda: all(op.scrape() for op in ops), 30, "both operators serving")
             create_pdd(kube, namespace, pdd_manifest(NAME, lab.prometheus_url))
             first = wait_for(lambda: holder(kube, namespace) or None, 30, "a Lease holder")
@@ -213,6 +208,8 @@ def test_drill_leader_stop_and_continue(
             time.sleep(max(0.0, 8.0 - (time.monotonic() - t_cont)))
             assert holder(kube, namespace) == other  # the continued one did not take back
             after_cont = stopped.scrape()
+            s.still_sampling()
+        s.check(at_least=20)
         events = client.CoreV1Api(kube.api).list_namespaced_event(namespace).items
     finally:
         for op in ops:
