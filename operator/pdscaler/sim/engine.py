@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import math
 import random
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -111,6 +110,25 @@ TPOT_BUCKETS: tuple[float, ...] = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, math.inf,
 )  # fmt: skip
+
+
+def _bucket(bounds: tuple[float, ...], x: float) -> int:
+    """``bisect.bisect_left(bounds, x)``: the histogram bucket of ``x`` (the first
+    bound >= x; 0.3 s in ``TTFT_BUCKETS``: 9, the 0.5 s bucket). A binary search the
+    compiled engine runs on native floats: on the busiest 15 minutes of the diurnal
+    bench (5 searches per request) the compiled replay is 12% faster than with
+    ``bisect`` (a call into C with a rich comparison per step), the pure one 12%
+    slower."""
+    lo = 0
+    hi = len(bounds)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if bounds[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -1017,7 +1035,7 @@ class Engine:
             self._pf_end[i] = now
             p = self._prompt[i]
             ttft = now - self._arr[i]
-            st.ttft_counts[bisect_left(TTFT_BUCKETS, ttft)] += 1
+            st.ttft_counts[_bucket(TTFT_BUCKETS, ttft)] += 1
             st.ttft_sum += ttft
             self._seq += 1
             heappush(self._handoffs, (now + base + per_tok * p, self._seq, i))
@@ -1050,7 +1068,7 @@ class Engine:
         rep.kv_tokens += tokens
         st = rep.stats
         st.generation_tokens += tokens
-        st.itl_counts[bisect_left(TPOT_BUCKETS, rep.step_s)] += tokens
+        st.itl_counts[_bucket(TPOT_BUCKETS, rep.step_s)] += tokens
         st.itl_sum += tokens * rep.step_s
 
     def _reschedule(self, rep: Replica, now: float) -> None:
@@ -1135,10 +1153,10 @@ class Engine:
             first = now + step
             self._first[i] = first
             ttft = first - self._arr[i]
-            self._client_ttft[bisect_left(TTFT_BUCKETS, ttft)] += 1
+            self._client_ttft[_bucket(TTFT_BUCKETS, ttft)] += 1
             self._client_ttft_sum += ttft
             decode_ttft = first - self._handoff[i]
-            best.stats.ttft_counts[bisect_left(TTFT_BUCKETS, decode_ttft)] += 1
+            best.stats.ttft_counts[_bucket(TTFT_BUCKETS, decode_ttft)] += 1
             best.stats.ttft_sum += decode_ttft
         for rep in touched:
             self._reschedule(rep, now)
@@ -1158,7 +1176,7 @@ class Engine:
             st.prompt_tokens += self._prompt[i]
             if self._out[i] > 1:  # vLLM: decode time / (output tokens - 1), per request
                 tpot = (now - self._first[i]) / (self._out[i] - 1)
-                st.request_tpot_counts[bisect_left(TPOT_BUCKETS, tpot)] += 1
+                st.request_tpot_counts[_bucket(TPOT_BUCKETS, tpot)] += 1
                 st.request_tpot_sum += tpot
             rep.kv_tokens = max(0.0, rep.kv_tokens - self._prompt[i] - self._out[i])
             rep.kv_reserved -= self._prompt[i] + self._out[i]
