@@ -1,18 +1,23 @@
 """bench/diurnal.py: the rate scale (the busiest hour needs at least 20 replicas of the
-larger pool at full capacity), the warm-up and scored spans, and the pre-roll every
-dynamic policy gets (static ones start at their size on the scored span)."""
+larger pool at full capacity), the warm-up and scored spans, the pre-roll every
+dynamic policy gets (the statics and the oracle start at their size on the scored
+span), the engines (the hand-made one and the three measured ones), and the
+out-of-sample baselines sized and tuned on the warm-up span only."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from bench import diurnal
+from pdscaler.sim import tuning
 from pdscaler.sim.engine import EngineParams
 from pdscaler.sim.traces import DAY_S, Trace, days, load_diurnal
 
@@ -62,8 +67,15 @@ def test_the_week_is_replayed_at_x70_where_its_peak_hour_needs_20_prefill_replic
 
 
 def _case(warmup_hours: float = 24.0) -> diurnal.Case:
-    plan = diurnal.Plan(scale=2, warmup_hours=warmup_hours, trace_path=str(FIXTURE))
-    return diurnal.case(plan, "default", 90.0, 0)
+    return diurnal.case(_plan(warmup_hours), diurnal.HAND_MADE, 90.0, 0)
+
+
+def _plan(warmup_hours: float = 24.0, scored_hours: float = 24.0) -> diurnal.Plan:
+    """The fixture's two days at x2: day 0 (its end) the warm-up, day 1 (its start)
+    scored."""
+    return diurnal.Plan(
+        scale=2, warmup_hours=warmup_hours, scored_hours=scored_hours, trace_path=str(FIXTURE)
+    )
 
 
 def test_the_warmup_day_precedes_the_scored_day_on_one_clock() -> None:
@@ -81,62 +93,187 @@ def test_the_warmup_day_precedes_the_scored_day_on_one_clock() -> None:
     assert short.warmup.arrival.tolist() == pytest.approx([3599.999] * 2)
 
 
-def test_dynamic_policies_are_pre_rolled_static_ones_start_at_their_size() -> None:
+#: The policies that must replay the warm-up as their pre-roll (issue 26 item 4).
+DYNAMIC = {
+    "pdscaler",
+    "hpa-tuned",
+    "dynamo-planner",
+    "dynamo-planner-real",
+    "online-reference",
+}
+
+
+def test_every_dynamic_policy_pre_rolls_the_warmup_statics_and_the_oracle_do_not() -> None:
     """Issue 26, set-up error 2 on the diurnal bench: every dynamic policy starts from
-    its own steady state (the warm-up day replayed as its pre-roll, scored apart)."""
+    its own steady state (the warm-up replayed as its pre-roll, scored apart); the
+    statics start at their size and the oracle at its schedule, on the scored span."""
     c = _case()
+    assert set(diurnal.POLICIES) == DYNAMIC | {
+        "static-hindsight",
+        "static-yesterday",
+        "static-peak",
+        "oracle",
+    }
     for name, spec in diurnal.POLICIES.items():
         trace, cfg = diurnal.config(c, spec)
-        ctrl = spec.make(c)
-        static = getattr(ctrl, "initial", None) is not None
-        assert spec.preroll != static, name
-        if spec.preroll:
-            assert cfg.preroll_s == DAY_S
-            assert trace.span == 2 * DAY_S
+        assert spec.preroll == (name in DYNAMIC), name
+        if name in DYNAMIC:
+            assert cfg.preroll_s == DAY_S, name
+            assert trace.span == 2 * DAY_S, name
+            assert len(trace) == len(c.warmup) + len(c.scored), name
         else:
-            assert cfg.preroll_s == 0.0
-            assert trace is c.scored
-    assert diurnal.POLICIES["pdscaler"].preroll
+            assert cfg.preroll_s == 0.0, name
+            assert trace is c.scored, name
+    ref_trace, ref = diurnal.config(c, diurnal.POLICIES["online-reference"])
+    assert (ref.scrape_interval_s, ref.prom_lag_s, ref.preroll_s) == (1.0, 0.0, DAY_S)
+    assert ref_trace.span == 2 * DAY_S
 
 
 def test_the_plan_runs_the_pre_rolled_jobs_first_and_refuses_unknown_names() -> None:
-    jobs = diurnal.Plan().matrix()
-    assert len(jobs) == 2 * 3  # start-up 90 and 300 s x 3 policies
-    assert [j[3] for j in jobs[:2]] == ["pdscaler", "pdscaler"]
+    plan = diurnal.Plan()
+    jobs = plan.matrix()
+    per_engine = 2 * 5 + 2 + 2  # 5 dynamic x 2 start-ups, 2 statics once, the oracle x 2
+    assert len(jobs) == len(plan.engines) * per_engine
+    assert [j[3] for j in jobs[:2]] == ["pdscaler", "hpa-tuned"]
+    assert all(j[0] == plan.engines[0] for j in jobs[:per_engine])
+    assert "static-hindsight" not in {j[3] for j in jobs}  # its search's replay
     args = diurnal.parser().parse_args(["--policies", "pdscaler,nope"])
     with pytest.raises(ValueError, match="nope"):
         diurnal.plan_of(args)
 
 
+def test_the_engines_are_the_hand_made_one_and_the_three_measured_ones() -> None:
+    measured = {
+        "qwen3-8b-h100-vllm-tp1",
+        "qwen3-32b-h200-vllm-tp2",
+        "qwen3-30b-a3b-h200-vllm-tp1",
+    }
+    assert set(diurnal.ENGINES) == {diurnal.HAND_MADE} | measured
+    assert set(diurnal.FULL.engines) == set(diurnal.ENGINES)
+    assert diurnal.HAND_MADE in diurnal.Plan().engines
+    assert measured & set(diurnal.Plan().engines)
+    hand = diurnal.ENGINES[diurnal.HAND_MADE]()
+    assert hand.params == EngineParams()
+    assert "hand-made" in hand.label
+    for name in measured:
+        e = diurnal.ENGINES[name]()
+        assert e.max_context == 40_960, name
+        assert e.params != EngineParams(), name
+        spec = e.spec(90.0)
+        # the profile pdscaler plan profile writes: no point past the model's context
+        assert max(p.tokens for p in spec.prefill.profile) <= 40_960, name
+        assert spec.decode.kv_cache_tokens is not None, name
+
+
+def _write_trace(path: Path, scored_rate: float) -> Path:
+    """Day 0's last 15 minutes at 2 req/s of 2,000/200 tokens, day 1's first 15
+    minutes at ``scored_rate`` of the same, one request at day 1's end."""
+    lines = []
+    for start, rate in ((DAY_S - 900.0, 2.0), (DAY_S, scored_rate)):
+        n = int(900 * rate)
+        lines += [(start + i / rate, 2000, 200) for i in range(n)]
+    lines.append((2 * DAY_S - 1.0, 100, 10))
+    path.write_text(
+        "".join(
+            json.dumps({"timestamp": round(t * 1000), "input_length": p, "output_length": o}) + "\n"
+            for t, p, o in lines
+        )
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned_pair(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """``tune_job`` on two traces with the same warm-up and a scored span at 2 and at
+    12 req/s."""
+    out = []
+    for rate in (2.0, 12.0):
+        path = _write_trace(tmp_path_factory.mktemp(f"r{rate:g}") / "t.jsonl", rate)
+        plan = diurnal.Plan(scale=1, warmup_hours=0.25, scored_hours=0.25, trace_path=str(path))
+        out.append(diurnal.tune_job(plan, diurnal.HAND_MADE, 0))
+    return out
+
+
+def test_static_yesterday_is_sized_on_the_warmup_span_only(
+    tuned_pair: list[dict[str, Any]],
+) -> None:
+    """Issue 26, set-up error 1 on the diurnal bench: the scored span six times busier
+    moves the hindsight bound, never static-yesterday (sized on the warm-up, +20%)."""
+    light, heavy = tuned_pair
+    assert size(light, "static_yesterday") == size(heavy, "static_yesterday")
+    assert light["static_yesterday_sweep"] == heavy["static_yesterday_sweep"]
+    assert size(heavy, "static_hindsight") > size(light, "static_hindsight")
+    on = light["static_yesterday"]["sized_on"]
+    assert size(light, "static_yesterday") == tuning.with_margin((on["prefill"], on["decode"]))
+
+
+def size(doc: dict[str, Any], key: str) -> tuple[int, int]:
+    return doc[key]["prefill"], doc[key]["decode"]
+
+
+def test_hpa_tuned_and_the_dynamo_scale_are_tuned_without_the_scored_span(
+    tuned_pair: list[dict[str, Any]],
+) -> None:
+    light, heavy = tuned_pair
+    assert light["hpa"] == heavy["hpa"]
+    assert light["dynamo"] == heavy["dynamo"]
+    # and what they were tuned on is the warm-up's load: the grid's bounds come from it
+    grid = {t["config"]["prefill"][1] for t in light["hpa"]["tried"]}
+    assert grid == {t["config"]["prefill"][1] for t in heavy["hpa"]["tried"]}
+
+
+def test_a_static_replay_does_not_depend_on_the_startup() -> None:
+    """Why a static size is replayed once and its row stands for every start-up."""
+    plan = _plan(1.0, 4.0)
+    rows = [diurnal.run_job(plan, diurnal.HAND_MADE, st, 0, "static-peak") for st in (90.0, 300.0)]
+    assert rows[0]["scored"] == rows[1]["scored"]
+    shared = diurnal.shared_rows(replace(plan, startups=(90.0, 300.0)), rows[0])
+    assert [(r["startup_s"], r["shared_from_startup_s"]) for r in shared] == [(300.0, 90.0)]
+
+
 def test_a_job_reports_the_scored_span_and_its_preroll_apart() -> None:
-    plan = diurnal.Plan(scale=2, trace_path=str(FIXTURE))
-    dynamic = diurnal.run_job(plan, "default", 90.0, 0, "pdscaler")
-    static = diurnal.run_job(plan, "default", 90.0, 0, "static-peak")
-    assert dynamic["scored"]["requests"] == static["scored"]["requests"] == 6
-    assert dynamic["preroll"]["requests"] == 10  # day 0's five requests, doubled
-    assert dynamic["requests_replayed"] == 16
+    """Day 0's last hour (its request at 86,399.999 s, doubled) is the pre-roll, day 1's
+    first 4 hours (its requests at 0 and 3,600 s, doubled) are scored."""
+    plan = _plan(1.0, 4.0)
+    dynamic = diurnal.run_job(plan, diurnal.HAND_MADE, 90.0, 0, "pdscaler")
+    static = diurnal.run_job(plan, diurnal.HAND_MADE, 90.0, 0, "static-peak")
+    oracle = diurnal.run_job(plan, diurnal.HAND_MADE, 90.0, 0, "oracle")
+    assert dynamic["scored"]["requests"] == static["scored"]["requests"] == 4
+    assert oracle["scored"]["requests"] == 4
+    assert oracle["preroll"] is None
+    assert oracle["oracle"]["repairs"] <= plan.oracle_repairs
+    assert dynamic["preroll"]["requests"] == 2
+    assert dynamic["requests_replayed"] == 6
     assert static["preroll"] is None
-    assert static["requests_replayed"] == 6
+    assert static["requests_replayed"] == 4
     assert static["static_size"] == [1, 1]
-    doc = {
+    doc: dict[str, Any] = {
         "plan": dataclasses.asdict(plan),
         "policies": {"pdscaler": "pdscaler", "static-peak": "static-peak"},
         "scales": {},
-        "rows": [dynamic, static],
-        "jobs": 3,
-        "jobs_done": 2,
+        "rows": [dynamic, static, oracle],
+        "tuning": {},
+        "jobs": 4,
+        "jobs_done": 3,
         "wall_s": 1.0,
         "engine": "pure Python",
+        "cuts": "seeds 1, 2",
         "measured_at": {"commit": "0000000", "date": "2026-12-05 10:00 UTC"},
     }
+    doc["verdicts"] = diurnal.case_verdicts(doc)
     text = diurnal.report(doc, "python -m bench.diurnal")
-    assert "INCOMPLETE: 2 of 3 jobs" in text
+    assert "INCOMPLETE: 3 of 4 jobs" in text
+    assert "CUT to fit the 60-minute budget" in text
+    assert "seeds 1, 2" in text
     pd_row = next(line for line in text.splitlines() if "| pdscaler |" in line)
     static_row = next(line for line in text.splitlines() if "| static-peak |" in line)
     assert "| dynamic |" in pd_row
     assert "| 1P/1D |" in static_row
     assert "| - | - |" in static_row  # no pre-roll figures for a static policy
     assert "| - |" not in pd_row
+    (v,) = doc["verdicts"]
+    assert v["oracle"]["gpu_hours"] == oracle["scored"]["gpu_hours"]
+    assert "static-peak" not in (v["best_online"] or {}).get("policy", "")
 
 
 def test_the_preroll_table_lists_pre_rolled_rows_longest_first(tmp_path: Path) -> None:
