@@ -8,11 +8,12 @@ summed per module) and the report. Must not: report a figure it did not measure;
 day figures are the measured rate applied to a day's requests, and say so.
 
 The slice: the busiest hour of the ServeGen week (hour 27, day 1 03:00-04:00) at the
-diurnal bench's scale (bench.diurnal.bench_scale: x70 on the default engine), 829,010
+diurnal bench's scale (bench.diurnal.bench_scale: x70 on the hand-made engine), 829,010
 requests, the pools at their largest; pdscaler starts it cold (the warm start), the
 static policy at static-peak's size for that hour. Issue 26's target: a day at the
 bench's scale (day 1: 9.40 million requests) replays per policy in well under a minute
-on 2 cores, i.e. about 160,000 requests/s or more.
+on 2 cores (30 s: 313,000 requests/s). ``--day`` also replays day 1 whole, compiled,
+per policy, and reports the seconds measured.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The slice: hour 27 of the week (the busiest), one hour.
 PEAK_HOUR = 27
+#: ``--day``: day 1 of the week (hours 24-48), the diurnal bench's first scored day.
+DAY_HOUR = 24
 SLICE_HOURS = 1.0
 POLICIES = ("static-peak", "pdscaler")
 #: The issue's target, requests/s: a 9.4-million-request day in under a minute.
@@ -51,11 +54,11 @@ def _slice(hour: int, hours: float) -> tuple[Any, Any, int, int]:
 
     plan = diurnal.Plan()
     week = load_diurnal(Path(plan.trace_path))
-    params = diurnal.ENGINES["default"]()
-    scale, _ = diurnal.scale_for(plan, week, params)
+    engine = diurnal.ENGINES[diurnal.HAND_MADE]()
+    scale, _ = diurnal.scale_for(plan, week, engine.params)
     start = hour * 3600.0
     trace = scale_rate(week.window(start, start + hours * 3600.0), scale, seed=0)
-    return trace, diurnal.loop_config(params, 90.0, 0), scale, len(days(week, 1)) * scale
+    return trace, diurnal.loop_config(engine, 90.0, 0), scale, len(days(week, 1)) * scale
 
 
 def _controller(name: str, trace: Any, cfg: Any) -> Any:
@@ -76,13 +79,15 @@ def _module(filename: str) -> str:
     return "other"
 
 
-def measure(policy: str, profile: bool = False) -> dict[str, Any]:
+def measure(policy: str, profile: bool = False, day: bool = False) -> dict[str, Any]:
     """Replay ``policy`` on the slice in this process: seconds, requests/s, peak RSS,
     and with ``profile`` the cProfile seconds per module and the top functions."""
     from pdscaler.sim.loop import run
     from pdscaler.sim.results import summarize
 
-    trace, cfg, scale, day = _slice(PEAK_HOUR, SLICE_HOURS)
+    trace, cfg, scale, day_requests = _slice(
+        *((DAY_HOUR, 24.0) if day else (PEAK_HOUR, SLICE_HOURS))
+    )
     ctrl = _controller(policy, trace, cfg)
     prof = cProfile.Profile() if profile else None
     t0, c0 = time.perf_counter(), time.process_time()
@@ -99,7 +104,8 @@ def measure(policy: str, profile: bool = False) -> dict[str, Any]:
         "engine": native.engine_label(),
         "requests": len(trace),
         "scale": scale,
-        "day_requests": day,
+        "day_requests": day_requests,
+        "whole_day": day,
         "seconds": seconds,
         "cpu_s": cpu,
         "requests_per_s": len(trace) / seconds,
@@ -124,13 +130,13 @@ def measure(policy: str, profile: bool = False) -> dict[str, Any]:
     return out
 
 
-def _child(policy: str, profile: bool, build: Path | None) -> dict[str, Any]:
+def _child(policy: str, profile: bool, build: Path | None, day: bool = False) -> dict[str, Any]:
     """``measure`` in a fresh process on the pure modules or the compiled ``build``."""
     env = {**os.environ, native.MARKER: str(build) if build else "off"}
     env["PYTHONPATH"] = os.pathsep.join([str(build), str(REPO)] if build else [str(REPO)])
     code = (
         "import json; from bench.speed import measure; "
-        f"print(json.dumps(measure({policy!r}, {profile!r})))"
+        f"print(json.dumps(measure({policy!r}, {profile!r}, {day!r})))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
@@ -158,7 +164,7 @@ def report(rows: list[dict[str, Any]], stamp: dict[str, str], command: str) -> s
     ]
     body = []
     for r in rows:
-        if r["profiled"]:
+        if r["profiled"] or r.get("whole_day"):
             continue
         day_s = day / r["requests_per_cpu_s"]
         body.append(
@@ -190,6 +196,28 @@ def report(rows: list[dict[str, Any]], stamp: dict[str, str], command: str) -> s
         ),
         "",
     ]
+    whole = [r for r in rows if r.get("whole_day")]
+    if whole:
+        lines += [
+            f"A whole day replayed (day 1 of the week at x{whole[0]['scale']}: "
+            f"{whole[0]['requests']:,} requests, start-up 90 s; static-peak at day 1's "
+            "busiest minute's size, pdscaler from the warm start, no pre-roll):",
+            "",
+            table(
+                ["simulator", "policy", "replay, CPU", "requests/s", "peak RSS"],
+                [
+                    [
+                        r["engine"],
+                        r["policy"],
+                        f"{r['cpu_s']:.1f} s ({r['seconds']:.1f} s wall)",
+                        f"{r['requests_per_cpu_s']:,.0f} ({r['requests_per_s']:,.0f} wall)",
+                        f"{r['max_rss_gb']:.2f} GB",
+                    ]
+                    for r in whole
+                ],
+            ),
+            "",
+        ]
     prof = next((r for r in rows if r["profiled"]), None)
     if prof is not None:
         total = sum(prof["profile_by_module_s"].values())
@@ -210,25 +238,23 @@ def report(rows: list[dict[str, Any]], stamp: dict[str, str], command: str) -> s
     return "\n".join(lines)
 
 
-#: What the profile says about engine.py (another part of issue 26 extends it, so it is
-#: not changed here): where the time goes and what would take it away.
-ENGINE_NOTE = """Where the time goes: the engine's event loop, not the replay loop (loop, observe,
-prom, results and traces are under 1% together; since commit 84d0f32, after this
-profile, `loop` builds the requests' times once per replay instead of twice). Per
-request the engine takes its arrival from the sorted trace, shares a prefill-done
-event with its batch, pops its own KV hand-off event, and re-arms its decode
-replica's completion event at admission and at completion, leaving the old one in the
-heap to be popped and dropped. What would take the time away, all in engine.py: (1)
-hand the KV of a whole prefill batch off in one event (one batch's hand-offs are 5 ms +
-20 us/token apart) and admit them in one `_dispatch_decode`, which today runs once per
-request, each time with `_pick_decode`'s `min` over every ready decode replica (keep
-them in a heap by reserved KV); (2) re-arm a replica's completion event only when its
-next completion moves earlier (a later one lets the pending event fire, advance and
-re-arm), about half the heap traffic of `_reschedule` and `_decode_event`; (3) keep the
-FCFS queues as plain deques (`_Queue.__bool__` is a Python call per check in the pure
-build: 2.4 million on this slice). Estimate, not measured: halving the engine's work
-per request brings a compiled day from ~65 s to ~35 s, inside a minute but not well
-under it; more needs fewer Python-level steps per request."""
+#: What was done to engine.py for issue 26's speed target, and what is left. Every step
+#: keeps the replays bit-identical (tests/unit/test_sim_identity.py: SHA-256 goldens of
+#: every request's timings, every scrape, the timeline and the summaries, recorded
+#: before the first step).
+ENGINE_NOTE = """What the engine does per request now (issue 26, item 7; each step its own commit
+with its measured gain, every replay bit-identical to the engine before them:
+tests/unit/test_sim_identity.py): decode completions are no longer heap events (each
+decode replica holds its next completion with the (time, seq) an entry would have had,
+and the loop takes the first of them, found again by a scan only when it moved later);
+hand-offs have their own small heap; the event loop reads module constants instead of
+enum attributes; `_pick_decode` is one native loop instead of `min()` with an
+attrgetter; the pool queues are a list read from an index instead of a deque; the
+histogram buckets are a native binary search instead of `bisect` (faster compiled,
+slower pure); the trace is converted by numpy on the way in and out. Left: each
+request still costs a hand-off heap push and pop, about five float boxings into the
+per-request columns, and the columns' conversion to arrays at the end; the pure-Python
+build is slower than the compiled one by 3-4x and is only the fall-back."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-compiled", action="store_true", help="pure Python only")
     p.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
     p.add_argument("--render", action="store_true", help="re-render speed.md from speed.json")
+    p.add_argument("--day", action="store_true", help="also replay day 1 whole (compiled)")
     args = p.parse_args(argv)
     if args.render:
         doc = json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8"))
@@ -249,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(_child(policy, False, target))
             r = rows[-1]
             print(f"bench speed: {r['engine']}, {policy}: {r['requests_per_cpu_s']:,.0f}/CPU-s")
+    if args.day and build:
+        for policy in POLICIES:
+            rows.append(_child(policy, False, build, day=True))
+            r = rows[-1]
+            print(f"bench speed: a whole day, {policy}: {r['cpu_s']:.1f} CPU-s")
     if not args.no_profile:
         rows.append(_child("pdscaler", True, None))
     stamp = provenance.measured_at()
