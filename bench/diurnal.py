@@ -70,7 +70,12 @@ The full matrix (4 engines x 2 start-ups x 9 policies, the tuning's ~16 replays 
 oracle's per start-up, on full days) is several hours at this speed and a pre-rolled
 day of the measured engines does not fit in memory (Qwen3-32B: ~44 million requests,
 ~23 GB), so ``make bench-diurnal`` runs the cut ``Plan()`` and says so in its header
-(``CUT``).
+(``CUT``): the hand-made engine and Qwen3-32B on two H200 (the measured engine of the
+lowest scale), seed 0, the warm-up day 0's last 30 minutes, day 1's first 2 hours
+scored (00:00-02:00: 5,119 then 10,172 requests an hour at x1, the ramp towards the
+week's peak), the oracle repaired once. A first attempt at 1 h + 4 h was stopped
+after 6 minutes: on the shared machine (load 7-8 on 2 cores) its worker got ~23% of
+a core, and the matrix would have taken ~2 hours.
 """
 
 from __future__ import annotations
@@ -132,7 +137,7 @@ STATIC_REPLAYS = 3
 STEPS_DOWN = (0.9, 0.8)
 STEPS_UP = (1.15, 1.3)
 #: Repairs of the tight oracle on the diurnal spans (each one replays the scored span).
-ORACLE_REPAIRS = 2
+ORACLE_REPAIRS = 1
 #: Rows sized on the scored span (bounds and hindsight): never "the best baseline".
 CLAIRVOYANT = frozenset({STATIC_HINDSIGHT, "static-peak", ORACLE})
 
@@ -329,6 +334,18 @@ POLICIES: dict[str, PolicySpec] = {
 #: Policies whose row is replayed once per (engine, seed): a static size (the oracle's
 #: schedule is ordered a start-up ahead, so it is replayed per start-up).
 SHARED_ACROSS_STARTUPS = frozenset({STATIC_HINDSIGHT, STATIC_YESTERDAY, "static-peak"})
+#: The order the matrix's jobs run in (``Plan.matrix``).
+JOB_ORDER = (
+    "pdscaler",
+    STATIC_YESTERDAY,
+    "static-peak",
+    ORACLE,
+    REFERENCE,
+    "hpa-tuned",
+    "dynamo-planner",
+    dynamo_real.NAME,
+    STATIC_HINDSIGHT,
+)
 #: Rows that come from the tuning's own replay (the hindsight search replayed its size
 #: on the scored span already).
 FROM_TUNING = frozenset({STATIC_HINDSIGHT})
@@ -344,9 +361,9 @@ class Plan:
     policies: tuple[str, ...] = tuple(POLICIES)
     #: Hours of the warm-up day's end replayed as the pre-roll and used for the
     #: out-of-sample sizing and tuning (24: all of day 0).
-    warmup_hours: float = 1.0
+    warmup_hours: float = 0.5
     #: Hours scored from the start of the day after the warm-up (24: one day).
-    scored_hours: float = 4.0
+    scored_hours: float = 2.0
     #: One replay per process at a time; a pre-rolled day (19.5 million requests at x70)
     #: peaked at 10.1 GB, so two at once need ~21 GB.
     workers: int = 1
@@ -359,10 +376,12 @@ class Plan:
     oracle_repairs: int = ORACLE_REPAIRS
 
     def matrix(self) -> list[tuple[str, float, int, str]]:
-        """Every (engine, start-up, seed, policy) replayed, engine by engine, the
-        pre-rolled (longest) first; a static size at the first start-up only
-        (``SHARED_ACROSS_STARTUPS``), the hindsight bound not at all (its search
-        replayed it)."""
+        """Every (engine, start-up, seed, policy) replayed, policy by policy in the
+        order of ``JOB_ORDER`` (pdscaler, then the cheap statics and the oracle, the
+        dynamic baselines last), each over every engine and start-up, so that a run
+        stopped by its budget has pdscaler and the same policies in every case; a
+        static size at the first start-up only (``SHARED_ACROSS_STARTUPS``), the
+        hindsight bound not at all (its search replayed it)."""
         jobs = [
             (e, st, seed, p)
             for e in self.engines
@@ -371,7 +390,7 @@ class Plan:
             for p in self.policies
             if p not in FROM_TUNING and (p not in SHARED_ACROSS_STARTUPS or st == self.startups[0])
         ]
-        return sorted(jobs, key=lambda j: (self.engines.index(j[0]), not POLICIES[j[3]].preroll))
+        return sorted(jobs, key=lambda j: (JOB_ORDER.index(j[3]), self.engines.index(j[0])))
 
 
 #: The full matrix of issue 26 (``python -m bench.diurnal --full``): every engine, full
@@ -525,14 +544,14 @@ def yesterday(choice: tuning.StaticChoice, spec: PDDeploymentSpec) -> tuning.Yes
     )
 
 
-def tune_job(plan: Plan, engine: str, seed: int) -> dict[str, Any]:
+def tune_job(plan: Plan, engine: str, seed: int, week: Trace | None = None) -> dict[str, Any]:
     """The tuned choices of one (engine, seed), at start-up ``plan.tune_startup``: on
     the WARM-UP span, static-yesterday's size (``static_search`` + 20%), the HPA grid
     (``tuning.hpa_tuned``) and the Dynamo planners' SLO scale (``tuning.dynamo_tuned``);
     on the scored span, the hindsight bound's search (every size it replayed kept for
     the verdicts, and its chosen size's replay as the static-hindsight row)."""
     t0 = time.perf_counter()
-    c = case(plan, engine, plan.tune_startup, seed)
+    c = case(plan, engine, plan.tune_startup, seed, week)
     hind, search = static_search(c.scored, c.cfg)
     warm, warm_search = static_search(c.warmup, c.cfg)
     hpa = tuning.hpa_tuned(c.warmup, c.cfg, TARGET)
@@ -584,11 +603,13 @@ def run_job(
     seed: int,
     name: str,
     tuned: dict[str, Any] | None = None,
+    week: Trace | None = None,
 ) -> dict[str, Any]:
     """One policy on one case: its scored figures, its pre-roll's, and the wall time
-    (the oracle: its replay's figures and its tries and repairs, ``oracle``)."""
+    (the oracle: its replay's figures and its tries and repairs, ``oracle``). ``week``:
+    the loaded trace (else read from ``plan.trace_path``)."""
     t0 = time.perf_counter()
-    c = case(plan, engine, startup, seed, tuned=None if tuned is None else tuned_of(tuned))
+    c = case(plan, engine, startup, seed, week, None if tuned is None else tuned_of(tuned))
     spec = POLICIES[name]
     trace, cfg = config(c, spec)
     loaded = time.perf_counter()
@@ -661,7 +682,7 @@ def run_matrix(
     log: Callable[[str], None] = print,
     partial: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Tune each (engine, seed), then replay its jobs, in ``plan.workers`` processes
+    """Tune each (engine, seed), then replay the jobs, in ``plan.workers`` processes
     (one replay each: a day at the bench scale holds several GB); the document
     ``write`` reports; ``partial`` gets it after each job (``jobs_done`` of ``jobs``)."""
     started = time.perf_counter()
@@ -710,7 +731,7 @@ def run_matrix(
         pending: dict[Future[dict[str, Any]], tuple[str, Any]] = {}
         for e in plan.engines:
             for seed in plan.seeds:
-                pending[pool.submit(tune_job, plan, e, seed)] = ("tune", (e, seed))
+                pending[pool.submit(tune_job, plan, e, seed, week)] = ("tune", (e, seed))
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
@@ -721,9 +742,10 @@ def run_matrix(
                     tuned[f"{e}/{seed}"] = got
                     rows.extend(tuning_rows(plan, got, plan.startups))
                     log(f"bench diurnal: tuned {e}, seed {seed} ({got['seconds']:.0f} s)")
-                    for job in jobs:
-                        if (job[0], job[2]) == key:
-                            pending[pool.submit(run_job, plan, *job, got)] = ("job", job)
+                    if len(tuned) == len(plan.engines) * len(plan.seeds):
+                        for job in jobs:  # in the matrix's order, once every tuning is done
+                            t = tuned[f"{job[0]}/{job[2]}"]
+                            pending[pool.submit(run_job, plan, *job, t, week)] = ("job", job)
                     continue
                 rows.append(got)
                 rows.extend(shared_rows(plan, got))

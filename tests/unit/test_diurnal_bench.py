@@ -129,13 +129,20 @@ def test_every_dynamic_policy_pre_rolls_the_warmup_statics_and_the_oracle_do_not
     assert ref_trace.span == 2 * DAY_S
 
 
-def test_the_plan_runs_the_pre_rolled_jobs_first_and_refuses_unknown_names() -> None:
+def test_the_plan_runs_pdscaler_first_in_every_case_and_refuses_unknown_names() -> None:
+    """A run stopped by its budget has pdscaler in every case and the same policies in
+    every case (policy by policy, each over every engine and start-up)."""
     plan = diurnal.Plan()
     jobs = plan.matrix()
     per_engine = 2 * 5 + 2 + 2  # 5 dynamic x 2 start-ups, 2 statics once, the oracle x 2
     assert len(jobs) == len(plan.engines) * per_engine
-    assert [j[3] for j in jobs[:2]] == ["pdscaler", "hpa-tuned"]
-    assert all(j[0] == plan.engines[0] for j in jobs[:per_engine])
+    first = 2 * len(plan.engines)
+    assert {j[3] for j in jobs[:first]} == {"pdscaler"}
+    assert {(j[0], j[1]) for j in jobs[:first]} == {
+        (e, st) for e in plan.engines for st in plan.startups
+    }
+    ranks = [diurnal.JOB_ORDER.index(j[3]) for j in jobs]
+    assert ranks == sorted(ranks)
     assert "static-hindsight" not in {j[3] for j in jobs}  # its search's replay
     args = diurnal.parser().parse_args(["--policies", "pdscaler,nope"])
     with pytest.raises(ValueError, match="nope"):
