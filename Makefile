@@ -62,7 +62,7 @@ bench: $(STAMP) ## Decision-quality and overhead benchmarks: tables in bench/res
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.readme
 
-bench-diurnal: $(STAMP) ## Days of diurnal traffic (60-minute budget): bench/results/diurnal.md/json
+bench-diurnal: $(STAMP) ## Diurnal traffic, cut to a 60-minute budget (python -m bench.diurnal --full: all of it): bench/results/diurnal.md/json
 	$(BIN)/python -m bench.diurnal
 
 dashboard-preview: $(STAMP) lab-build ## Redraw docs/img/dashboard-preview.png from the dashboard's queries in the lab
