@@ -437,8 +437,10 @@ class Replica:
     #: the heap (inf: none; ``Engine._reschedule``)
     armed_t: float = math.inf
     armed_seq: int = 0
-    #: decode: the last ``Engine._dispatch_decode`` that admitted to it
+    #: decode: the last ``Engine._dispatch_decode`` that admitted to it, and its step
+    #: time after that call's admissions
     touched: int = 0
+    admit_step_s: float = 0.0
     #: draining to change role (``Engine.flip``): the pool it joins, and the seconds
     #: from empty to serving there; ``flipped``: it came from the other pool (its
     #: readiness is no start-up sample)
@@ -1085,7 +1087,12 @@ class Engine:
             if rep is self._dmin:
                 self._dmin_dirty = True
             return
-        rep.step_s = self.p.decode_step(b, rep.kv_tokens)
+        self._arm(rep, now, self.p.decode_step(b, rep.kv_tokens))
+
+    def _arm(self, rep: Replica, now: float, step_s: float) -> None:
+        """``_reschedule`` of a replica that runs sequences, at the step time
+        ``decode_step`` gives for them (``_dispatch_decode`` has it already)."""
+        rep.step_s = step_s
         left = max(0.0, rep.finishing[0][0] - rep.steps)
         t = now + left * rep.step_s
         self._seq += 1
@@ -1136,7 +1143,8 @@ class Engine:
         mark = self._dispatches
         while queue.waiting():
             i = queue.head(now)
-            need = self._prompt[i] + self._out[i]
+            prompt, out = self._prompt[i], self._out[i]
+            need = prompt + out
             best = self._pick_decode(need)
             if best is None:
                 break
@@ -1145,11 +1153,12 @@ class Engine:
                 self._advance(best, now)
                 best.touched = mark
                 touched.append(best)
-            heappush(best.finishing, (best.steps + self._out[i], i))
-            best.kv_tokens += self._prompt[i]
+            heappush(best.finishing, (best.steps + out, i))
+            best.kv_tokens += prompt
             best.kv_reserved += need
             self._admit[i] = now
             step = self.p.decode_step(len(best.finishing), best.kv_tokens)
+            best.admit_step_s = step  # its step once the admissions of this call are done
             first = now + step
             self._first[i] = first
             ttft = first - self._arr[i]
@@ -1159,7 +1168,7 @@ class Engine:
             best.stats.ttft_counts[_bucket(TTFT_BUCKETS, decode_ttft)] += 1
             best.stats.ttft_sum += decode_ttft
         for rep in touched:
-            self._reschedule(rep, now)
+            self._arm(rep, now, rep.admit_step_s)
 
     def _decode_event(self, rep: Replica, now: float) -> None:
         self._advance(rep, now)
@@ -1168,18 +1177,19 @@ class Engine:
         done = False
         while fin and fin[0][0] <= rep.steps + 1e-6:
             _, i = heappop(fin)
+            prompt, out = self._prompt[i], self._out[i]
             self._finish[i] = now
             self._c_finished += 1
             st.request_success += 1
-            st.request_prompt_tokens_sum += self._prompt[i]
-            st.request_generation_tokens_sum += self._out[i]
-            st.prompt_tokens += self._prompt[i]
-            if self._out[i] > 1:  # vLLM: decode time / (output tokens - 1), per request
-                tpot = (now - self._first[i]) / (self._out[i] - 1)
+            st.request_prompt_tokens_sum += prompt
+            st.request_generation_tokens_sum += out
+            st.prompt_tokens += prompt
+            if out > 1:  # vLLM: decode time / (output tokens - 1), per request
+                tpot = (now - self._first[i]) / (out - 1)
                 st.request_tpot_counts[_bucket(TPOT_BUCKETS, tpot)] += 1
                 st.request_tpot_sum += tpot
-            rep.kv_tokens = max(0.0, rep.kv_tokens - self._prompt[i] - self._out[i])
-            rep.kv_reserved -= self._prompt[i] + self._out[i]
+            rep.kv_tokens = max(0.0, rep.kv_tokens - prompt - out)
+            rep.kv_reserved -= prompt + out
             done = True
         if not fin:
             rep.kv_tokens = 0.0
