@@ -229,7 +229,11 @@ def measured(name: str) -> Callable[[], Engine]:
     def load() -> Engine:
         e = engines_in(ENGINE_DIR)[name]
         d = e.deployment
-        return Engine(e.params, e.facts.max_context, f"measured: {name} ({d})")
+        return Engine(
+            e.params,
+            e.facts.max_context,
+            f"measured: {d.model} on {d.system}, {d.backend}, TP{d.tp}",
+        )
 
     return load
 
@@ -334,6 +338,10 @@ POLICIES: dict[str, PolicySpec] = {
 #: Policies whose row is replayed once per (engine, seed): a static size (the oracle's
 #: schedule is ordered a start-up ahead, so it is replayed per start-up).
 SHARED_ACROSS_STARTUPS = frozenset({STATIC_HINDSIGHT, STATIC_YESTERDAY, "static-peak"})
+#: Policies that need ``tune_job``'s choices (a run of none of them tunes nothing).
+TUNED = frozenset(
+    {STATIC_HINDSIGHT, STATIC_YESTERDAY, "hpa-tuned", "dynamo-planner", dynamo_real.NAME}
+)
 #: The order the matrix's jobs run in (``Plan.matrix``).
 JOB_ORDER = (
     "pdscaler",
@@ -626,7 +634,7 @@ def run_job(
         finally:
             getattr(ctrl, "close", lambda: None)()
         s, pre = summarize(result), preroll_summary(result)
-        size = getattr(ctrl, "initial", None)
+        size = None if spec.preroll else getattr(ctrl, "initial", None)
         replayed_requests = len(trace)
     replayed = time.perf_counter() - loaded
     return {
@@ -700,6 +708,7 @@ def run_matrix(
     jobs = plan.matrix()
     rows: list[dict[str, Any]] = []
     tuned: dict[str, dict[str, Any]] = {}
+    tunes = [(e, s) for e in plan.engines for s in plan.seeds] if TUNED & set(plan.policies) else []
 
     def doc() -> dict[str, Any]:
         order = {(e, st, seed, p): i for i, (e, st, seed, p) in enumerate(full_order(plan))}
@@ -713,7 +722,7 @@ def run_matrix(
             "scales": scales,
             "tuning": tuned,
             "rows": done,
-            "jobs": len(jobs) + len(plan.engines) * len(plan.seeds),
+            "jobs": len(jobs) + len(tunes),
             "jobs_done": len([r for r in rows if "shared_from_startup_s" not in r])
             - len([r for r in rows if r.get("from_tuning")])
             + len(tuned),
@@ -729,9 +738,10 @@ def run_matrix(
 
     with ProcessPoolExecutor(max_workers=plan.workers, max_tasks_per_child=1) as pool:
         pending: dict[Future[dict[str, Any]], tuple[str, Any]] = {}
-        for e in plan.engines:
-            for seed in plan.seeds:
-                pending[pool.submit(tune_job, plan, e, seed, week)] = ("tune", (e, seed))
+        for e, seed in tunes:
+            pending[pool.submit(tune_job, plan, e, seed, week)] = ("tune", (e, seed))
+        for job in [] if tunes else jobs:  # nothing to tune: the jobs at once
+            pending[pool.submit(run_job, plan, *job, None, week)] = ("job", job)
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
@@ -742,7 +752,7 @@ def run_matrix(
                     tuned[f"{e}/{seed}"] = got
                     rows.extend(tuning_rows(plan, got, plan.startups))
                     log(f"bench diurnal: tuned {e}, seed {seed} ({got['seconds']:.0f} s)")
-                    if len(tuned) == len(plan.engines) * len(plan.seeds):
+                    if len(tuned) == len(tunes):
                         for job in jobs:  # in the matrix's order, once every tuning is done
                             t = tuned[f"{job[0]}/{job[2]}"]
                             pending[pool.submit(run_job, plan, *job, t, week)] = ("job", job)
@@ -849,6 +859,14 @@ def _size(size: Sequence[int] | None) -> str:
     return f"{size[0]}P/{size[1]}D" if size else "dynamic"
 
 
+def _shown_size(r: dict[str, Any]) -> str:
+    """A static's size; ``dynamic`` for a pre-rolled policy (the HPA's ``initial``, its
+    start, is not a size it keeps); ``schedule`` for the oracle."""
+    if r["policy"] == ORACLE:
+        return "schedule"
+    return "dynamic" if r["preroll"] is not None else _size(r["static_size"])
+
+
 def _replay_note(r: dict[str, Any]) -> str:
     if r.get("from_tuning"):
         return "its search's replay"
@@ -886,7 +904,7 @@ def rows_table(doc: dict[str, Any]) -> str:
                 f"{r['startup_s']:g} s",
                 str(r["seed"]),
                 r["policy"],
-                _size(r["static_size"]) if r["policy"] != ORACLE else "schedule",
+                _shown_size(r),
                 _pct(s["slo_attainment"]),
                 _pct(s["slo_attainment_settled"]),
                 f"{s['gpu_hours']:.1f}",
