@@ -782,6 +782,12 @@ def kind(case: dict[str, Any]) -> str:
     return Group.of(case).kind
 
 
+def _finite(stat: dict[str, Any] | None) -> bool:
+    """A stat whose mean is a number (the JSON writes a NaN mean as null)."""
+    m = None if stat is None else stat.get("mean")
+    return m is not None and math.isfinite(m)
+
+
 def _cell(row: dict[str, Any] | None) -> str:
     """``99.17%, 47.79`` from an aggregate row (seed means); ``-`` without one."""
     if row is None:
@@ -820,7 +826,7 @@ def summary_rows(doc: dict[str, Any], label: str) -> list[list[str]]:
                 pct(pd["slo_attainment_settled"]["mean"]),
                 spread(pd["gpu_hours"], two),
                 spread(pd["ratio_to_oracle"], two),
-                "-" if equal is None or not math.isfinite(equal["mean"]) else two(equal["mean"]),
+                "-" if not _finite(equal) else two(equal["mean"]),
                 "-"
                 if online is None
                 else f"{LABELS.get(online['policy'], online['policy']).split(' (')[0]}"
@@ -870,7 +876,7 @@ def case_table(case: dict[str, Any]) -> str:
                 spread(p["slo_attainment_settled"], pct),
                 spread(p["gpu_hours"], two),
                 spread(p["ratio_to_oracle"], two),
-                "-" if eq is None or not math.isfinite(eq["mean"]) else spread(eq, two),
+                "-" if not _finite(eq) else spread(eq, two),
                 "-" if n not in pre else _cell(pre[n]),
             ]
         )
