@@ -60,6 +60,18 @@ def headroom() -> str:
     )
 
 
+def conv_worst() -> str:
+    """The worst seed-mean difference flips make over the six conv cases (long context
+    aside): 'within 0.21 points and 0.15 GPU-h' at 7ec3649 (conv-10x 30 s; 90 s)."""
+    fl = "pdscaler + role flips"
+    cases = [k for k, c in QUALITY["cases"].items() if c["group"].startswith("conv-") and fl in
+             c["aggregate"]["policies"] and "long" not in c["group"]]  # fmt: skip
+    assert len(cases) == 6
+    points = max(abs(q(c, fl) - q(c, "pdscaler")) for c in cases) * 100
+    gpu_h = max(abs(q(c, fl, "gpu_hours") - q(c, "pdscaler", "gpu_hours")) for c in cases)
+    return f"within {points:.2f} points and {gpu_h:.2f} GPU-h"
+
+
 def flips() -> str:
     fl = "pdscaler + role flips"
 
@@ -74,22 +86,11 @@ def flips() -> str:
         f"for {pair(m90, 'gpu_hours', '.2f')} GPU-h, at 30 s {p2(q(m30, 'pdscaler'))} -> "
         f"{p2(q(m30, fl))} for {pair(m30, 'gpu_hours', '.2f')}; on the long-context "
         f"conversation at 90 s the same {same} for {pair(long90, 'gpu_hours', '.2f')}. "
-        f"On the Azure traces, whose mix barely moves, flips change little: within 0.1 "
-        f"points and 0.1 GPU-h on the conversation trace, and at worst "
+        f"On the Azure traces, whose mix barely moves, flips change little: {conv_worst()} "
+        f"on the conversation trace, and at worst "
         f"{p2(q('code-10x-90s', 'pdscaler'))} -> {p2(q('code-10x-90s', fl))} (code at 10x, "
         "start-up 90 s)"
     )
-
-
-def test_the_conversation_trace_moves_within_a_tenth_with_flips() -> None:
-    """The 'within 0.1 points and 0.1 GPU-h' of docs/models.md §5a, every conv case."""
-    fl = "pdscaler + role flips"
-    cases = [k for k, c in QUALITY["cases"].items() if c["group"].startswith("conv-") and fl in
-             c["aggregate"]["policies"] and "long" not in c["group"]]  # fmt: skip
-    assert len(cases) == 6
-    for case in cases:
-        assert abs(q(case, fl) - q(case, "pdscaler")) <= 0.001, case
-        assert abs(q(case, fl, "gpu_hours") - q(case, "pdscaler", "gpu_hours")) <= 0.1, case
 
 
 def deadline() -> str:
