@@ -6,7 +6,8 @@ reachable decode pods are of its version and config, ``pdscaler.invariants``; Re
 serving capacity per role), the last published desired totals
 (``status.prefill|decode.desiredReplicas``), the rollout phase, and ``spec.replicas`` of
 every owned pool Deployment; and the checks drills make on that timeline (capacity below
-a floor, replicas that shrank, a version that grew). Must not: inject faults or decide
+a floor, replicas that shrank, a version that grew); and ``MixSampler`` (D12): Ready pods
+that would pair across engine configurations (``mixed_pairs``). Must not: inject faults or decide
 whether a drill passed (its asserts do).
 
     with Timeline(kube, ns, "d7", spec) as tl:
@@ -24,10 +25,11 @@ from typing import Any
 
 from drills.operator_process import ready_by_version, serving
 from pdscaler import invariants, naming
+from pdscaler.observe import is_ready, labels
 from pdscaler.spec import PDDeploymentSpec
 from support.background import Sampling
 from support.labkit import Kube
-from support.opkit import deployments, get_pdd, pod_dicts
+from support.opkit import IMAGE, deployments, get_pdd, pod_dicts
 
 
 @dataclass(frozen=True)
@@ -144,3 +146,43 @@ class Timeline(Sampling):
                         out.append((s.t, dep, last.get(dep, 0), n))
             last = mine
         return out
+
+
+def engine_of(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj["spec"]["template"]["spec"] if "template" in obj["spec"] else obj["spec"]
+    containers: list[dict[str, Any]] = spec["containers"]
+    return next((c for c in containers if c.get("name") == "engine"), containers[0])
+
+
+def mixed_pairs(pods: list[dict[str, Any]]) -> list[str]:
+    """Ready pods that would pair across engine configurations: a pod whose engine image
+    is not its cell's version (``kubectl set image``), or one pool of a cell whose Ready
+    pods run different images or args (an in-place configuration change)."""
+    out: list[str] = []
+    seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for p in pods:
+        lab = labels(p)
+        if lab.get(naming.LABEL_ROLE) not in ("prefill", "decode") or not is_ready(p):
+            continue
+        eng = engine_of(p)
+        version = (p["metadata"].get("annotations") or {}).get(naming.ANNOTATION_VERSION, "")
+        if eng.get("image") != naming.image_ref(IMAGE, version):
+            out.append(f"pod {p['metadata']['name']} runs {eng.get('image')} in a {version} cell")
+        key = (lab.get(naming.LABEL_REVISION, ""), lab[naming.LABEL_ROLE])
+        seen.setdefault(key, set()).add((str(eng.get("image")), repr(eng.get("args"))))
+    out += [f"{rev} {role}: {sorted(v)}" for (rev, role), v in seen.items() if len(v) > 1]
+    return out
+
+
+@dataclass
+class MixSampler(Sampling):
+    """``mixed_pairs`` of the PDDeployment's pods every 200 ms (a failed read: no sample,
+    counted in ``failed`` and kept in ``errors``: ``Sampling``)."""
+
+    kube: Kube
+    namespace: str
+    name: str
+    mixed: list[str] = field(default_factory=list)
+
+    def sample(self) -> None:
+        self.mixed += mixed_pairs(pod_dicts(self.kube, self.namespace, self.name))

@@ -17,7 +17,6 @@ prevented).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,13 @@ from kubernetes import client
 
 from drills.operator_process import OperatorProcess
 from drills.report import DrillRecord
+from drills.samplers import MixSampler, engine_of
 from pdlab.lab import Lab
 from pdscaler import naming
-from pdscaler.observe import is_ready, labels
-from support.background import Sampling
+from pdscaler.observe import is_ready
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
-    IMAGE,
     create_pdd,
     deployments,
     get_pdd,
@@ -45,46 +43,6 @@ from support.opkit import (
 )
 
 INTERVAL = 2.0
-
-
-def engine_of(obj: dict[str, Any]) -> dict[str, Any]:
-    spec = obj["spec"]["template"]["spec"] if "template" in obj["spec"] else obj["spec"]
-    containers: list[dict[str, Any]] = spec["containers"]
-    return next((c for c in containers if c.get("name") == "engine"), containers[0])
-
-
-def mixed_pairs(pods: list[dict[str, Any]]) -> list[str]:
-    """Ready pods that would pair across engine configurations: a pod whose engine image
-    is not its cell's version (``kubectl set image``), or one pool of a cell whose Ready
-    pods run different images or args (an in-place configuration change)."""
-    out: list[str] = []
-    seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
-    for p in pods:
-        lab = labels(p)
-        if lab.get(naming.LABEL_ROLE) not in ("prefill", "decode") or not is_ready(p):
-            continue
-        eng = engine_of(p)
-        version = (p["metadata"].get("annotations") or {}).get(naming.ANNOTATION_VERSION, "")
-        if eng.get("image") != naming.image_ref(IMAGE, version):
-            out.append(f"pod {p['metadata']['name']} runs {eng.get('image')} in a {version} cell")
-        key = (lab.get(naming.LABEL_REVISION, ""), lab[naming.LABEL_ROLE])
-        seen.setdefault(key, set()).add((str(eng.get("image")), repr(eng.get("args"))))
-    out += [f"{rev} {role}: {sorted(v)}" for (rev, role), v in seen.items() if len(v) > 1]
-    return out
-
-
-@dataclass
-class MixSampler(Sampling):
-    """``mixed_pairs`` of the PDDeployment's pods every 200 ms (a failed read: no sample,
-    counted in ``failed`` and kept in ``errors``: ``Sampling``)."""
-
-    kube: Kube
-    namespace: str
-    name: str
-    mixed: list[str] = field(default_factory=list)
-
-    def sample(self) -> None:
-        self.mixed += mixed_pairs(pod_dicts(self.kube, self.namespace, self.name))
 
 
 def pools(kube: Kube, namespace: str, name: str) -> dict[tuple[str, str], dict[str, Any]]:

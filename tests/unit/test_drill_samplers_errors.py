@@ -16,7 +16,7 @@ import pytest
 
 from drills.faults import ClusterSampler, DrillOperator, TickSampler
 from drills.operator_process import Sampler as PairSampler
-from drills.test_drill_drift import MixSampler
+from drills.samplers import MixSampler
 from pdscaler.spec import PDDeploymentSpec
 from support.background import Sampling
 from support.labkit import Kube
