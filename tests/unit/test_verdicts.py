@@ -121,14 +121,25 @@ def case_points(doc: dict[str, Any], queue: dict[str, Any], key: str) -> list[Po
 
 
 CODE_CASES = [f"code-{s}x-{t}s" for s in (1, 4, 10) for t in (30, 90, 300)]
+#: The code cases where pdscaler is on the frontier at seed 0 in the committed bench
+#: (quality.json measured at 7ec3649): code-1x at 30 s.
+CODE_PARETO = ("code-1x-30s",)
 
 
-@pytest.mark.parametrize("key", CODE_CASES)
-def test_pdscaler_is_dominated_on_every_code_case_of_the_committed_bench(key: str) -> None:
+def committed() -> tuple[dict[str, Any], dict[str, Any]]:
     doc = json.loads((RESULTS / "quality.json").read_text(encoding="utf-8"))
     queue = json.loads((RESULTS / "queue.json").read_text(encoding="utf-8"))
+    return doc, queue
+
+
+@pytest.mark.parametrize("key", [k for k in CODE_CASES if k not in CODE_PARETO])
+def test_pdscaler_is_dominated_on_the_code_cases_of_the_committed_bench(key: str) -> None:
+    """The old verdict (the policies' FCFS rows alone) calls pdscaler Pareto on every
+    code case; counting the swept static sizes it is dominated on 8 of 9 (quality.json
+    at 7ec3649; at 0620c79 it was 9 of 9, code-4x 90 s by a static 19P/2D at 85.02% /
+    20.10 GPU-h against 84.30% / 28.26; now by 22P/2D)."""
+    doc, queue = committed()
     points = case_points(doc, queue, key)
-    # the old verdict counted the policies' FCFS rows alone: Pareto
     old = [p for p in points if p.kind is Kind.POLICY and p.discipline == FCFS]
     assert verdict("pdscaler", old).pareto
     v = verdict("pdscaler", points, FCFS)
@@ -136,11 +147,17 @@ def test_pdscaler_is_dominated_on_every_code_case_of_the_committed_bench(key: st
     assert any(p.kind is Kind.SWEEP for p in v.dominated_by)
     if key == "code-4x-90s":
         best = v.dominated_by[0]
-        assert best.label == "static 19P/2D"
-        assert best.slo_attainment == pytest.approx(0.8502, abs=1e-4)
-        assert best.gpu_hours == pytest.approx(20.10, abs=0.01)
-        assert v.point.slo_attainment == pytest.approx(0.8430, abs=1e-4)
-        assert v.point.gpu_hours == pytest.approx(28.26, abs=0.01)
+        assert best.label == "static 22P/2D"
+        assert best.slo_attainment >= v.point.slo_attainment
+        assert best.gpu_hours < v.point.gpu_hours
+
+
+@pytest.mark.parametrize("key", CODE_PARETO)
+def test_pdscaler_is_on_the_frontier_where_nothing_beats_it(key: str) -> None:
+    doc, queue = committed()
+    v = verdict("pdscaler", case_points(doc, queue, key), FCFS)
+    assert v.pareto
+    assert not v.dominated_by
 
 
 def test_points_of_a_comparison_document() -> None:
