@@ -378,7 +378,7 @@ class Plan:
     min_peak_replicas: int = MIN_PEAK_REPLICAS
     #: A fixed rate scale instead of ``bench_scale``'s (the tests' small runs).
     scale: int | None = None
-    trace_path: str = str(WEEK)
+    trace_path: str = str(WEEK.relative_to(REPO))  # repo-relative: results name no machine path
     #: Start-up at which the baselines are tuned (on the warm-up span).
     tune_startup: float = 90.0
     oracle_repairs: int = ORACLE_REPAIRS
@@ -451,7 +451,7 @@ def case(
     """The traces and config of one (engine, start-up, seed): day 0's last
     ``warmup_hours`` and day 1's first ``scored_hours``, each rate-scaled with its own
     seed (so the scored span is the same whatever the pre-roll)."""
-    week = week if week is not None else load_diurnal(Path(plan.trace_path))
+    week = week if week is not None else load_diurnal(REPO / plan.trace_path)
     e = ENGINES[engine]()
     scale, _ = scale_for(plan, week, e.params)
     both = days(week, WARMUP_DAY, 2)
@@ -694,7 +694,7 @@ def run_matrix(
     (one replay each: a day at the bench scale holds several GB); the document
     ``write`` reports; ``partial`` gets it after each job (``jobs_done`` of ``jobs``)."""
     started = time.perf_counter()
-    week = load_diurnal(Path(plan.trace_path))
+    week = load_diurnal(REPO / plan.trace_path)
     scales = {}
     for e in plan.engines:
         engine = ENGINES[e]()
