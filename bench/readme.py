@@ -1,8 +1,9 @@
 """The README's "What it is worth, measured" section, generated from bench/results/.
 
 Owns: ``section`` (the markdown between ``BEGIN`` and ``END`` in README.md, built
-only from ``quality.json``, ``queue.json``, ``step.json`` and ``overhead.md``, each
-named with the commit it was measured at), the request path's sentence between
+only from ``diurnal.json`` (first: the benchmark's main case), ``quality.json``,
+``queue.json``, ``step.json`` and ``overhead.md``, each named with the commit it was
+measured at), the request path's sentence between
 ``RP_BEGIN`` and ``RP_END`` (from ``request_path.json``) and ``update`` (rewrite both
 parts of README.md). ``python -m bench.readme`` runs
 ``update``; ``--check`` exits 1 when README.md differs from what the results say (the
@@ -11,7 +12,9 @@ Must not: hold a figure of its own: every number in the section comes from a res
 file (a missing file or figure is written as "not measured").
 
 Example: a quality.json whose conv-1x case at 90 s has pdscaler at 99.5% and 4.03
-GPU-h renders the row ``| conv 1x | 99.50% [...] | 4.03 [...] | ...``.
+GPU-h renders the row ``| conv 1x | 99.50% [...] | 4.03 [...] | ...``; a diurnal.json
+whose hand-made case at 90 s, seed 0 has pdscaler at 94.53% and 143.8 GPU-h renders
+``| hand-made, 90 s, seed 0 | 94.53%, 143.8 | ...``.
 """
 
 from __future__ import annotations
@@ -24,11 +27,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import provenance, request_path
+from bench import diurnal, provenance, request_path
 from bench.markdown import between, spread, table, two
-from bench.quality import MATRIX, cuts_line, kind, simulator
+from bench.quality import MATRIX, REAL_DYNAMO, cuts_line, kind, simulator
+from bench.quality import _judged_cell as judged_cell
 from bench.queue import baseline_gains, gains, mean_gain
 from pdscaler.cli.common import percent as pct
+from pdscaler.sim.compare import STATIC_YESTERDAY, TARGET
+from pdscaler.sim.reference import REFERENCE
+from pdscaler.sim.setup import sim_spec
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -65,6 +72,169 @@ def _mean(x: dict[str, Any] | None) -> str:
     reached the row's attainment)."""
     m = None if x is None else x.get("mean")
     return "-" if m is None or not math.isfinite(m) else two(m)
+
+
+#: The diurnal matrix's rows shown beside pdscaler's, with their column headers (the best
+#: non-clairvoyant baseline, the tight oracle and the verdict: ``diurnal.case_verdicts``).
+DIURNAL_SHOWN: tuple[tuple[str, str], ...] = (
+    (STATIC_YESTERDAY, "static-yesterday"),
+    (REAL_DYNAMO, "Dynamo planner, ai-dynamo 1.6.1"),
+    (REFERENCE, "online reference"),
+)
+
+
+def _figures(scored: dict[str, Any] | None) -> str:
+    """A row's SLO met and GPU-hours: ``94.53%, 143.8``; ``not run`` without the row."""
+    s = scored or {}
+    return f"{pct(s['slo_attainment'])}, {s['gpu_hours']:.1f}" if s else "not run"
+
+
+def _oracle_cell(o: dict[str, Any] | None) -> str:
+    """``44.96%, 59.8 (1 repairs, 99% not reached)``; ``not run`` without an oracle."""
+    short = "" if o is None or o["met"] else f", {TARGET:.0%} not reached"
+    return "not run" if o is None else f"{_figures(o)} ({o['repairs']} repairs{short})"
+
+
+def diurnal_row(v: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
+    """One case of the diurnal matrix: ``v`` its ``case_verdicts`` entry, ``rows`` its
+    rows by policy."""
+    best, o = v["best_online"], v["oracle"]
+    eq = None if o is None else o["ratio_at_equal"]
+    return [
+        f"{v['engine']}, {v['startup_s']:g} s, seed {v['seed']}",
+        _figures(v["pdscaler"]),
+        "-" if best is None else f"{best['policy']}: {_figures(best)}",
+        "-" if best is None else two(v["pdscaler"]["gpu_hours"] / best["gpu_hours"]),
+        *(_figures(rows[n]["scored"] if n in rows else None) for n, _ in DIURNAL_SHOWN),
+        _oracle_cell(o),
+        "-" if o is None else two(o["ratio"]),
+        "-" if eq is None else two(eq),
+        judged_cell(v),
+    ]
+
+
+def span_text(plan: dict[str, Any]) -> str:
+    """The diurnal matrix's spans from its plan: ``day 0's last 0.5 h replayed as every
+    dynamic policy's pre-roll [...], the 2 h from day 1's start scored``."""
+    return (
+        f"day {diurnal.WARMUP_DAY}'s last {plan['warmup_hours']:g} h replayed as every "
+        "dynamic policy's pre-roll (scored apart) and used to size and tune the "
+        f"out-of-sample baselines, the {plan['scored_hours']:g} h from day "
+        f"{diurnal.WARMUP_DAY + 1}'s start scored"
+    )
+
+
+def diurnal_part(doc: dict[str, Any]) -> list[str]:
+    """The diurnal matrix (``bench.diurnal``): one row per (engine, start-up, seed), what
+    the run cut from the full matrix and where it was measured."""
+    plan = doc["plan"]
+    found = diurnal.case_verdicts(doc)
+    by_case: dict[tuple[str, float, int], dict[str, dict[str, Any]]] = {}
+    for r in doc["rows"]:
+        by_case.setdefault((r["engine"], r["startup_s"], r["seed"]), {})[r["policy"]] = r
+    body = [diurnal_row(v, by_case[(v["engine"], v["startup_s"], v["seed"])]) for v in found]
+    slo = sim_spec().slo
+    return [
+        "### Diurnal production traffic: the main case",
+        "",
+        "The ServeGen week (data/traces/README.md: a production LLM service's per-client "
+        f"arrivals and lengths), {span_text(plan)}; seeds "
+        f"{', '.join(str(s) for s in plan['seeds'])}; replica start-up "
+        f"{', '.join(f'{s:g}' for s in plan['startups'])} s; SLO TTFT <= "
+        f"{slo.ttft_seconds:g} s and TPOT <= {slo.tpot_seconds * 1000:g} ms per request. "
+        f"{_engines_text(doc)} {_cut_text(doc)}"
+        "Rows: "
+        + "; ".join(doc["policies"].get(p, p) for p, _ in DIURNAL_SHOWN)
+        + ("" if doc.get("real_dynamo") == REAL_DYNAMO else f" ({doc.get('real_dynamo')})")
+        + ". Cells: SLO met, GPU-hours of the scored span. The best non-clairvoyant baseline "
+        "is, among the rows not sized on the scored span, the cheapest with at least "
+        "pdscaler's attainment, else the highest attainment; the tight oracle is the "
+        "clairvoyant schedule repaired one replica a bin at a time (at most "
+        f"{plan['oracle_repairs']} repairs here), a bound; Pareto is pdscaler's row against "
+        "every other row and every static size the hindsight search replayed, FCFS. Every "
+        "row and the tuning in [bench/results/diurnal.md](bench/results/diurnal.md) (from "
+        f"diurnal.json, {measured(doc)}; the matrix took {doc['wall_s'] / 60:.1f} min (wall) "
+        f"with {plan['workers']} worker process(es), simulator {doc['engine']}).",
+        "",
+        table(
+            [
+                "engine, start-up, seed",
+                "pdscaler",
+                "best non-clairvoyant baseline",
+                "pdscaler GPU-h / its",
+                *(h for _, h in DIURNAL_SHOWN),
+                "tight oracle",
+                "x oracle",
+                "x oracle at equal SLO",
+                "pdscaler Pareto, FCFS",
+            ],
+            body,
+        ),
+        "",
+        _diurnal_summary(found),
+    ]
+
+
+def _engines_text(doc: dict[str, Any]) -> str:
+    """The engines and their rate scales, from ``doc["scales"]``."""
+    engines = "; ".join(
+        f"`{e}` at x{sc['scale']}" + (" (invented constants)" if e == diurnal.HAND_MADE else "")
+        for e, sc in doc["scales"].items()
+    )
+    measured_ones = any(e != diurnal.HAND_MADE for e in doc["scales"])
+    return (
+        "Each engine replays the trace at the rate at which its busiest hour needs at "
+        f"least {doc['plan']['min_peak_replicas']} replicas of the larger pool: {engines}"
+        + (
+            "; the others are aiconfigurator's measured databases (bench/engines/)."
+            if measured_ones
+            else "."
+        )
+    )
+
+
+def _cut_text(doc: dict[str, Any]) -> str:
+    """What the run left out of the full matrix (``bench.diurnal.cuts``, stored in the
+    file) and whether it finished, each a sentence ending in a space."""
+    cut = doc.get("cuts") or ""
+    done, jobs = doc.get("jobs_done"), doc.get("jobs")
+    return (
+        f"CUT from the full matrix (`python -m bench.diurnal --full`) to fit `make "
+        f"bench-diurnal`'s 60 minutes on 2 cores: {cut}. "
+        if cut
+        else "Nothing cut: the full matrix. "
+    ) + (
+        f"INCOMPLETE: {done} of {jobs} jobs done when the file was written. "
+        if done is not None and done != jobs
+        else ""
+    )
+
+
+def _diurnal_summary(found: list[dict[str, Any]]) -> str:
+    """Counts over the cases, and what ``x oracle`` means where the oracle fell short."""
+    pareto = sum(v["pareto"] for v in found)
+    meets = sum(v["pdscaler"]["slo_attainment"] >= TARGET for v in found)
+    oracles = [v["oracle"] for v in found if v["oracle"] is not None]
+    short = [o for o in oracles if not o["met"]]
+    below = [
+        v["oracle"]["slo_attainment"]
+        for v in found
+        if v["oracle"] is not None
+        and v["oracle"]["slo_attainment"] < v["pdscaler"]["slo_attainment"]
+    ]
+    missing = sorted({p for v in found for p in v["policies_missing"]})
+    text = (
+        f"Over the {len(found)} cases: pdscaler meets >= {TARGET:.0%} in {meets} and is on "
+        f"the Pareto front in {pareto}; the oracle's repairs stopped short of {TARGET:.0%} "
+        f"in {len(short)} of {len(oracles)}."
+    )
+    if below:
+        text += (
+            f" In {len(below)} the oracle serves fewer requests within the SLO than pdscaler "
+            f"(down to {pct(min(below))}): there `x oracle` is no bound on the cost of "
+            "pdscaler's attainment (`-` at equal SLO: no oracle try reached it)."
+        )
+    return text + (f" Rows not measured: {', '.join(missing)}." if missing else "")
 
 
 def quality_part(doc: dict[str, Any]) -> list[str]:
@@ -327,7 +497,13 @@ def overhead_part(text: str | None) -> str:
 def section(results: Path = RESULTS) -> str:
     """The generated section (without the markers)."""
     qpath, spath, opath = (results / f for f in ("quality.json", "step.json", "overhead.md"))
+    dpath = results / "diurnal.json"
     lines: list[str] = []
+    if dpath.exists():
+        lines += diurnal_part(json.loads(dpath.read_text(encoding="utf-8")))
+    else:
+        lines.append("Diurnal traffic: not measured (no diurnal.json).")
+    lines += ["", "### One hour of Azure traffic: bursts", ""]
     if qpath.exists():
         lines += quality_part(json.loads(qpath.read_text(encoding="utf-8")))
     else:
@@ -337,7 +513,12 @@ def section(results: Path = RESULTS) -> str:
     qu = results / "queue.json"
     queue = json.loads(qu.read_text(encoding="utf-8")) if qu.exists() else None
     lines += ["", queue_part(queue) + " " + step_part(step) + " " + overhead_part(over)]
-    lines += ["", "Reproduce: `make bench` (the full matrix, then this section)."]
+    lines += [
+        "",
+        "Reproduce: `make bench-diurnal` (the diurnal matrix), `make bench` (the hour "
+        "matrix and the rest, then this section); `python -m bench.readme` re-renders this "
+        "section from bench/results/ alone.",
+    ]
     return "\n".join(lines)
 
 

@@ -138,6 +138,7 @@ def test_the_section_takes_its_figures_from_the_results(tmp_path: Path) -> None:
 
 def test_missing_results_are_said_not_invented(tmp_path: Path) -> None:
     text = readme.section(tmp_path)
+    assert "Diurnal traffic: not measured (no diurnal.json)" in text
     assert "not measured (no quality.json)" in text
     assert "not measured (no step.json)" in text
     assert "not measured (no queue.json)" in text
@@ -175,3 +176,52 @@ def test_an_unsteady_fleet_window_is_said_with_its_figures() -> None:
     assert "448 of 800 pods Ready (want 400))" in text
     assert "at commit abc1234" in text
     assert "(NOT steady" not in readme.overhead_part(OVERHEAD)
+
+
+DIURNAL = readme.RESULTS / "diurnal.json"
+
+
+def diurnal_doc() -> dict[str, Any]:
+    return dict(json.loads(DIURNAL.read_text(encoding="utf-8")))
+
+
+def test_the_readme_s_diurnal_section_is_what_diurnal_json_renders() -> None:
+    """Fails when README.md or diurnal.json changes without the other (re-render with
+    python -m bench.readme); the diurnal section comes first, before the hour matrix."""
+    text = readme.README.read_text(encoding="utf-8")
+    part = "\n".join(readme.diurnal_part(diurnal_doc()))
+    assert part in text, "run: python -m bench.readme"
+    start = text.index(readme.BEGIN)
+    assert start < text.index(part) < text.index("### One hour of Azure traffic")
+
+
+def test_the_first_diurnal_case_s_pdscaler_figures_are_the_json_s() -> None:
+    doc = diurnal_doc()
+    first = next(r for r in doc["rows"] if r["policy"] == "pdscaler")
+    head = f"| {first['engine']}, {first['startup_s']:g} s, seed {first['seed']} | "
+    lines = [
+        x for x in readme.README.read_text(encoding="utf-8").splitlines() if x.startswith(head)
+    ]
+    assert len(lines) == 1, head
+    cell = lines[0].split(" | ")[1]
+    s = first["scored"]
+    assert cell == f"{100 * s['slo_attainment']:.2f}%, {s['gpu_hours']:.1f}"
+    assert doc["measured_at"]["commit"] in readme.section()
+
+
+def test_the_diurnal_section_takes_its_figures_and_cuts_from_the_file() -> None:
+    doc = diurnal_doc()
+    first = next(r for r in doc["rows"] if r["policy"] == "pdscaler")
+    first["scored"] |= {"slo_attainment": 0.123456, "gpu_hours": 7.89}
+    doc["cuts"] = ""
+    doc["jobs_done"] = doc["jobs"] - 1
+    text = "\n".join(readme.diurnal_part(doc))
+    assert (
+        f"| {first['engine']}, {first['startup_s']:g} s, seed {first['seed']} | 12.35%, 7.9 |"
+        in text
+    )
+    assert "Nothing cut: the full matrix." in text
+    assert f"INCOMPLETE: {doc['jobs'] - 1} of {doc['jobs']} jobs done" in text
+    plan = doc["plan"]
+    assert f"day 0's last {plan['warmup_hours']:g} h replayed" in text
+    assert f"the {plan['scored_hours']:g} h from day 1's start scored" in text
