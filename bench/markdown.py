@@ -7,12 +7,14 @@ Owns: formatting only. Must not: compute or measure anything.
     table(h, rows, right=numeric_columns(rows, len(h)))    # right-align numeric columns only
     spread({"mean": 0.5, "min": 0.4, "max": 0.6}, two)     # 0.50 [0.40-0.60]
     between("a\n<b>\nold\n<e>\n", "<b>", "<e>", "new")    # a\n<b>\nnew\n<e>\n
+    diurnal_span({"warmup_hours": 0.5, "scored_hours": 2.0}, 0)  # day 0's last 0.5 h [...]
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 
 def table(
@@ -84,3 +86,15 @@ def between(text: str, begin: str, end: str, body: str, name: str = "README.md")
     (the markers kept)."""
     start, stop = markers(text, begin, end, name)
     return text[:start] + begin + "\n" + body + "\n" + end + text[stop:]
+
+
+def diurnal_span(plan: Mapping[str, Any], warmup_day: int) -> str:
+    """The spans a diurnal.json's ``plan`` replays (``bench.diurnal.Plan``; its warm-up is
+    day ``warmup_day``): ``({"warmup_hours": 0.5, "scored_hours": 2.0}, 0)`` -> ``day 0's
+    last 0.5 h replayed as every dynamic policy's pre-roll (scored apart) and used to
+    size and tune the out-of-sample baselines, the 2 h from day 1's start scored``."""
+    return (
+        f"day {warmup_day}'s last {plan['warmup_hours']:g} h replayed as every dynamic "
+        "policy's pre-roll (scored apart) and used to size and tune the out-of-sample "
+        f"baselines, the {plan['scored_hours']:g} h from day {warmup_day + 1}'s start scored"
+    )

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import diurnal, provenance, request_path
-from bench.markdown import between, spread, table, two
+from bench.markdown import between, diurnal_span, spread, table, two
 from bench.quality import MATRIX, REAL_DYNAMO, cuts_line, kind, simulator
 from bench.quality import _judged_cell as judged_cell
 from bench.queue import baseline_gains, gains, mean_gain
@@ -113,17 +113,6 @@ def diurnal_row(v: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]
     ]
 
 
-def span_text(plan: dict[str, Any]) -> str:
-    """The diurnal matrix's spans from its plan: ``day 0's last 0.5 h replayed as every
-    dynamic policy's pre-roll [...], the 2 h from day 1's start scored``."""
-    return (
-        f"day {diurnal.WARMUP_DAY}'s last {plan['warmup_hours']:g} h replayed as every "
-        "dynamic policy's pre-roll (scored apart) and used to size and tune the "
-        f"out-of-sample baselines, the {plan['scored_hours']:g} h from day "
-        f"{diurnal.WARMUP_DAY + 1}'s start scored"
-    )
-
-
 def diurnal_part(doc: dict[str, Any]) -> list[str]:
     """The diurnal matrix (``bench.diurnal``): one row per (engine, start-up, seed), what
     the run cut from the full matrix and where it was measured."""
@@ -138,7 +127,7 @@ def diurnal_part(doc: dict[str, Any]) -> list[str]:
         "### Diurnal production traffic: the main case",
         "",
         "The ServeGen week (data/traces/README.md: a production LLM service's per-client "
-        f"arrivals and lengths), {span_text(plan)}; seeds "
+        f"arrivals and lengths), {diurnal_span(plan, diurnal.WARMUP_DAY)}; seeds "
         f"{', '.join(str(s) for s in plan['seeds'])}; replica start-up "
         f"{', '.join(f'{s:g}' for s in plan['startups'])} s; SLO TTFT <= "
         f"{slo.ttft_seconds:g} s and TPOT <= {slo.tpot_seconds * 1000:g} ms per request. "

@@ -13,7 +13,12 @@ requests, the pools at their largest; pdscaler starts it cold (the warm start), 
 static policy at static-peak's size for that hour. Issue 26's target: a day at the
 bench's scale (day 1: 9.40 million requests) replays per policy in well under a minute
 on 2 cores (30 s: 313,000 requests/s). ``--day`` also replays day 1 whole, compiled,
-per policy, and reports the seconds measured.
+per policy, and reports the seconds measured. The diurnal matrix itself
+(bench/results/diurnal.json) need not score a whole day: ``make bench-diurnal`` runs a
+cut plan (e.g. day 0's last 0.5 h as the pre-roll, the 2 h from day 1's start scored),
+so the report reads the spans, the cuts and the replays' own requests/s from that file
+(``diurnal_note``). ``--render`` re-renders speed.md from speed.json and diurnal.json
+without measuring.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import math
 import os
 import pstats
 import resource
@@ -31,14 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from bench import native, provenance
-from bench.markdown import table
+from bench.markdown import diurnal_span, table
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The slice: hour 27 of the week (the busiest), one hour.
 PEAK_HOUR = 27
-#: ``--day``: day 1 of the week (hours 24-48), the diurnal bench's first scored day.
+#: ``--day``: day 1 of the week (hours 24-48), the day the diurnal bench scores from
+#: (its cut plan scores only the first hours of it: ``diurnal_note``).
 DAY_HOUR = 24
+#: The diurnal matrix's results, whose spans and replay rates the report quotes.
+DIURNAL = RESULTS / "diurnal.json"
 SLICE_HOURS = 1.0
 POLICIES = ("static-peak", "pdscaler")
 #: The issue's target, requests/s: a 9.4-million-request day in under a minute.
@@ -146,7 +155,42 @@ def _child(policy: str, profile: bool, build: Path | None, day: bool = False) ->
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def report(rows: list[dict[str, Any]], stamp: dict[str, str], command: str) -> str:
+def diurnal_note(doc: dict[str, Any] | None) -> str:
+    """What the diurnal matrix (``diurnal.json``) replays and how fast its own replays
+    ran, from the file: its plan's spans (``markdown.diurnal_span``), its cuts and the
+    range of its rows' requests/s (wall, pre-roll and oracle tries included; the
+    hindsight bound's row, replayed by its search, has none)."""
+    if doc is None:
+        return "The diurnal matrix: not measured (no diurnal.json)."
+    from bench import diurnal  # the simulator's modules: only when rendering
+
+    rates = [
+        r["requests_per_s"]
+        for r in doc["rows"]
+        if r.get("requests_per_s") is not None and math.isfinite(r["requests_per_s"])
+    ]
+    cut = doc.get("cuts") or ""
+    stamp = doc.get(provenance.KEY) or {}
+    return (
+        f"In the diurnal matrix ([diurnal.md](diurnal.md), from diurnal.json measured at "
+        f"commit {stamp.get('commit', 'not recorded')}): "
+        f"{diurnal_span(doc['plan'], diurnal.WARMUP_DAY)}"
+        + (f"; CUT from the full matrix: {cut}" if cut else "; nothing cut")
+        + (
+            f"; its own replays ran at {min(rates):,.0f}-{max(rates):,.0f} requests/s "
+            f"(wall, pre-roll and the oracle's tries included, shared cores, {doc['engine']})."
+            if rates
+            else "."
+        )
+    )
+
+
+def report(
+    rows: list[dict[str, Any]],
+    stamp: dict[str, str],
+    command: str,
+    diurnal_doc: dict[str, Any] | None = None,
+) -> str:
     first = rows[0]
     day = first["day_requests"]
     lines = [
@@ -165,7 +209,8 @@ def report(rows: list[dict[str, Any]], stamp: dict[str, str], command: str) -> s
             if any(r.get("whole_day") for r in rows)
             else " (not replayed here; `--day` replays it)"
         )
-        + f". Target (issue 26): well under {TARGET_DAY_S:.0f} s a day per policy.",
+        + f". Target (issue 26): well under {TARGET_DAY_S:.0f} s a day per policy. "
+        + diurnal_note(diurnal_doc),
         "",
     ]
     body = []
@@ -271,9 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--render", action="store_true", help="re-render speed.md from speed.json")
     p.add_argument("--day", action="store_true", help="also replay day 1 whole (compiled)")
     args = p.parse_args(argv)
+    day_doc = json.loads(DIURNAL.read_text(encoding="utf-8")) if DIURNAL.exists() else None
     if args.render:
         doc = json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8"))
-        args.out.write_text(report(doc["rows"], doc[provenance.KEY], doc["command"]), "utf-8")
+        text = report(doc["rows"], doc[provenance.KEY], doc["command"], day_doc)
+        args.out.write_text(text, "utf-8")
         return 0
     build = None if args.no_compiled else native.ensure()
     rows = []
@@ -291,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(_child("pdscaler", True, None))
     stamp = provenance.measured_at()
     command = " ".join(["python -m bench.speed", *(argv or sys.argv[1:])])
-    text = report(rows, stamp, command)
+    text = report(rows, stamp, command, day_doc)
     args.out.write_text(text, encoding="utf-8")
     args.out.with_suffix(".json").write_text(
         json.dumps({"rows": rows, "command": command, provenance.KEY: stamp}, indent=1) + "\n",
