@@ -101,7 +101,7 @@ from bench.markdown import numeric_columns, table, two
 from pdscaler.cli.common import percent as pct
 from pdscaler.sim import compare as sim_compare
 from pdscaler.sim import tuning, verdicts
-from pdscaler.sim.baselines import HpaConfig, kv_capacity, window_needs
+from pdscaler.sim.baselines import HpaConfig, StaticController, kv_capacity, window_needs
 from pdscaler.sim.compare import STATIC_HINDSIGHT, STATIC_YESTERDAY, TARGET, Tuned, choice_json
 from pdscaler.sim.controllers import Controller
 from pdscaler.sim.dynamo import DynamoConfig
@@ -111,7 +111,7 @@ from pdscaler.sim.measured import HANDMADE_LABEL, engines_in
 from pdscaler.sim.oracle import OracleResult
 from pdscaler.sim.profiles import with_measured_profile, with_pool_profiles
 from pdscaler.sim.reference import REFERENCE, reference_config
-from pdscaler.sim.results import preroll_summary, summarize
+from pdscaler.sim.results import blame, preroll_summary, summarize
 from pdscaler.sim.setup import clamp, sim_spec
 from pdscaler.sim.traces import DAY_S, Trace, days, load_diurnal, load_profile, scale_rate
 from pdscaler.spec import PDDeploymentSpec
@@ -124,20 +124,31 @@ HOUR_S = 3600.0
 #: The bench's scale: the busiest hour needs at least this many replicas of the larger
 #: pool at full capacity (issue 26).
 MIN_PEAK_REPLICAS = 20
+#: Each pool's replica bound in the matrix's PDDeployment: the bench's peak needs 20
+#: replicas at its MEAN hourly load and ~50-60 prefill in its bursts (hand-made engine,
+#: day 1 00:00-02:00: 51 by the per-minute needs), so the simulator's default of 64
+#: bound every static search and the oracle; 256 binds nobody.
+MAX_REPLICAS = 256
 #: The day replayed as the warm-up (pre-roll); the scored span starts at the next one.
 WARMUP_DAY = 0
 #: The hand-made engine's name in the matrix.
 HAND_MADE = "hand-made"
 #: The tight oracle's name in the matrix (a clairvoyant bound, never a competitor).
 ORACLE = "oracle"
-#: Replays a static search may make after its per-minute start (``static_search``).
-STATIC_REPLAYS = 3
-#: The static search's steps from the per-minute size: down while it meets the target,
-#: up while it misses.
-STEPS_DOWN = (0.9, 0.8)
-STEPS_UP = (1.15, 1.3)
-#: Repairs of the tight oracle on the diurnal spans (each one replays the scored span).
-ORACLE_REPAIRS = 1
+#: Replays a static search makes at most, its per-minute start included (``static_search``).
+STATIC_REPLAYS = 8
+#: A missed static grows each pool blamed for at least this share of the requests.
+BLAME_FLOOR = 0.0025
+#: ... by at least this much (``grown``).
+GROW_MIN = 0.15
+#: The step down of one pool from the cheapest static meeting the target.
+SHRINK = 0.88
+#: Repairs of the tight oracle on the diurnal spans (each one replays the scored span),
+#: from its first plan at each bin's own work (``feasible_oracle(lean=False)``).
+ORACLE_REPAIRS = 4
+#: ``replay_gb``: a replay's memory, a base and per million requests replayed.
+GB_BASE = 0.5
+GB_PER_MILLION = 0.52
 #: Rows sized on the scored span (bounds and hindsight): never "the best baseline".
 CLAIRVOYANT = frozenset({STATIC_HINDSIGHT, "static-peak", ORACLE})
 
@@ -212,7 +223,7 @@ class Engine:
     def spec(self, startup_s: float) -> PDDeploymentSpec:
         """The simulated PDDeployment a team deploys on this engine: the hand-made
         engine's measured profile, or the pools ``pdscaler plan profile`` writes."""
-        base = sim_spec(startup_s=startup_s)
+        base = sim_spec(startup_s=startup_s, max_replicas=MAX_REPLICAS)
         if self.max_context is None:
             return with_measured_profile(base, self.params)
         return with_pool_profiles(base, self.params, self.max_context)
@@ -363,18 +374,28 @@ _ = hour_bench  # imported for its registration of dynamo-planner-real (compare.
 # ---------------------------------------------------------------- the matrix
 @dataclass(frozen=True)
 class Plan:
-    engines: tuple[str, ...] = (HAND_MADE, "qwen3-32b-h200-vllm-tp2")
+    engines: tuple[str, ...] = (
+        HAND_MADE,
+        "qwen3-32b-h200-vllm-tp2",
+        "qwen3-8b-h100-vllm-tp1",
+    )
     startups: tuple[float, ...] = (90.0, 300.0)
     seeds: tuple[int, ...] = (0,)
     policies: tuple[str, ...] = tuple(POLICIES)
     #: Hours of the warm-up day's end replayed as the pre-roll and used for the
-    #: out-of-sample sizing and tuning (24: all of day 0).
-    warmup_hours: float = 0.5
-    #: Hours scored from the start of the day after the warm-up (24: one day).
-    scored_hours: float = 2.0
+    #: out-of-sample sizing and tuning (24: all of day 0). 1: 23:00-24:00, day 0's
+    #: busiest hour (3.2 req/s at x1), so static-yesterday is yesterday's peak + 20%.
+    warmup_hours: float = 1.0
+    #: Hours scored from the start of the day after the warm-up (24: one day). 4:
+    #: 00:00-04:00, 1.4 -> 2.8 -> 2.4 -> 3.3 req/s (the week's busiest hour), after the
+    #: warm-up's 3.2: a fall by 2.3x then a rise by 2.4x.
+    scored_hours: float = 4.0
     #: One replay per process at a time; a pre-rolled day (19.5 million requests at x70)
-    #: peaked at 10.1 GB, so two at once need ~21 GB.
+    #: peaked at 10.1 GB, so two at once need ~21 GB; the default spans' largest replay
+    #: (Qwen3-8B, 5 h at x395: ~18 million requests) about as much.
     workers: int = 1
+    #: Jobs run together only while their ``replay_gb`` sum stays below this.
+    memory_gb: float = 17.0
     min_peak_replicas: int = MIN_PEAK_REPLICAS
     #: A fixed rate scale instead of ``bench_scale``'s (the tests' small runs).
     scale: int | None = None
@@ -504,30 +525,90 @@ def minute_size(trace: Trace, cfg: LoopConfig, target: float) -> tuple[int, int]
     return out[0], out[1]
 
 
-def _scaled(size: tuple[int, int], factor: float, spec: PDDeploymentSpec) -> tuple[int, int]:
-    p = math.ceil(size[0] * factor - 1e-9)
-    d = math.ceil(size[1] * factor - 1e-9)
+def _bounds(spec: PDDeploymentSpec) -> tuple[tuple[int, int], tuple[int, int]]:
     return (
-        clamp(p, spec.prefill.replicas.min, spec.prefill.replicas.max),
-        clamp(d, spec.decode.replicas.min, spec.decode.replicas.max),
+        (spec.prefill.replicas.min, spec.prefill.replicas.max),
+        (spec.decode.replicas.min, spec.decode.replicas.max),
     )
+
+
+def grown(
+    size: tuple[int, int], blamed: tuple[float, float], spec: PDDeploymentSpec
+) -> tuple[int, int]:
+    """A missed static's next size: each pool blamed for at least ``BLAME_FLOOR`` of the
+    requests (``results.blame``; else the more blamed one) grows by 1 + 10 x its blame,
+    at least ``GROW_MIN`` and at most double, by one replica at least. 64P/16D with
+    blame (0.000, 0.053) -> 64P/25D (x1.53)."""
+    grow = [b >= BLAME_FLOOR for b in blamed]
+    if not any(grow):
+        grow[int(blamed[1] > blamed[0])] = True
+    out = []
+    for n, b, g, (lo, hi) in zip(size, blamed, grow, _bounds(spec), strict=True):
+        factor = 1.0 + min(1.0, max(GROW_MIN, 10.0 * b))
+        out.append(clamp(max(n + 1, math.ceil(n * factor - 1e-9)), lo, hi) if g else n)
+    return out[0], out[1]
+
+
+def shrunk(size: tuple[int, int], pool: int, spec: PDDeploymentSpec) -> tuple[int, int]:
+    """``size`` with pool 0 (prefill) or 1 (decode) stepped down by ``SHRINK`` (one
+    replica at least, not below the spec's minimum): 64P -> 56P."""
+    lo = _bounds(spec)[pool][0]
+    out = list(size)
+    out[pool] = max(lo, min(size[pool] - 1, math.floor(size[pool] * SHRINK + 1e-9)))
+    return out[0], out[1]
 
 
 def static_search(
     trace: Trace, cfg: LoopConfig, target: float = TARGET, replays: int = STATIC_REPLAYS
 ) -> tuple[tuning.StaticChoice, tuning.StaticSearch]:
-    """The module docstring's search: ``minute_size``, replayed, then stepped down (it
-    met ``target``) or up (it missed) until the answer changes, at most ``replays``
-    replays; the cheapest replay meeting ``target``, else the highest attainment."""
+    """The module docstring's search, pool by pool: from ``minute_size``, a replay that
+    misses grows the pool its misses are short of (``results.blame``, ``grown``); from
+    the cheapest replay meeting ``target`` the least blamed pool not yet found tight is
+    stepped down (``shrunk``), and a step that misses marks that pool tight. At most
+    ``replays`` replays; the cheapest replay meeting ``target``, else the highest
+    attainment. Hand-made engine, day 1 00:00-02:00 at x70: the joint search it
+    replaces scaled both pools by one factor and chose 64P/16D (94.65%, prefill at the
+    old 64 bound, decode short)."""
     search = tuning.StaticSearch(trace, cfg)
+    spec = cfg.spec
+    blamed: dict[tuple[int, int], tuple[float, float]] = {}
+
+    def replay(size: tuple[int, int]) -> float:
+        if size not in search.runs:
+            r = run(trace, StaticController("static-best", *size), cfg)
+            search.runs[size] = summarize(r)
+            blamed[size] = blame(r.times, r.slo_ttft_s, r.slo_tpot_s, r.slo_ttft_per_token_s)
+        return search.runs[size].slo_attainment
+
     size = minute_size(trace, cfg, target)
-    met = search.attainment(*size) >= target
-    for factor in (STEPS_DOWN if met else STEPS_UP)[: replays - 1]:
-        nxt = _scaled(size, factor, cfg.spec)
-        if nxt in search.runs:
+    best: tuple[int, int] | None = None
+    tight: set[int] = set()
+    stepped: int | None = None
+    for _ in range(replays):
+        met = replay(size) >= target
+        if met and (best is None or search.runs[size].gpu_hours < search.runs[best].gpu_hours):
+            best = size
+        if not met and best is None:
+            nxt = grown(size, blamed[size], spec)
+            if nxt == size:
+                break
+            size = nxt
             continue
-        if (search.attainment(*nxt) >= target) != met:
+        if not met and stepped is not None:
+            tight.add(stepped)
+        assert best is not None
+        slack = sorted((i for i in (0, 1) if i not in tight), key=lambda i: blamed[best][i])
+        nxt_or_none = None
+        for i in slack:
+            cand = shrunk(best, i, spec)
+            if cand == best or cand in search.runs:
+                tight.add(i)
+                continue
+            nxt_or_none, stepped = cand, i
             break
+        if nxt_or_none is None:
+            break
+        size = nxt_or_none
     meeting = {k: s for k, s in search.runs.items() if s.slo_attainment >= target}
     if meeting:
         (p, d), s = min(meeting.items(), key=lambda kv: kv[1].gpu_hours)
@@ -623,7 +704,9 @@ def run_job(
     loaded = time.perf_counter()
     oracle = None
     if name == ORACLE:
-        found = sim_compare.feasible_oracle(trace, cfg, TARGET, iterations=plan.oracle_repairs)
+        found = sim_compare.feasible_oracle(
+            trace, cfg, TARGET, iterations=plan.oracle_repairs, lean=False
+        )
         s, pre, size = found.summary, None, None
         oracle = found.to_json()
         replayed_requests = len(trace) * len(found.tries)
@@ -736,16 +819,46 @@ def run_matrix(
         out["verdicts"] = case_verdicts(out)
         return out
 
+    # each engine's pre-rolled replay, in GB (``replay_gb``): no two jobs together above
+    # ``plan.memory_gb`` (one alone always runs)
+    per_hour = {
+        e: replay_gb(len(case(plan, e, plan.startups[0], plan.seeds[0], week).prerolled()))
+        for e in plan.engines
+    }
+    queue: list[tuple[str, Any, float]] = [("tune", t, per_hour[t[0]]) for t in tunes]
+    if not tunes:  # nothing to tune: the jobs at once
+        queue += [("job", j, per_hour[j[0]]) for j in jobs]
     with ProcessPoolExecutor(max_workers=plan.workers, max_tasks_per_child=1) as pool:
-        pending: dict[Future[dict[str, Any]], tuple[str, Any]] = {}
-        for e, seed in tunes:
-            pending[pool.submit(tune_job, plan, e, seed, week)] = ("tune", (e, seed))
-        for job in [] if tunes else jobs:  # nothing to tune: the jobs at once
-            pending[pool.submit(run_job, plan, *job, None, week)] = ("job", job)
+        pending: dict[Future[dict[str, Any]], tuple[str, Any, float]] = {}
+
+        def fill() -> None:
+            while queue and len(pending) < plan.workers:
+                used = sum(gb for _, _, gb in pending.values())
+                k = next(
+                    (
+                        i
+                        for i, (_, _, gb) in enumerate(queue)
+                        if not pending or used + gb <= plan.memory_gb
+                    ),
+                    None,
+                )
+                if k is None:
+                    return
+                kind, key, gb = queue.pop(k)
+                if kind == "tune":
+                    f = pool.submit(tune_job, plan, key[0], key[1], week)
+                else:
+                    e, st, seed, name = key
+                    f = pool.submit(
+                        run_job, plan, e, st, seed, name, tuned.get(f"{e}/{seed}"), week
+                    )
+                pending[f] = (kind, key, gb)
+
+        fill()
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
-                kind, key = pending.pop(f)
+                kind, key, _ = pending.pop(f)
                 got = f.result()
                 if kind == "tune":
                     e, seed = key
@@ -753,9 +866,8 @@ def run_matrix(
                     rows.extend(tuning_rows(plan, got, plan.startups))
                     log(f"bench diurnal: tuned {e}, seed {seed} ({got['seconds']:.0f} s)")
                     if len(tuned) == len(tunes):
-                        for job in jobs:  # in the matrix's order, once every tuning is done
-                            t = tuned[f"{job[0]}/{job[2]}"]
-                            pending[pool.submit(run_job, plan, *job, t, week)] = ("job", job)
+                        # in the matrix's order, once every tuning is done
+                        queue.extend(("job", j, per_hour[j[0]]) for j in jobs)
                     continue
                 rows.append(got)
                 rows.extend(shared_rows(plan, got))
@@ -764,9 +876,16 @@ def run_matrix(
                     f"{pct(got['scored']['slo_attainment'])} "
                     f"{got['scored']['gpu_hours']:.1f} GPU-h, {got['replay_s']:.0f} s"
                 )
+            fill()
             if partial is not None and pending:
                 partial(doc())
     return doc()
+
+
+def replay_gb(requests: int) -> float:
+    """A replay's peak memory, in GB: ``GB_PER_MILLION`` a million requests plus
+    ``GB_BASE`` (a pre-rolled day, 19.5 million requests at x70, peaked at 10.1 GB)."""
+    return GB_BASE + GB_PER_MILLION * requests / 1e6
 
 
 def full_order(plan: Plan) -> list[tuple[str, float, int, str]]:
