@@ -63,7 +63,9 @@ bench: $(STAMP) ## Decision-quality and overhead benchmarks: tables in bench/res
 	$(BIN)/python -m bench.readme
 
 bench-diurnal: $(STAMP) ## Diurnal traffic, cut to a 60-minute budget (python -m bench.diurnal --full: all of it): bench/results/diurnal.md/json
-	$(BIN)/python -m bench.diurnal
+	$(BIN)/python -m bench.diurnal --workers 2
+	$(BIN)/python -m bench.readme
+	$(BIN)/python -m bench.speed --render
 
 dashboard-preview: $(STAMP) lab-build ## Redraw docs/img/dashboard-preview.png from the dashboard's queries in the lab
 	PDSCALER_DASHBOARD_PREVIEW=$(CURDIR)/docs/img/dashboard-preview.png \

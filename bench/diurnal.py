@@ -55,27 +55,37 @@ tuned on the warm-up span; ``online-reference`` (``sim.reference``); ``oracle`` 
 tight SLO-feasible oracle, ``compare.feasible_oracle`` with ``oracle_repairs``
 repairs at most).
 
-Searches on a whole span are expensive (a day is ~65 s a replay), so the static ones
-(``static_search``) start from per-minute aggregates: each pool's 1-minute need
-(``baselines.window_needs``: the profile at the minute's mix and the KV bound), the
-size covering ``TARGET`` of the requests by their minute's need, replayed; when it meets
-the target it is stepped down (x0.9, x0.8 each pool) until a replay misses, else up
-(x1.15, x1.3) until one meets: at most ``STATIC_REPLAYS`` replays; the choice is the
-cheapest replay meeting the target, else the highest attainment. Every replayed size
-of the hindsight search counts in the verdicts (``verdicts.sweep_points``).
+Searches on a whole span are expensive (a day is ~65 s a replay at x70), so the
+static ones (``static_search``) start from per-minute aggregates: each pool's 1-minute
+need (``baselines.window_needs``: the profile at the minute's mix and the KV bound), the
+size covering ``TARGET`` of the requests by their minute's need, replayed; then pool by
+pool: a replay that misses grows the pool its misses are short of (``results.blame``:
+the misses that no prefill queueing, or no decode admission wait, would have cured;
+``grown``), and from the cheapest replay meeting the target one pool at a time is
+stepped down by 12% (``shrunk``, the least blamed first) until each pool's step
+misses: at most ``STATIC_REPLAYS`` replays; the choice is the cheapest replay meeting
+the target, else the highest attainment. Every replayed size of the hindsight search
+counts in the verdicts (``verdicts.sweep_points``). (The joint search this replaced
+scaled both pools by one factor and, at the simulator's old bound of 64 replicas,
+chose 64P/16D at 94.65% on the hand-made engine, all its misses decode admission
+waits: ``MAX_REPLICAS`` is 256 now.)
 
-Budget: the skeleton's 6 jobs took 871 s with one worker on the shared 2 cores
-(compiled): 170-290 s a pre-rolled day, 75-110 s a static one, ~13 s of set-up each.
-The full matrix (4 engines x 2 start-ups x 9 policies, the tuning's ~16 replays and the
-oracle's per start-up, on full days) is several hours at this speed and a pre-rolled
-day of the measured engines does not fit in memory (Qwen3-32B: ~44 million requests,
-~23 GB), so ``make bench-diurnal`` runs the cut ``Plan()`` and says so in its header
-(``CUT``): the hand-made engine and Qwen3-32B on two H200 (the measured engine of the
-lowest scale), seed 0, the warm-up day 0's last 30 minutes, day 1's first 2 hours
-scored (00:00-02:00: 5,119 then 10,172 requests an hour at x1, the ramp towards the
-week's peak), the oracle repaired once. A first attempt at 1 h + 4 h was stopped
-after 6 minutes: on the shared machine (load 7-8 on 2 cores) its worker got ~23% of
-a core, and the matrix would have taken ~2 hours.
+The oracle's first plan sizes prefill for each 2-second bin's own work
+(``feasible_oracle(lean=False)``; the hour bench's lean first plan, the interval's mean
+rate, met 12.1% of day 1 00:00-02:00 at x70 and needed dozens of one-replica repairs),
+then ``ORACLE_REPAIRS`` one-replica repairs at most; every try is kept, so pdscaler is
+also compared at equal attainment (``gpu_hours_at``).
+
+Budget (``make bench-diurnal``, 60 minutes on 2 cores, two workers under
+``Plan.memory_gb``): a pre-rolled day of the measured engines does not fit in memory
+(Qwen3-32B: ~44 million requests, ~23 GB) and the full matrix (4 engines x 2 start-ups
+x 9 policies x 3 seeds on full days, with the tuning's ~20 replays and the oracle's) is
+many hours at ~140,000 requests/s, so ``make bench-diurnal`` runs the cut ``Plan()``
+and says so in its header (``CUT``): the hand-made engine, Qwen3-32B on two H200 and
+Qwen3-8B on one H100 (x395; the MoE engine, x662, is left out), seed 0, day 0's
+busiest hour (23:00-24:00) as the warm-up, day 1's first 4 hours scored (00:00-04:00:
+1.4, 2.8, 2.4 and 3.3 req/s at x1 after the warm-up's 3.2: a fall by 2.3x then a rise
+by 2.4x to the week's busiest hour).
 """
 
 from __future__ import annotations
@@ -1192,11 +1202,14 @@ def report(doc: dict[str, Any], command: str) -> str:
         "start-up, so it is replayed once and stands for both: `replay` says `as at 90 "
         "s`). Static searches (bench.diurnal.static_search): each pool's 1-minute need "
         "(profile at the minute's mix, KV bound) at the 99th percentile of the "
-        "requests, replayed, then x0.9 and x0.8 while it meets 99% or x1.15 and x1.3 "
-        f"while it misses, at most {STATIC_REPLAYS} replays (the `replays` columns). "
-        f"Oracle: `compare.feasible_oracle`, repaired one replica a bin at a time, at "
-        f"most {plan.get('oracle_repairs', ORACLE_REPAIRS)} repairs (each a replay of "
-        "the scored span). hpa-tuned: every configuration of `baselines.hpa_grid` on "
+        "requests, replayed, then pool by pool: a miss grows the pool its misses are "
+        "short of (`results.blame`), and from the cheapest size meeting 99% one pool at "
+        "a time steps down 12% until each pool's step misses, at most "
+        f"{STATIC_REPLAYS} replays (the `replays` columns). Oracle: "
+        "`compare.feasible_oracle(lean=False)`, its first plan sized for each 2-second "
+        "bin's own work, then repaired one replica a bin at a time, at most "
+        f"{plan.get('oracle_repairs', ORACLE_REPAIRS)} repairs (each a replay of the "
+        "scored span). hpa-tuned: every configuration of `baselines.hpa_grid` on "
         "the warm-up span, replayed there (no pre-roll), the cheapest meeting 99% else "
         "the highest attainment; the Dynamo planners' SLO scale likewise "
         f"(`tuning.DYNAMO_SLO_SCALES`). {hour_bench.real_dynamo_text(doc)}",
