@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AwareDatetime,
@@ -43,8 +43,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-if TYPE_CHECKING:  # types imports this module; Role is only an annotation here
-    from pdscaler.types import Role
+from pdscaler.pools import Role
 
 GROUP = "pdscaler.io"
 VERSION = "v1alpha1"

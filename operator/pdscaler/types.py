@@ -13,17 +13,8 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Generic, Literal, TypeVar, cast
 
+from pdscaler.pools import Role as Role  # the vocabulary's word for a pool (see pools)
 from pdscaler.spec import PDDeploymentSpec
-
-
-class Role(StrEnum):
-    PREFILL = "prefill"
-    DECODE = "decode"
-
-    @property
-    def other(self) -> Role:
-        """The other pool: ``Role.PREFILL.other`` is ``Role.DECODE``."""
-        return Role.DECODE if self is Role.PREFILL else Role.PREFILL
 
 
 class RateSource(StrEnum):
