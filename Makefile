@@ -44,7 +44,7 @@ drill: $(STAMP) lab-build ## Fault drills against the lab: bench/results/reliabi
 	  $(BIN)/python -m bench.reliability >/dev/null; exit $$status
 
 lab-build: ## Build (or reuse from ~/.cache/pdscaler) the control-plane binaries
-	bash operator/pdlab/build-bins.sh
+	bash operator/pdlab/cluster/build-bins.sh
 
 lab-up: $(STAMP) lab-build ## Start the lab (etcd, apiserver, controller-manager, scheduler, kwok, Prometheus)
 	$(BIN)/python -m pdlab up

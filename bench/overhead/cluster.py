@@ -20,8 +20,8 @@ import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from pdlab.kubeclient import Kube, pod_ready
-from pdlab.kwok import STARTUP_DELAY_ANNOTATION
+from pdlab.cluster.kubeclient import Kube, pod_ready
+from pdlab.cluster.kwok import STARTUP_DELAY_ANNOTATION
 from pdscaler import naming
 from pdscaler.spec import GROUP, PLURAL, VERSION
 

@@ -44,11 +44,11 @@ from bench.overhead.private_lab import private_lab
 from bench.overhead.process import ProcSampler
 from bench.overhead.report import Section
 from bench.overhead.stats import Exposition
-from pdlab.demo import operator_argv
-from pdlab.kubeapi import KubeAPI
-from pdlab.kubeclient import Kube, apply_crd, ensure_namespace
-from pdlab.lab import Lab
-from pdlab.processes import Child
+from pdlab.cluster.kubeapi import KubeAPI
+from pdlab.cluster.kubeclient import Kube, apply_crd, ensure_namespace
+from pdlab.cluster.lab import Lab
+from pdlab.cluster.processes import Child
+from pdlab.demo.run import operator_argv
 from pdscaler.spec import parse_duration
 
 TITLE = "3. One operator process handling many PDDeployments"

@@ -2,7 +2,7 @@
 disturbed by the shared lab other work is testing on.
 
 Owns: the private lab's settings (its own directory ``~/.cache/pdscaler/lab-bench-
-overhead``, every port of ``pdlab.config.DEFAULT_PORTS`` + 1000, enough fake GPU nodes
+overhead``, every port of ``pdlab.cluster.config.DEFAULT_PORTS`` + 1000, enough fake GPU nodes
 for the pods it will hold, 15 s scrapes) and ``private_lab``: up on entry (from a clean slate), down
 on exit, purged unless the run failed (it is this benchmark's own lab; the shared one is
 never touched).
@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.overhead.cluster import BenchError
-from pdlab.config import DEFAULT_PORTS, LabConfig
-from pdlab.lab import Lab, LabError
+from pdlab.cluster.config import DEFAULT_PORTS, LabConfig
+from pdlab.cluster.lab import Lab, LabError
 
 LAB_DIR = Path(
     os.environ.get(

@@ -31,9 +31,9 @@ from bench.overhead.cluster import (
 )
 from bench.overhead.report import Section
 from bench.overhead.stats import fmt_seconds, summarize
-from pdlab.kubeclient import Kube as LabKube
-from pdlab.kubeclient import apply_crd, delete_namespace, ensure_namespace, wait_until
-from pdlab.lab import Lab, LabError
+from pdlab.cluster.kubeclient import Kube as LabKube
+from pdlab.cluster.kubeclient import apply_crd, delete_namespace, ensure_namespace, wait_until
+from pdlab.cluster.lab import Lab, LabError
 from pdscaler.kube import Kube, load_api_client
 from pdscaler.metricsql import build_queries
 from pdscaler.reconcile import Runtime, TickReport, overhead, reconcile_once

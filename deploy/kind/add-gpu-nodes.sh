@@ -15,7 +15,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 local_dir="$here/../local"
 # shellcheck source=/dev/null
-source "$here/../../operator/pdlab/versions.env"
+source "$here/../../operator/pdlab/cluster/versions.env"
 NODES=${NODES:-4}
 GPUS=${GPUS:-8}
 PRODUCT=${PRODUCT:-NVIDIA-H100-80GB-HBM3}

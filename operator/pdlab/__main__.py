@@ -1,6 +1,6 @@
 """`python -m pdlab up|down|status|env` (also the `pdlab` script).
 
-Owns: argument parsing and printing only; all work is in `pdlab.lab.Lab`.
+Owns: argument parsing and printing only; all work is in `pdlab.cluster.lab.Lab`.
 
     python -m pdlab up --nodes 4 --gpus-per-node 8 --startup-delay 2s
     eval "$(python -m pdlab env)"; kubectl get nodes
@@ -13,10 +13,10 @@ import argparse
 import json
 import sys
 
-from pdlab import engine_cli
-from pdlab.config import LabConfig
-from pdlab.lab import Lab, LabError
-from pdlab.processes import State
+from pdlab import cli
+from pdlab.cluster.config import LabConfig
+from pdlab.cluster.lab import Lab, LabError
+from pdlab.cluster.processes import State
 
 
 def _config(args: argparse.Namespace) -> LabConfig:
@@ -51,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--purge", action="store_true", help="also delete data, PKI and logs")
     sub.add_parser("status", help="components, PIDs, health, log files (JSON)")
     sub.add_parser("env", help="print export lines: KUBECONFIG, PDLAB_PROMETHEUS_URL")
-    engine_cli.add_subcommands(sub)  # engine-sim, demo: see pdlab.engine_cli
+    cli.add_subcommands(sub)  # engine-sim, demo: see pdlab.cli
     args = parser.parse_args(argv)
-    if args.cmd in engine_cli.COMMANDS:
-        return engine_cli.dispatch(args)
+    if args.cmd in cli.COMMANDS:
+        return cli.dispatch(args)
 
     try:
         if args.cmd == "up":

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drills.operator_process import OperatorProcess
-from pdlab import processes
-from pdlab.lab import Lab
+from pdlab.cluster import processes
+from pdlab.cluster.lab import Lab
 from pdscaler import naming
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from pdscaler.types import ConditionType

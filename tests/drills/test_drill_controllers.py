@@ -30,7 +30,7 @@ import pytest
 from drills.faults import ClusterSampler, DrillOperator, paused
 from drills.operator_process import Sampler, cells, ready_by_version, start_on_new_pdd, wait_ready
 from drills.report import DrillRecord
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.types import Role, RolloutPhase
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for

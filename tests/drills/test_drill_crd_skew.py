@@ -46,8 +46,8 @@ from drills.operator_process import (
 )
 from drills.report import DrillRecord
 from drills.samplers import Timeline
-from pdlab.kubeclient import CRD_PATH, apply_crd, crd_established
-from pdlab.lab import Lab
+from pdlab.cluster.kubeclient import CRD_PATH, apply_crd, crd_established
+from pdlab.cluster.lab import Lab
 from pdscaler import naming
 from pdscaler.spec import GROUP, PLURAL, VERSION, parse_spec_lenient
 from pdscaler.types import ConditionType, RolloutPhase, RolloutReason

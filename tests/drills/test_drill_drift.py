@@ -26,7 +26,7 @@ from kubernetes import client
 from drills.operator_process import OperatorProcess
 from drills.report import DrillRecord
 from drills.samplers import MixSampler, engine_of
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import naming
 from pdscaler.observe import is_ready
 from support.exporter import EngineExporter

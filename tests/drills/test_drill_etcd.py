@@ -27,7 +27,7 @@ import pytest
 
 from drills.faults import ClusterSampler, DrillOperator, TickSampler, paused
 from drills.report import DrillRecord
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.types import Role
 from support.labkit import Kube, wait_for
 from support.opkit import create_pdd, get_pdd, pdd_manifest, total

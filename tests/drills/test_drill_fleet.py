@@ -37,7 +37,7 @@ from kubernetes.client.exceptions import ApiException
 
 from drills.operator_process import OperatorProcess
 from drills.report import DrillRecord
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import naming, observe
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from support.labkit import Kube, free_port, wait_for

@@ -22,7 +22,7 @@ import math
 from dataclasses import replace
 
 from drills.report import DrillRecord
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.types import MetricsSnapshot, Role
 from support.builders import snapshot
 from support.labkit import Kube, wait_for

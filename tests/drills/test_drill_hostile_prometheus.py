@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from drills.report import DrillRecord
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from support.exporter import EngineExporter
 from support.httpkit import read_request
 from support.labkit import Kube, free_port

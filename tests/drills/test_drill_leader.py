@@ -36,7 +36,7 @@ from pathlib import Path
 from kubernetes import client
 
 from drills.report import DrillRecord
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.types import Role
 from support.background import Sampling
 from support.exporter import EngineExporter

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from drills.report import DrillRecord
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.types import ConditionReason, ConditionType, MetricsSnapshot, Role
 from support.builders import snapshot
 from support.labkit import Kube, wait_for

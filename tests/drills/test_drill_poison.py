@@ -29,8 +29,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from drills.report import DrillRecord
-from pdlab.kubeclient import apply_crd
-from pdlab.lab import Lab
+from pdlab.cluster.kubeclient import apply_crd
+from pdlab.cluster.lab import Lab
 from pdscaler import router
 from pdscaler.spec import MSG_NAME_LENGTH, MSG_VERSION_LABEL
 from pdscaler.types import ConditionReason, ConditionType, Role

@@ -39,7 +39,7 @@ from drills.faults import DrillOperator
 from drills.operator_process import start_on_new_pdd, wait_ready
 from drills.report import DrillRecord
 from drills.samplers import Timeline
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.types import ConditionReason, ConditionType, RolloutPhase
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for

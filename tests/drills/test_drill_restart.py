@@ -38,7 +38,7 @@ from drills.operator_process import (
     wait_ready,
 )
 from drills.report import DrillRecord
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.types import ConditionReason, Role
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for

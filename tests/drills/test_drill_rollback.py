@@ -36,7 +36,7 @@ import pytest
 from drills.operator_process import OperatorProcess, handling, ready_by_version, start_on_new_pdd
 from drills.report import DrillRecord
 from drills.samplers import Timeline
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import naming
 from pdscaler.types import RolloutPhase, RolloutReason
 from support.exporter import EngineExporter

@@ -1,16 +1,16 @@
 """Fixtures for tests against the lab (real control plane, fake GPU nodes, Prometheus).
 
 Owns the fixtures every lab test uses; the helpers behind them are in tests/support/labkit.py
-and pdlab.kubeclient.
+and pdlab.cluster.kubeclient.
 
-* `lab` (session): the shared lab, a `pdlab.lab.Lab`. Reused if it already runs (started
+* `lab` (session): the shared lab, a `pdlab.cluster.lab.Lab`. Reused if it already runs (started
   by `python -m pdlab up` or another test session); otherwise started once for this
   session and stopped at its end, unless another live test session registered itself as
   a user, someone ran `python -m pdlab up` meanwhile (the lab is pinned), or PDLAB_KEEP=1
   is set. Never stops a lab it did not start. Sets KUBECONFIG and
   PDLAB_PROMETHEUS_URL in os.environ for subprocesses (operators under test), and allows
   the lab's Prometheus for them (PDSCALER_PROMETHEUS_ALLOWED_URLS).
-* `kube` (session): `pdlab.kubeclient.Kube`, typed clients as the lab admin.
+* `kube` (session): `pdlab.cluster.kubeclient.Kube`, typed clients as the lab admin.
 * `namespace` (per test): a fresh namespace `t-<test name>-<random>`, deleted afterwards.
 * `crd` (session): the PDDeployment CRD from crds/ applied and Established; its name.
 * `exporter` (per test): a started `support.exporter.EngineExporter` (fake engine pods'
@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from pdlab.kubeclient import Kube, apply_crd
-from pdlab.lab import Lab
+from pdlab.cluster.kubeclient import Kube, apply_crd
+from pdlab.cluster.lab import Lab
 from support.exporter import EngineExporter
 
 LAB_START_TIMEOUT_S = 300.0

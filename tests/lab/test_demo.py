@@ -3,12 +3,12 @@ moves the pools the way the request mix asks, the requests are real (aiperf thro
 front Service, a cell's vllm-router, simulated prefill and decode engines), and the
 demo leaves nothing behind.
 
-The scenario (pdlab.scenarios' demo-http scaled to 135 s, ~450 requests): warm-up
+The scenario (pdlab.engine.scenarios' demo-http scaled to 135 s, ~450 requests): warm-up
 1 -> 3 req/s 20.25 s, chat 33.75 s (3 req/s, ~120 prompt words, 16 output tokens:
 P:D ~1:1 by the ratio model), long documents 40.5 s (2.5 req/s, ~330 words, 4 tokens:
 ~8:1), a burst 27 s (chat at 5.4 req/s), a cool-down 13.5 s; the operator's
 window/interval/stabilization quickened to 14 s/2 s/14 s. Judged on the second half of
-each phase (summary.json, pdlab.demo_report). Two runs on a private lab (2 shared
+each phase (summary.json, pdlab.demo.report). Two runs on a private lab (2 shared
 cores): P:D 1.01-1.08 in chat, 2.35-2.62 in long documents (prefill share 0.51-0.53
 and 0.70-0.72), decode 3.7-3.9 -> 3.5-3.8 -> 5.1-5.4 (chat, long documents, burst);
 aiperf 453 requests, 0 failed, TTFT p50 0.96-0.99 s. With prefill min 1 and a TPOT SLO
@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pdlab.lab import Lab
-from pdlab.prometheus import active_targets
+from pdlab.cluster.lab import Lab
+from pdlab.cluster.prometheus import active_targets
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from support.labkit import Kube, free_port, not_found, wait_for
 

@@ -29,12 +29,13 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from pdlab import prometheus, scenarios
-from pdlab.engine_expo import render_pod
-from pdlab.engine_pods import PodInfo, engine_dialect
-from pdlab.engine_serve import PodServers
-from pdlab.engine_sim import DeploymentSim, EngineSim, Workload, workload
-from pdlab.lab import Lab
+from pdlab.cluster import prometheus
+from pdlab.cluster.lab import Lab
+from pdlab.engine import scenarios
+from pdlab.engine.expo import render_pod
+from pdlab.engine.pods import PodInfo, engine_dialect
+from pdlab.engine.serve import PodServers
+from pdlab.engine.sim import DeploymentSim, EngineSim, Workload, workload
 from pdscaler import presets
 from pdscaler.prometheus import PrometheusClient, read_snapshot
 from pdscaler.sim.engine import EngineParams

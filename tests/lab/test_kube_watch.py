@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import naming
 from pdscaler.kube import Informer, Kube, load_api_client
 from support.labkit import Kube as LabKube

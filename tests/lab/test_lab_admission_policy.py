@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from support.labkit import Kube, service_account_kube, wait_for
 from support.opkit import pdd_manifest

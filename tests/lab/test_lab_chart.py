@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from support.chartkit import CHART, KUBE, install_watching, lab_helm
 from support.labkit import Kube, rbac_allows, wait_for
 from support.opkit import create_pdd, delete_pdd_and_wait, get_pdd, pdd_manifest

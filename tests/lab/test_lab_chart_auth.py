@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from pdlab.config import REPO_DIR
+from pdlab.cluster.config import REPO_DIR
 from support.chartkit import CHART, KUBE, lab_helm
 
 

@@ -1,7 +1,7 @@
 """The chart's ecosystem objects against the lab's real API server.
 
 * With the prometheus-operator CRDs installed (ServiceMonitor, PodMonitor,
-  PrometheusRule: the CRDs alone, fetched by operator/pdlab/fetch-monitoring-crds.sh at
+  PrometheusRule: the CRDs alone, fetched by operator/pdlab/cluster/fetch-monitoring-crds.sh at
   the version of versions.env), ``helm install`` with the monitors on sees them through
   discovery (Capabilities) and creates all three; the API server stores every rendered
   field as rendered (a misspelt field would be pruned by the CRD's structural schema
@@ -13,7 +13,7 @@
   column holding the Ready condition's status.
 
 ``helm test`` itself runs in tests/lab/test_lab_helm_test.py, against the chart's own
-operator pod (run by pdlab.podrunner); here the test pod's manifest is accepted by the
+operator pod (run by pdlab.cluster.podrunner); here the test pod's manifest is accepted by the
 API server (server-side dry run).
 """
 
@@ -29,9 +29,9 @@ from typing import Any, cast
 import yaml
 from kubernetes.client import ApiException
 
-from pdlab.config import helm_path, monitoring_crds_dir
-from pdlab.kubeclient import apply_crd, crd_established, wait_until
-from pdlab.lab import Lab
+from pdlab.cluster.config import helm_path, monitoring_crds_dir
+from pdlab.cluster.kubeclient import apply_crd, crd_established, wait_until
+from pdlab.cluster.lab import Lab
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from support.chartkit import CHART, KUBE, install_watching, lab_helm
 from support.labkit import Kube

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pdlab import kwok, processes, prometheus
 from pdlab.__main__ import main
-from pdlab.config import DEFAULT_PORTS, LabConfig, go_duration_ms
-from pdlab.kubeapi import node_ready
-from pdlab.kwok import GPU_RESOURCE, STARTUP_DELAY_ANNOTATION, gpu_node, render_stages
+from pdlab.cluster import kwok, processes, prometheus
+from pdlab.cluster.config import DEFAULT_PORTS, LabConfig, go_duration_ms
+from pdlab.cluster.kubeapi import node_ready
+from pdlab.cluster.kwok import GPU_RESOURCE, STARTUP_DELAY_ANNOTATION, gpu_node, render_stages
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ the pools are created, and no router and no front Service; until the stack's fro
 runs, nothing exports Dynamo's frontend series (``dynamo_frontend_*``), so
 MetricsAvailable stays False and nothing scales. Then a frontend pod labelled as
 docs/operator.md asks (``pdscaler.io/name``, ``pdscaler.io/role=frontend``), which the
-engine simulator stands in for (``pdlab.engine_frontend``), is scraped by the lab's
+engine simulator stands in for (``pdlab.engine.frontend``), is scraped by the lab's
 Prometheus through the shipped discovery job, and its series size both pools. The
 SGLang example (deploy/examples/sglang.yaml)
 applied the same way, with the engine simulator serving its pods in SGLang's metric
@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import naming
 from pdscaler.types import ConditionType, Role
 from support.labkit import Kube, engine_simulator
@@ -127,7 +127,7 @@ def test_the_dynamo_example_holds_without_its_frontend_then_is_sized_from_it(
 def engines(lab: Lab, namespace: str) -> Iterator[None]:
     """The engine simulator on the test's namespace, chat at 0.5x (10.5 req/s of ~1,000
     prompt / ~200 output tokens): pods whose engine runs SGLang are served in SGLang's
-    metric names (``engine_pods.engine_dialect``); no router processes (the SGLang
+    metric names (``pdlab.engine.pods.engine_dialect``); no router processes (the SGLang
     example's routers are sglang-router, whose P/D protocol the simulator does not
     speak)."""
     with engine_simulator(namespace, ["--scenario", "chat", "--rate-scale", "0.5", "--no-routers"]):

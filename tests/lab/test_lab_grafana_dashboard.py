@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from pdlab import dashboard_preview
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.prometheus import MetricsUnavailableError, PrometheusClient
 from pdscaler.telemetry import MetricsServer
 from support.labkit import Kube, engine_simulator, wait_for

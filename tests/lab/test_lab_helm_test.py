@@ -1,11 +1,11 @@
 """``helm test`` in the lab, against the chart's own operator pod.
 
-The lab runs the chart's pods as a kubelet would (``pdlab.podrunner`` with the
+The lab runs the chart's pods as a kubelet would (``pdlab.cluster.podrunner`` with the
 ``PDSCALER_CHART`` workload): the operator pod's ``pdscaler run`` (this checkout's
 ``pdscaler``, the image's entrypoint) at its pod IP, with a token of the chart's
 ServiceAccount, and the helm test pod's ``pdscaler healthcheck
 http://<release>-pdscaler-metrics.<ns>.svc:8080/healthz``, which reaches the metrics
-Service by its DNS name through ``pdlab.svcdns`` (the cluster-DNS + kube-proxy
+Service by its DNS name through ``pdlab.cluster.svcdns`` (the cluster-DNS + kube-proxy
 stand-in, given to the pod's process as ``http_proxy``). When the test pod's process
 exits, the runner writes its phase (Succeeded on exit 0, else Failed), which is what
 ``helm test`` waits for.
@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from pdlab.config import helm_path
-from pdlab.lab import Lab
-from pdlab.podrunner import (
+from pdlab.cluster.config import helm_path
+from pdlab.cluster.lab import Lab
+from pdlab.cluster.podrunner import (
     PDSCALER_CHART,
     NotAllowedError,
     PodRunner,
@@ -37,7 +37,7 @@ from pdlab.podrunner import (
     resolve_pdscaler,
     with_host,
 )
-from pdlab.svcdns import ClusterHttpProxy, service_of
+from pdlab.cluster.svcdns import ClusterHttpProxy, service_of
 from support.chartkit import install_watching, lab_helm
 from support.labkit import Kube, wait_for
 

@@ -1,4 +1,4 @@
-"""``pdlab.kubeclient.ensure_namespace`` against the lab: a namespace still being
+"""``pdlab.cluster.kubeclient.ensure_namespace`` against the lab: a namespace still being
 deleted (Terminating, held by a finalizer on an object in it) is waited for and
 created again, so a second ``make demo`` right after the first, whose namespace the
 API server is still emptying, does not fail with "unable to create new content in
@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from pdlab.kubeclient import ensure_namespace
+from pdlab.cluster.kubeclient import ensure_namespace
 from support.labkit import Kube, wait_for
 
 FINALIZER = "pdscaler.io/test-hold"

@@ -15,9 +15,9 @@ from typing import Any
 
 from kubernetes import client
 
-from pdlab.kubeclient import pod_condition, pod_ready
-from pdlab.kwok import GPU_RESOURCE
-from pdlab.lab import Lab
+from pdlab.cluster.kubeclient import pod_condition, pod_ready
+from pdlab.cluster.kwok import GPU_RESOURCE
+from pdlab.cluster.lab import Lab
 from support.labkit import (
     Kube,
     gpu_deployment,

@@ -6,7 +6,7 @@ The test starts its own Prometheus (``support.promkit``: the lab's binary, on a 
 loopback port, its scrape configuration the lab's: it discovers and scrapes the
 exporter's engine pods)
 with a ``--web.config.file`` that requires basic authentication (bcrypt hash) and a
-client certificate signed by a throwaway CA (``pdlab.pki``: a server certificate for
+client certificate signed by a throwaway CA (``pdlab.cluster.pki``: a server certificate for
 127.0.0.1 and a client certificate), and stops it afterwards. The operator runs
 in-process (``opkit.ticking``) with the secure URL as its only allowed one.
 
@@ -38,8 +38,8 @@ from typing import Any, cast
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from pdlab.lab import Lab
-from pdlab.pki import ensure_pki
+from pdlab.cluster.lab import Lab
+from pdlab.cluster.pki import ensure_pki
 from pdscaler.prometheus import Credentials, MetricsUnavailableError, PrometheusClient
 from pdscaler.runtime import Runtime
 from pdscaler.types import ConditionReason, Role

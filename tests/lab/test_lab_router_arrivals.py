@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import router
 from pdscaler.presets import rate_source
 from pdscaler.spec import PDDeploymentSpec

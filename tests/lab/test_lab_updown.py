@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pdlab import processes
-from pdlab.config import DEFAULT_PORTS
-from pdlab.lab import Lab
+from pdlab.cluster import processes
+from pdlab.cluster.config import DEFAULT_PORTS
+from pdlab.cluster.lab import Lab
 from support.labkit import free_port
 
 WARM_UP_LIMIT_S = 60.0

@@ -14,7 +14,7 @@ import subprocess
 import time
 from typing import Any
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import manifests, naming
 from pdscaler.types import Role
 from support.exporter import EngineExporter

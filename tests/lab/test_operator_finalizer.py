@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from support.exporter import EngineExporter
 from support.labkit import Kube, not_found, wait_for
 from support.opkit import (

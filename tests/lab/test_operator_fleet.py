@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.reconcile import Runtime
 from support.labkit import Kube, wait_for
 from support.opkit import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.types import ConditionReason, ConditionType, Role
 from support.exporter import EngineExporter
 from support.labkit import Kube, private_gpu_nodes, wait_for

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import manifests, naming
 from pdscaler.observe import is_ready, labels
 from pdscaler.types import ConditionReason, ConditionType, Role

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import urllib.request
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from support.exporter import EngineExporter
 from support.labkit import Kube, free_port, wait_for
 from support.opkit import (

@@ -3,7 +3,7 @@ exporter: the bottleneck pool grows by what the drain model says, longer prompts
 prefill only, longer outputs grow decode only, a scale-down waits for the stabilization
 window, and Recommend mode publishes the same decision without touching Deployments.
 
-The operator runs in-process (``opkit.ticking``: ``Runtime.tick`` every second).
+The operator runs in-process (``opkit.ticking``: ``reconcile.run_tick`` every second).
 Capacities: prefill 3000 tok/s, decode 800 tok/s per replica, u = 0.7, min 1 / max 12.
 Windows: metrics 10 s, stabilization 20 s (15 s in the scale-down test), recovery deadline 30 s.
 """
@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import models
 from pdscaler.prometheus import PrometheusClient, read_snapshot
-from pdscaler.reconcile import Runtime
+from pdscaler.reconcile import Runtime, run_tick
 from pdscaler.types import MetricsSnapshot, Role
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
@@ -161,7 +161,7 @@ def test_rate_rise_scales_decode_by_the_drain_model(
         lambda s: abs((s.request_rate or 0) - 4.0) < 0.1 and s.decode.queue_depth == 200,
         "Prometheus' window holds 4 req/s and the decode queue",
     )  # fmt: skip
-    rt.tick(namespace, name)
+    run_tick(rt, namespace, name)
     ld = last_decision(kube, namespace, name)
     assert ld["pool"] == "decode"
     assert ld["action"] == "ScaledDecode"
@@ -283,8 +283,8 @@ def test_recommend_mode_publishes_the_same_decision_and_writes_no_deployment(
         for d in deployments(kube, namespace, "rec")
     }
     writes = rts["rec"].kube.audit.count
-    auto = rts["auto"].tick(namespace, "auto")
-    rec = rts["rec"].tick(namespace, "rec")
+    auto = run_tick(rts["auto"], namespace, "auto")
+    rec = run_tick(rts["rec"], namespace, "rec")
     assert auto is not None
     assert rec is not None
     assert auto.decision is not None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.metricsql import build_queries
 from pdscaler.prometheus import PrometheusClient
 from pdscaler.spec import PDDeploymentSpec

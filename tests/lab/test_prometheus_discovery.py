@@ -11,9 +11,9 @@ import secrets
 import threading
 from typing import Any
 
-from pdlab import prometheus
-from pdlab.kwok import GPU_TAINT, STARTUP_DELAY_ANNOTATION
-from pdlab.lab import Lab
+from pdlab.cluster import prometheus
+from pdlab.cluster.kwok import GPU_TAINT, STARTUP_DELAY_ANNOTATION
+from pdlab.cluster.lab import Lab
 from support.labkit import Kube, wait_for
 
 

@@ -15,7 +15,7 @@ from typing import cast
 
 import pytest
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.prometheus import (
     MetricsUnavailableError,
     PrometheusClient,

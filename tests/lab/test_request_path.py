@@ -24,10 +24,10 @@ from typing import Any, cast
 
 import pytest
 
-from pdlab import prometheus
-from pdlab.lab import Lab
-from pdlab.podrunner import NotAllowedError, resolve, with_host
-from pdlab.svcproxy import ready_endpoints, selected_endpoints
+from pdlab.cluster import prometheus
+from pdlab.cluster.lab import Lab
+from pdlab.cluster.podrunner import NotAllowedError, resolve, with_host
+from pdlab.cluster.svcproxy import ready_endpoints, selected_endpoints
 from support.labkit import Kube, request_path, wait_for
 from support.pd_cell import (
     NAME,

@@ -37,9 +37,9 @@ from pathlib import Path
 import pytest
 
 from bench import request_path
-from pdlab.lab import Lab
-from pdlab.loadclient import AiPerf, TraceRow
-from pdlab.svcproxy import SvcProxy
+from pdlab.cluster.lab import Lab
+from pdlab.cluster.loadclient import AiPerf, TraceRow
+from pdlab.cluster.svcproxy import SvcProxy
 from pdscaler import naming
 from pdscaler.observe import is_ready, labels, terminating
 from support.labkit import Kube, rbac_allows, wait_for
@@ -204,7 +204,7 @@ def test_a_rollout_under_a_third_party_client_fails_no_request_and_pairs_within_
 # whose template has none (``manifests.drain_seconds``): a kubelet keeps the deleted pod's
 # container serving through it while the router's discovery drops the pod at once. In
 # the lab the engine simulator serves a deleted pod for its preStop sleep
-# (``pdlab.engine_pods.LingeringPods``, as a kubelet would) and stops listening at once
+# (``pdlab.engine.pods.LingeringPods``, as a kubelet would) and stops listening at once
 # for a pod without one (as vLLM does on SIGTERM).
 
 

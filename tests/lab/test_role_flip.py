@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from pdlab.lab import Lab
-from pdlab.svcproxy import SvcProxy
+from pdlab.cluster.lab import Lab
+from pdlab.cluster.svcproxy import SvcProxy
 from pdscaler import naming
 from pdscaler.manifests import DELETION_COST_ANNOTATION
 from pdscaler.observe import is_ready, labels, terminating

@@ -2,7 +2,7 @@
 (svcproxy) -> router pod (the real ``sglang-router`` 0.3.2 from PyPI, run by the pod
 runner at its pod IP, discovering the cell's workers through the API server with its
 own ServiceAccount) -> a prefill AND a decode pod at once (the engine simulator,
-speaking SGLang's bootstrap hand-off: ``pdlab.engine_sglang``).
+speaking SGLang's bootstrap hand-off: ``pdlab.engine.sglang``).
 
 Everything is rendered by the operator's own builders from deploy/examples/sglang.yaml
 (``manifests.pool_deployment``, ``router.router_deployment``, ``front_service``), with
@@ -30,7 +30,7 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import manifests, router
 from pdscaler.manifests import CellTarget
 from pdscaler.objects import Meta

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from pdlab.config import REPO_DIR, helm_path, promtool_path, read_versions
+from pdlab.cluster.config import REPO_DIR, helm_path, promtool_path, read_versions
 from support.skips import skip_unless_ci
 
 if TYPE_CHECKING:
-    from pdlab.lab import Lab
+    from pdlab.cluster.lab import Lab
 
 CHART = REPO_DIR / "charts" / "pdscaler"
 KUBE = read_versions()["KUBE_VERSION"]  # helm template's default would be v1.20

@@ -63,8 +63,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from pdlab.kwok import GPU_TAINT, STARTUP_DELAY_ANNOTATION
-from pdlab.lab import Lab
+from pdlab.cluster.kwok import GPU_TAINT, STARTUP_DELAY_ANNOTATION
+from pdlab.cluster.lab import Lab
 from pdscaler.naming import LABEL_NAME, LABEL_ROLE
 from support.httpkit import QuietHandler
 

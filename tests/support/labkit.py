@@ -1,11 +1,11 @@
 """Helpers for tests against the lab (used through tests/lab/conftest.py's fixtures).
 
-Owns: `wait_for` (`pdlab.kubeclient.wait_until` failing the test on a timeout), GPU
+Owns: `wait_for` (`pdlab.cluster.kubeclient.wait_until` failing the test on a timeout), GPU
 Deployment manifests for the fake nodes, private fake GPU nodes a test can own, pod
 readiness reads, ServiceAccount clients from a TokenRequest, and a throwaway HTTP
 exporter for Prometheus tests. The typed clients (`Kube`, imported from here by the
-tests), the CRD install and the pod predicates are `pdlab.kubeclient`'s. Must not start
-or stop the lab (pdlab.lab does) and holds no test assertions of its own beyond the
+tests), the CRD install and the pod predicates are `pdlab.cluster.kubeclient`'s. Must not start
+or stop the lab (pdlab.cluster.lab does) and holds no test assertions of its own beyond the
 timeouts.
 
     kube = Kube.from_kubeconfig(lab.kubeconfig)
@@ -27,10 +27,10 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from pdlab.config import REPO_DIR
-from pdlab.kubeclient import Kube as Kube  # re-exported: the tests import it from here
-from pdlab.kubeclient import if_found, pod_ready, wait_until
-from pdlab.kwok import GPU_RESOURCE, GPU_TAINT, STARTUP_DELAY_ANNOTATION, gpu_node
+from pdlab.cluster.config import REPO_DIR
+from pdlab.cluster.kubeclient import Kube as Kube  # re-exported: the tests import it from here
+from pdlab.cluster.kubeclient import if_found, pod_ready, wait_until
+from pdlab.cluster.kwok import GPU_RESOURCE, GPU_TAINT, STARTUP_DELAY_ANNOTATION, gpu_node
 from support.httpkit import QuietHandler, serving
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def wait_for(
     what: str,
     interval: float = 0.2,
 ) -> T:
-    """`pdlab.kubeclient.wait_until` for tests: a probe that raises counts as "not yet"
+    """`pdlab.cluster.kubeclient.wait_until` for tests: a probe that raises counts as "not yet"
     (its error is reported if it was last), and running out of time fails the test:
     wait_for(lambda: [], 1, "pods") fails after 1 s with "timed out after 1.0s waiting
     for pods; last value: []".
@@ -279,7 +279,7 @@ def request_path(
     """The lab's request path for ``namespace``: the engine simulator
     (``engine_simulator``) and a kube-proxy stand-in for ``service``; yields (front
     port, simulator control port, the SvcProxy)."""
-    from pdlab.svcproxy import SvcProxy
+    from pdlab.cluster.svcproxy import SvcProxy
 
     with engine_simulator(namespace, sim_args) as control:
         front = free_port()

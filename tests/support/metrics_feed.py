@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler.reconcile import Runtime
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot, Role

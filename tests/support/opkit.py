@@ -21,11 +21,11 @@ from typing import Any, cast
 
 from kubernetes.client.exceptions import ApiException
 
-from pdlab.lab import Lab
+from pdlab.cluster.lab import Lab
 from pdscaler import invariants, naming
 from pdscaler.kube import Kube as OperatorKube
 from pdscaler.kube import load_api_client
-from pdscaler.reconcile import Runtime
+from pdscaler.reconcile import Runtime, run_tick
 from pdscaler.spec import GROUP, PLURAL, VERSION, PDDeploymentSpec
 from pdscaler.types import Role
 from support.background import Sampling
@@ -320,13 +320,13 @@ def operator_runtime(lab: Lab) -> Runtime:
 
 @contextlib.contextmanager
 def ticking(rt: Runtime, namespace: str, name: str, period: float = 1.0) -> Iterator[Runtime]:
-    """The operator's loop for one PDDeployment in a thread: ``rt.tick`` every
+    """The operator's loop for one PDDeployment in a thread: ``run_tick`` every
     ``period`` seconds (the kopf daemon does the same at ``spec.scaling.interval``)."""
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.is_set():
-            rt.tick(namespace, name)
+            run_tick(rt, namespace, name)
             stop.wait(period)
 
     thread = threading.Thread(target=loop, name=f"tick-{name}", daemon=True)

@@ -1,6 +1,6 @@
 """The engine simulator's HTTP servers for unit tests, without the lab.
 
-Owns: ``served(*pods)``: a ``pdlab.engine_serve.PodServers`` serving the given pods at
+Owns: ``served(*pods)``: a ``pdlab.engine.serve.PodServers`` serving the given pods at
 their (loopback) addresses, closed on exit. A pod address the kernel cannot bind at all
 (``EADDRNOTAVAIL``: macOS without loopback aliases has only 127.0.0.1) skips the test,
 in CI too (``support.skips.platform_cannot``); any other failure, a busy port
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from pdlab.engine_pods import PodInfo
-from pdlab.engine_serve import PodServers
+from pdlab.engine.pods import PodInfo
+from pdlab.engine.serve import PodServers
 from pdscaler.sim.engine import EngineParams
 from support.skips import bind_errno, platform_cannot
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from pdlab import prometheus as labprom
-from pdlab.lab import Lab
+from pdlab.cluster import prometheus as labprom
+from pdlab.cluster.lab import Lab
 from support.labkit import free_port, wait_for
 
 

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pdlab import prometheus
-from pdlab.lab import Lab
+from pdlab.cluster import prometheus
+from pdlab.cluster.lab import Lab
 from pdscaler import metricsql
 from pdscaler.spec import PDDeploymentSpec
 from support.labkit import wait_for

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from pdlab.lab import Lab
-from pdlab.svcproxy import SvcProxy
+from pdlab.cluster.lab import Lab
+from pdlab.cluster.svcproxy import SvcProxy
 from support.labkit import Kube, request_path
 from support.opkit import create_pdd, operator_runtime, ticking
 

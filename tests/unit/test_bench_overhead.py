@@ -39,7 +39,7 @@ from bench.overhead.process import (
 )
 from bench.overhead.report import Section, markdown_table, render
 from bench.overhead.stats import Exposition, histogram_quantile, percentile, summarize
-from pdlab.config import DEFAULT_PORTS
+from pdlab.cluster.config import DEFAULT_PORTS
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.telemetry import Telemetry
 from pdscaler.types import TickInput

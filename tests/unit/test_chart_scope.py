@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pdlab.config import helm_path
+from pdlab.cluster.config import helm_path
 from support.chartkit import CHART, KUBE, NAMESPACE, RELEASE, template, tool
 
 WORKLOAD = f"{RELEASE}-pdscaler"

@@ -1,4 +1,4 @@
-"""The lab's stand-in for Dynamo's frontend (``pdlab.engine_frontend``): the page it
+"""The lab's stand-in for Dynamo's frontend (``pdlab.engine.frontend``): the page it
 serves carries every series the ``dynamo`` preset's deployment-scoped queries read, with
 the deployment's synthetic load as a frontend counts it (``DeploymentSim.
 frontend_stats``: requests answered, their prompt and output tokens, TTFT from arrival
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from kubernetes import client
 
-from pdlab import scenarios
-from pdlab.engine_expo import render_pod
-from pdlab.engine_pods import FrontendInfo, to_frontend, to_info
-from pdlab.engine_sim import DeploymentSim
+from pdlab.engine import scenarios
+from pdlab.engine.expo import render_pod
+from pdlab.engine.pods import FrontendInfo, to_frontend, to_info
+from pdlab.engine.sim import DeploymentSim
 from pdscaler import metricsql as mq
 from pdscaler.sim.engine import EngineParams
 from pdscaler.sim.traces import Trace

@@ -1,4 +1,4 @@
-"""pdlab.engine_serve's stand-in for a ``kv_both`` engine (a pod of a role-flip cell,
+"""pdlab.engine.serve's stand-in for a ``kv_both`` engine (a pod of a role-flip cell,
 labelled ``pdscaler.io/pool``): it serves whichever leg vLLM's router sends it, whatever
 its role label says, and a change of that label (a role flip) keeps the same server (no
 restart, no counter reset), where a pod of a plain cell is restarted in its new role and
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pdlab.engine_pods import PodInfo
+from pdlab.engine.pods import PodInfo
 from pdscaler.types import Role
 from support.pod_servers import post_json, served
 

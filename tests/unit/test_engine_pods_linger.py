@@ -1,4 +1,4 @@
-"""pdlab.engine_pods.LingeringPods: a deleted (or un-Ready) pod stays served for its own
+"""pdlab.engine.pods.LingeringPods: a deleted (or un-Ready) pod stays served for its own
 preStop sleep, as a kubelet keeps its container running through the hook; a pod without
 one leaves at once."""
 
@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from pdlab.engine_pods import LingeringPods, PodInfo
+from pdlab.engine.pods import LingeringPods, PodInfo
 from pdscaler.types import Role
 
 
@@ -29,7 +29,7 @@ def test_a_deleted_pod_is_served_for_its_own_prestop_sleep(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr("pdlab.engine_pods.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("pdlab.engine.pods.time.monotonic", lambda: now[0])
     src = Listing()
     src.pods = [pod("d0", 9.0), pod("d1", 0.0), pod("d2", 9.0)]
     lingering = LingeringPods(src)

@@ -1,4 +1,4 @@
-"""pdlab.engine_serve: the decode pod of a P/D request observes the per-request TPOT
+"""pdlab.engine.serve: the decode pod of a P/D request observes the per-request TPOT
 (``vllm:request_time_per_output_token_seconds``, decode time / (output tokens - 1)) when
 the request finishes, streamed or not, as vLLM does; a one-token request observes none.
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from pdlab.engine_pods import PodInfo
-from pdlab.engine_serve import PodServers
+from pdlab.engine.pods import PodInfo
+from pdlab.engine.serve import PodServers
 from pdscaler.sim.engine import TPOT_BUCKETS
 from pdscaler.types import Role
 from support.pod_servers import served

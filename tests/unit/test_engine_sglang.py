@@ -1,4 +1,4 @@
-"""pdlab.engine_sglang through pdlab.engine_serve, without the lab: the simulated
+"""pdlab.engine.sglang through pdlab.engine.serve, without the lab: the simulated
 SGLang workers speak the bootstrap hand-off sglang-router 0.3.2 drives (the same body
 to a prefill and a decode pod at once, with ``bootstrap_host``/``bootstrap_port``/
 ``bootstrap_room``). A decode leg waits for its room's prefill at the pod serving that
@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from pdlab import engine_sglang as sgl
-from pdlab.engine_pods import PodInfo
-from pdlab.engine_serve import PodServers
+from pdlab.engine import sglang as sgl
+from pdlab.engine.pods import PodInfo
+from pdlab.engine.serve import PodServers
 from pdscaler.types import Role
 from support.pod_servers import post_json as post
 from support.pod_servers import served
@@ -120,7 +120,7 @@ def test_a_pods_bootstrap_port_comes_from_its_engine_flags() -> None:
     not the annotation (a wrong annotation then shows up as a pairing error)."""
     from types import SimpleNamespace
 
-    from pdlab.engine_pods import to_info
+    from pdlab.engine.pods import to_info
 
     def pod(args: list[str]) -> Any:
         engine = SimpleNamespace(name="engine", image="lmsysorg/sglang:v0.5.4",

@@ -198,7 +198,7 @@ def test_a_cache_that_never_synced_makes_the_tick_write_nothing(
 ) -> None:
     """After a restart the caches list before the first write: a tick whose caches do
     not sync in time fails (logged, retried at the next tick) before any write."""
-    monkeypatch.setattr(kube_module, "SYNC_TIMEOUT_SECONDS", 0.05)
+    monkeypatch.setattr("pdscaler.kube.reads.SYNC_TIMEOUT_SECONDS", 0.05)
     kube = Synchronous()
     kube.cache = True
     kube.never_sync = True

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from pdlab.engine_expo import render_pod
+from pdlab.engine.expo import render_pod
 from pdscaler import metricsql as mq
 from pdscaler.metricsql.answers import parse_kv_capacity
 from pdscaler.policy.kvbound import kv_cache_tokens

@@ -1,4 +1,4 @@
-"""pdlab.loadclient's pure parts: the Mooncake trace aiperf replays and the reading of
+"""pdlab.cluster.loadclient's pure parts: the Mooncake trace aiperf replays and the reading of
 aiperf's export (the shape aiperf 0.13.0 writes: top-level metrics with unit and stats;
 ``error_request_count`` only when some requests failed)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pdlab.loadclient import AiPerf, TraceRow, parse_export, write_mooncake
+from pdlab.cluster.loadclient import AiPerf, TraceRow, parse_export, write_mooncake
 
 
 def test_the_trace_keeps_times_in_ms_and_lengths(tmp_path: Path) -> None:

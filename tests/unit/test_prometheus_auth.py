@@ -5,7 +5,7 @@ refusal reads (a reason per failure, never a value), and how the Runtime reads, 
 and prunes the Secrets through ``kube.read_secret``.
 
 The TLS cases run a real https server on 127.0.0.1 with a throwaway CA, server and
-client certificate (``pdlab.pki``, the ``openssl`` command line).
+client certificate (``pdlab.cluster.pki``, the ``openssl`` command line).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pydantic
 import pytest
 
 import pdscaler.runtime
-from pdlab.pki import ensure_pki
+from pdlab.cluster.pki import ensure_pki
 from pdscaler.kube import KubeError
 from pdscaler.prometheus import (
     Credentials,

@@ -10,6 +10,7 @@ import contextlib
 from typing import Any
 
 from pdscaler.prometheus import MetricsUnavailableError
+from pdscaler.reconcile import run_tick
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.telemetry import Telemetry
 from support.fakekube import FakeKube
@@ -84,7 +85,7 @@ def test_every_metric_series_is_dropped() -> None:
 
 def test_the_lock_is_dropped() -> None:
     w = World()
-    w.rt.tick(NS, NAME)
+    run_tick(w.rt, NS, NAME)
     assert (NS, NAME) in w.rt._locks
     w.rt.forget(NS, NAME)
     assert (NS, NAME) not in w.rt._locks

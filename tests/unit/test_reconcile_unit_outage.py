@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pdscaler import rollout
+from pdscaler.reconcile import run_tick
 from pdscaler.rollout.phases import RolloutState
 from pdscaler.types import RolloutPhase, RolloutReason
 from support.reconcile_world import NAME, NS, PDD_PATH, World
@@ -45,7 +46,7 @@ def _outage(w: World, seconds: float, step: float = 5.0) -> None:
         while t < seconds:
             w.now += step
             t += step
-            assert w.rt.tick(NS, NAME) is None  # failed, logged, counted
+            assert run_tick(w.rt, NS, NAME) is None  # failed, logged, counted
     finally:
         w.kube._request = real  # type: ignore[method-assign]
 
@@ -58,7 +59,7 @@ def test_an_api_outage_does_not_roll_back(memory: str) -> None:
         w.rt.memory.clear()
         w.rt.rollouts.clear()
     w.now += 5.0
-    rep = w.rt.tick(NS, NAME)
+    rep = run_tick(w.rt, NS, NAME)
     assert rep is not None
     assert not any("ProgressDeadlineExceeded" in e for e in rep.events), rep.events
     assert w.pdd()["status"]["rollout"]["phase"] == RolloutPhase.PROGRESSING
@@ -72,7 +73,7 @@ def test_a_stalled_rollout_still_rolls_back_after_the_outage() -> None:
     phases = []
     for _ in range(8):
         w.now += 5.0
-        w.rt.tick(NS, NAME)
+        run_tick(w.rt, NS, NAME)
         phases.append(w.pdd()["status"]["rollout"]["phase"])
     assert RolloutPhase.ROLLING_BACK in phases or RolloutPhase.ROLLED_BACK in phases
 
@@ -107,10 +108,10 @@ def test_a_tick_that_hung_on_a_stopped_api_server_does_not_roll_back() -> None:
 
     w.now += 2.0
     w.kube._request = hung  # type: ignore[method-assign]
-    assert w.rt.tick(NS, NAME) is not None
+    assert run_tick(w.rt, NS, NAME) is not None
     assert (NS, NAME) in w.rt.failing_since
     w.now += 2.0
-    rep = w.rt.tick(NS, NAME)
+    rep = run_tick(w.rt, NS, NAME)
     assert rep is not None
     assert not any("ProgressDeadlineExceeded" in e for e in rep.events), rep.events
     assert w.pdd()["status"]["rollout"]["phase"] == RolloutPhase.PROGRESSING
@@ -128,5 +129,5 @@ def test_a_slow_tick_that_found_the_object_gone_leaves_no_mark() -> None:
         return real(*args, **kwargs)
 
     w.kube._request = slow  # type: ignore[method-assign]
-    w.rt.tick(NS, NAME)
+    run_tick(w.rt, NS, NAME)
     assert (NS, NAME) not in w.rt.failing_since

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pdlab.engine_pods import PodInfo
+from pdlab.engine.pods import PodInfo
 from pdscaler.types import Role
 from support import skips
 from support.chartkit import tool

@@ -3,12 +3,12 @@
 Owns: serving each Ready frontend pod (labelled ``pdscaler.io/role=frontend`` and
 ``pdscaler.io/name=<PDDeployment>``, the labels docs/operator.md asks a Dynamo frontend
 to carry so the ``dynamo`` preset's deployment-scoped queries select it; listed by
-``engine_pods.FrontendLister``) at its pod IP and port (the container port named
+``pods.FrontendLister``) at its pod IP and port (the container port named
 ``http``, else the first, else 8000): ``GET /metrics`` with the
-``dynamo_frontend_*`` series of its PDDeployment (``pdlab.engine_expo``, dialect
+``dynamo_frontend_*`` series of its PDDeployment (``pdlab.engine.expo``, dialect
 ``dynamo-frontend``), ``GET /health``. Must not: change anything in the cluster, route
 requests (a real frontend pairs prefill and decode; here the synthetic load needs no
-routing), or compute the series (``engine_sim.DeploymentSim.frontend_stats`` does).
+routing), or compute the series (``sim.DeploymentSim.frontend_stats`` does).
 
 A pod ``dynamo-chat-frontend-x`` (IP 127.64.0.12, port ``http`` 8000) of
 PDDeployment ``serving/dynamo-chat`` becomes
@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from pdlab.engine_pods import FrontendInfo
-from pdlab.loop_thread import LoopThread
+from pdlab.engine.loop_thread import LoopThread
+from pdlab.engine.pods import FrontendInfo
 
 #: (namespace, PDDeployment) -> the frontend's exposition page ("" before any series).
 Page = Callable[[str, str], str]

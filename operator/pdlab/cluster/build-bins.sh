@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the lab's control-plane binaries from the Go module proxy, once, into a cache
 # outside the repository. Rebuilds only what is missing. Versions are pinned in
-# operator/pdlab/versions.env (the one place they live).
+# operator/pdlab/cluster/versions.env (the one place they live).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=/dev/null

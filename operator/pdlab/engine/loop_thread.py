@@ -2,7 +2,7 @@
 
 Owns: starting the loop, running a coroutine on it and waiting for its result
 (``run``), stopping it (``stop``). The lab's pod and frontend servers each keep their
-aiohttp sites on one (``engine_serve.PodServers``, ``engine_frontend.FrontendServers``).
+aiohttp sites on one (``serve.PodServers``, ``frontend.FrontendServers``).
 
 ``LoopThread("pods").run(coro, 10.0)`` returns ``coro``'s result, or raises
 ``TimeoutError`` after 10 s.

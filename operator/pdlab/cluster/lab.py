@@ -30,9 +30,9 @@ from typing import Any
 
 import yaml
 
-from pdlab import kwok, pki, processes, prometheus
-from pdlab.config import BUILD_SCRIPT, LabConfig, bin_dir
-from pdlab.kubeapi import KubeAPI, node_ready
+from pdlab.cluster import kwok, pki, processes, prometheus
+from pdlab.cluster.config import BUILD_SCRIPT, LabConfig, bin_dir
+from pdlab.cluster.kubeapi import KubeAPI, node_ready
 
 COMPONENTS = ("etcd", "apiserver", "controller_manager", "scheduler", "kwok", "prometheus")
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")

@@ -39,7 +39,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from pdlab.engine_pods import is_serving
+from pdlab.engine.pods import is_serving
 
 #: The label every EndpointSlice of a Service carries.
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -321,7 +321,7 @@ class SvcProxy:
 
 def main(namespace: str, service: str, port: int, service_port: str | None) -> int:
     """`python -m pdlab proxy`: run until SIGTERM/SIGINT; 0 on a clean stop."""
-    from pdlab.lab import Lab
+    from pdlab.cluster.lab import Lab
 
     lab = Lab()
     done = threading.Event()

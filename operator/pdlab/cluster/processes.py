@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pdlab.config import REPO_DIR
+from pdlab.cluster.config import REPO_DIR
 
 # Popen objects of children started by this Python process, kept so they are reaped.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}

@@ -5,7 +5,7 @@ desired replicas, client-side TTFT/TPOT (aiperf), the operator's TTFT/TPOT (its 
 from Prometheus), queues), ``summarize`` (per phase: replicas,
 P:D ratio and prefill share over the settled second half of the phase), and writing
 ``timeline.csv``, ``summary.json`` and ``demo.png``. Must not: talk to Kubernetes, the
-engine simulator or the operator (``pdlab.demo`` does), or read clocks.
+engine simulator or the operator (``pdlab.demo.run`` does), or read clocks.
 
 Worked example: a chat phase from t=0 to 90 s is judged on its rows with t in
 [45, 90); if prefill had 4 ready pods and decode 4 there, the phase's ratio is 1.0 and

@@ -1,8 +1,8 @@
 """The `engine-sim`, `demo`, `proxy` and `pod-runner` subcommands of `python -m pdlab`.
 
 Owns: declaring these subcommands' arguments and handing the parsed arguments to
-``pdlab.engine_sim.main`` / ``pdlab.demo.main`` / ``pdlab.svcproxy.main`` /
-``pdlab.podrunner.main``. Must stay light (standard library
+``pdlab.engine.sim.main`` / ``pdlab.demo.run.main`` / ``pdlab.cluster.svcproxy.main`` /
+``pdlab.cluster.podrunner.main``. Must stay light (standard library
 only): `python -m pdlab up` imports it, and numpy, matplotlib and the kubernetes client
 are loaded only when one of these subcommands actually runs.
 
@@ -60,7 +60,7 @@ def _engine_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-routers",
         action="store_true",
-        help="do not run the router pods (pdlab.podrunner) of the namespace",
+        help="do not run the router pods (pdlab.cluster.podrunner) of the namespace",
     )
 
 
@@ -131,18 +131,18 @@ def add_subcommands(sub: Any) -> None:
 def dispatch(args: argparse.Namespace) -> int:
     """Run the chosen subcommand; its exit code."""
     if args.cmd == "engine-sim":
-        from pdlab import engine_sim
+        from pdlab.engine import sim as engine_sim
 
         return engine_sim.main(args)
     if args.cmd == "proxy":
-        from pdlab import svcproxy
+        from pdlab.cluster import svcproxy
 
         return svcproxy.main(args.namespace, args.service, args.port, args.service_port)
     if args.cmd == "pod-runner":
-        from pdlab import podrunner
+        from pdlab.cluster import podrunner
 
         return podrunner.main(args.namespace)
-    from pdlab import demo
+    from pdlab.demo import run as demo
 
     code: int = demo.main(args)
     return code

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_DIR = PACKAGE_DIR.parent.parent
+REPO_DIR = PACKAGE_DIR.parents[2]
 TEMPLATES_DIR = REPO_DIR / "deploy" / "local"
 BUILD_SCRIPT = PACKAGE_DIR / "build-bins.sh"
 
@@ -78,7 +78,7 @@ def promtool_path() -> Path:
     """The promtool build-prometheus.sh builds beside Prometheus (the chart's alerting
     rules are unit-tested with ``promtool test rules``), e.g.
     ~/.cache/pdscaler/tools/prometheus-3.13.5/promtool."""
-    from pdlab.prometheus import PROMETHEUS_VERSION
+    from pdlab.cluster.prometheus import PROMETHEUS_VERSION
 
     return cache_dir() / "tools" / f"prometheus-{PROMETHEUS_VERSION}" / "promtool"
 

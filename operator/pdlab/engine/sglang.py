@@ -1,4 +1,4 @@
-"""SGLang's P/D protocol, as the engine simulator speaks it (``pdlab.engine_serve``
+"""SGLang's P/D protocol, as the engine simulator speaks it (``pdlab.engine.serve``
 serves it on pods whose engine runs SGLang, ``PodInfo.dialect == "sglang"``).
 
 Owns: the bootstrap hand-off (which prefill a decode request names, and the wait for
@@ -28,7 +28,7 @@ The simulator: a prefill pod's bootstrap server is ``<pod IP>:<bootstrap port>``
 ``bootstrap_room``) marks ``(pod, room)`` prefilled once its prefill is done; a decode
 leg finds the prefill pod by address, waits up to ``ROOM_WAIT_S`` for that room, then
 pays the KV transfer. A decode naming no prefill pod, a room never prefilled, or a
-prefill of another cell is a pairing error (served, as ``engine_serve`` says).
+prefill of another cell is a pairing error (served, as ``serve`` says).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdlab.engine_expo import MODEL_NAME
-from pdlab.engine_pods import PodInfo
+from pdlab.engine.expo import MODEL_NAME
+from pdlab.engine.pods import PodInfo
 from pdscaler.router import DEFAULT_BOOTSTRAP_PORT
 from pdscaler.types import Role
 

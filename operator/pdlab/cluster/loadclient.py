@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdlab.config import cache_dir
+from pdlab.cluster.config import cache_dir
 from pdscaler.sim.traces import Trace
 
 AIPERF_VERSION = "0.13.0"
@@ -81,7 +81,7 @@ class Result:
 
 
 def trace_rows(trace: Trace) -> list[TraceRow]:
-    """A trace (e.g. ``pdlab.scenarios.generate``'s, Poisson arrivals per phase) as the
+    """A trace (e.g. ``pdlab.engine.scenarios.generate``'s, Poisson arrivals per phase) as the
     rows aiperf replays: arrival seconds, prompt and output tokens, in order."""
     return [
         TraceRow(float(at), int(p), int(o))

@@ -236,7 +236,7 @@ class PodLister:
 
 
 class FrontendLister:
-    """``list()`` the Ready frontend pods (``pdlab.engine_frontend`` serves them); one API
+    """``list()`` the Ready frontend pods (``pdlab.engine.frontend`` serves them); one API
     call per poll."""
 
     def __init__(

@@ -6,7 +6,7 @@ a predicate until it returns something truthy, with a timeout that names what it
 waited for and the last value seen), ``pod_ready`` / ``pod_condition`` on typed pods,
 ``if_found`` (a read that is None on 404), namespaces created and deleted idempotently,
 and the PDDeployment CRD applied and waited Established. Must not: start or stop the
-lab (``pdlab.lab``), or be imported by ``pdscaler`` (the product talks to Kubernetes
+lab (``pdlab.cluster.lab``), or be imported by ``pdscaler`` (the product talks to Kubernetes
 in ``pdscaler.kube`` only).
 
     kube = Kube.from_kubeconfig(lab.kubeconfig)
@@ -27,7 +27,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from pdlab.config import REPO_DIR
+from pdlab.cluster.config import REPO_DIR
 
 CRD_PATH = REPO_DIR / "crds" / "pdscaler.io_pddeployments.yaml"
 

@@ -2,7 +2,7 @@
 simulator: Ready pods per role, the demo PDDeployment (its manifest loaded, pointed at the
 lab's Prometheus and its clocks quickened for a shortened run; read, applied), its
 Events as they appear (``EventLog``), and the simulator's ``/status``. Must not: start or
-stop anything (``pdlab.demo`` does) or touch other namespaces.
+stop anything (``pdlab.demo.run`` does) or touch other namespaces.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import yaml
 
-from pdlab.kubeclient import (
+from pdlab.cluster.kubeclient import (
     Kube,
     if_found,
     pod_ready,

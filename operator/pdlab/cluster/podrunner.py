@@ -431,7 +431,7 @@ class PodRunner:
 
 def main(namespaces: Sequence[str] | None) -> int:
     """`python -m pdlab pod-runner`: run until SIGTERM/SIGINT; 0 on a clean stop."""
-    from pdlab.lab import Lab
+    from pdlab.cluster.lab import Lab
 
     lab = Lab()
     done = threading.Event()

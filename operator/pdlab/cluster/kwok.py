@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from pdlab.config import DEFAULT_POD_CIDR, TEMPLATES_DIR, LabConfig, go_duration_ms
-from pdlab.kubeapi import KubeAPI
+from pdlab.cluster.config import DEFAULT_POD_CIDR, TEMPLATES_DIR, LabConfig, go_duration_ms
+from pdlab.cluster.kubeapi import KubeAPI
 
 STARTUP_DELAY_ANNOTATION = "pdscaler.io/startup-delay"
 NODE_SELECTOR_LABEL = "pdlab.pdscaler.io/node"

@@ -231,7 +231,7 @@ def _dynamo_frontend_series(stats: PodStats, labels: Mapping[str, str]) -> dict[
     """The sample lines of Dynamo's frontend for one PDDeployment, from ``stats`` of the
     whole deployment as the frontend sees it (``request_success``: requests answered;
     the per-request token sums; ``ttft_*``: arrival -> first token; ``itl_*``: every
-    token after the first), as ``engine_sim.frontend_stats`` sums them."""
+    token after the first), as ``sim.frontend_stats`` sums them."""
     base = {"model": MODEL_NAME, **labels}
     ok = stats.request_success
     inf = (math.inf,)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdlab.loadclient import MODEL_NAME
+from pdlab.cluster.loadclient import MODEL_NAME
 
 #: Live percentiles are over requests finished in the last this many seconds.
 WINDOW_S = 15.0

@@ -1,20 +1,20 @@
 """`python -m pdlab engine-sim`: the live engine simulator of the lab.
 
 Owns: serving every Ready prefill and decode pod at its pod IP and port
-(``pdlab.engine_serve``: the OpenAI-compatible API, the vLLM P/D hand-off, the pod's
+(``pdlab.engine.serve``: the OpenAI-compatible API, the vLLM P/D hand-off, the pod's
 ``/metrics``, the record of every request), the pod poll of the API server (every
 second), and, optionally, synthetic load: one serving model (``pdscaler.sim.engine.Engine``)
 per PDDeployment advanced in wall-clock time, its replicas the Ready pods, replaying a
-scenario (``pdlab.scenarios``) or a real trace; a pod's ``/metrics`` then shows the sum
+scenario (``pdlab.engine.scenarios``) or a real trace; a pod's ``/metrics`` then shows the sum
 of its real requests' series and its share of the synthetic load; and each Ready frontend
 pod of a stack (``pdscaler.io/role=frontend``, Dynamo's) shows its PDDeployment's
-synthetic load in Dynamo's frontend names (``pdlab.engine_frontend``). Must not: change
+synthetic load in Dynamo's frontend names (``pdlab.engine.frontend``). Must not: change
 anything in the cluster, or decide anything about scaling (the operator does, from
 Prometheus only). Prometheus finds the pods itself (Kubernetes service discovery).
 
 Control endpoints (``--port``, 127.0.0.1):
 
-* ``/requests?since=N``: the request records numbered above N (``engine_serve``), the
+* ``/requests?since=N``: the request records numbered above N (``serve``), the
   next number to ask from, and the pairing-error count.
 * ``/metrics``: every pod's series with its labels (namespace, pod, pdscaler_io_name,
   pdscaler_io_role), for humans.
@@ -23,7 +23,7 @@ Control endpoints (``--port``, 127.0.0.1):
   served and the pairing errors.
 
 Router pods: unless ``--no-routers``, the simulator also runs the Ready router pods of
-its namespace (``pdlab.podrunner``), so one process stands in for the kubelets.
+its namespace (``pdlab.cluster.podrunner``), so one process stands in for the kubelets.
 
 Timing: a PDDeployment's scenario starts when it has at least one Ready prefill pod AND
 one Ready decode pod (its requests have somewhere to go); its engine clock is wall
@@ -53,11 +53,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from pdlab import scenarios
-from pdlab.engine_expo import render_pod, render_pods
-from pdlab.engine_frontend import FrontendServers
-from pdlab.engine_pods import FrontendSource, PodInfo, PodSource
-from pdlab.engine_serve import PodServers
+from pdlab.engine import scenarios
+from pdlab.engine.expo import render_pod, render_pods
+from pdlab.engine.frontend import FrontendServers
+from pdlab.engine.pods import FrontendSource, PodInfo, PodSource
+from pdlab.engine.serve import PodServers
 from pdscaler.metricsql import PROM_NAME, PROM_NAMESPACE, PROM_POD, PROM_ROLE
 from pdscaler.sim.engine import (
     TPOT_BUCKETS,
@@ -72,7 +72,7 @@ from pdscaler.sim.traces import Trace, scale_rate
 from pdscaler.types import Role
 
 if TYPE_CHECKING:
-    from pdlab.lab import Lab
+    from pdlab.cluster.lab import Lab
 
 STATUS_WINDOW_S = 15.0
 RATE_WINDOW_S = 10.0
@@ -179,7 +179,7 @@ class DeploymentSim:
 
     def frontend_stats(self) -> PodStats | None:
         """The deployment's series as a frontend in front of it counts them (Dynamo's,
-        ``pdlab.engine_frontend``), from the last scrape of the model (None before
+        ``pdlab.engine.frontend``), from the last scrape of the model (None before
         one): requests answered with their prompt and output token sums (decode's
         finished requests), TTFT arrival -> first token, and decode's inter-token
         latencies. Counters over every pod the pools ever had, so they never go back
@@ -282,7 +282,7 @@ class EngineSim:
     ``serve`` False: no pod servers (the synthetic model alone, e.g. in unit tests).
     ``frontends``: where a stack's frontend pods are listed (``pdscaler.io/role=
     frontend``); each Ready one is served its PDDeployment's ``dynamo_frontend_*``
-    series (``pdlab.engine_frontend``).
+    series (``pdlab.engine.frontend``).
     """
 
     def __init__(
@@ -492,8 +492,8 @@ def workload(args: argparse.Namespace) -> tuple[Trace, scenarios.Scenario] | Non
 
 def main(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT (or ``--run-for``); 0 on a clean stop, 2 on bad flags."""
-    from pdlab.engine_pods import FrontendLister, LingeringPods, PodLister
-    from pdlab.lab import Lab
+    from pdlab.cluster.lab import Lab
+    from pdlab.engine.pods import FrontendLister, LingeringPods, PodLister
 
     if not (args.rate_scale > 0 and math.isfinite(args.rate_scale)):
         print(f"engine-sim: --rate-scale must be > 0, got {args.rate_scale}", file=sys.stderr)
@@ -544,7 +544,7 @@ def serve(
     """Run ``sim`` with its control port on 127.0.0.1 and (``routers``) a pod runner
     for the router pods of ``namespace`` (None: every namespace) until SIGTERM/SIGINT
     (or ``run_for`` seconds); everything it started is stopped on the way out."""
-    from pdlab.podrunner import PodRunner
+    from pdlab.cluster.podrunner import PodRunner
 
     runner: PodRunner | None = None
     if routers:

@@ -2,12 +2,12 @@
 real requests from a third-party client, with the two pools rebalancing live.
 
 Owns: the demo's sequence: the lab up (started only if it was not running), the CRD
-installed, the namespace, the engine simulator (``pdlab.demo_engine``: the pods served
+installed, the namespace, the engine simulator (``pdlab.demo.engine``: the pods served
 at their IPs, the router pods run) and the operator started as child processes (logs in
 the output directory), the demo PDDeployment applied (``deploy/demo/demo.yaml``, its
-Prometheus URL set to the lab's), the front Service's proxy (``pdlab.svcproxy``) on a
+Prometheus URL set to the lab's), the front Service's proxy (``pdlab.cluster.svcproxy``) on a
 local port, and, once one request went through it, aiperf replaying the scenario's
-trace (``pdlab.scenarios``' demo-http, Poisson arrivals per phase) through it; then one
+trace (``pdlab.engine.scenarios``' demo-http, Poisson arrivals per phase) through it; then one
 observation per second (the engines' queues, aiperf's and the engines' request records,
 the PDDeployment's status and Events, the Ready pods) shown live and recorded until
 aiperf is done; the summary, ``summary.json``, ``timeline.csv``, ``requests.jsonl`` and
@@ -20,7 +20,7 @@ namespaces.
 The scenario: a warm-up ramp, chat (P:D about 1:1), long documents (prefill-heavy), a
 burst, a cool-down; 300 s, or ``--duration``/``--speed`` for a shorter run (the test
 uses 135 s), which also quickens the operator's window, interval and stabilization
-(``demo_cluster.quicken``). Scenario time 0 is the first request's arrival at an engine.
+(``cluster_io.quicken``). Scenario time 0 is the first request's arrival at an engine.
 """
 
 from __future__ import annotations
@@ -38,9 +38,23 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from pdlab import demo_report, demo_traffic, demo_view, loadclient, scenarios
-from pdlab.config import REPO_DIR
-from pdlab.demo_cluster import (
+from pdlab.cluster import loadclient
+from pdlab.cluster.config import REPO_DIR
+from pdlab.cluster.kubeclient import (
+    Kube,
+    apply_crd,
+    delete_namespace,
+    ensure_namespace,
+    if_found,
+    wait_until,
+)
+from pdlab.cluster.lab import Lab, LabError
+from pdlab.cluster.processes import Child
+from pdlab.cluster.svcproxy import SvcProxy
+from pdlab.demo import report as demo_report
+from pdlab.demo import traffic as demo_traffic
+from pdlab.demo import view as demo_view
+from pdlab.demo.cluster_io import (
     EventLog,
     apply_pdd,
     engine_doc,
@@ -49,21 +63,11 @@ from pdlab.demo_cluster import (
     read_pdd,
     ready_pods,
 )
-from pdlab.kubeclient import (
-    Kube,
-    apply_crd,
-    delete_namespace,
-    ensure_namespace,
-    if_found,
-    wait_until,
-)
-from pdlab.lab import Lab, LabError
-from pdlab.processes import Child
-from pdlab.svcproxy import SvcProxy
+from pdlab.engine import scenarios
 from pdscaler.spec import GROUP, PLURAL, VERSION
 
 DEFAULT_MANIFEST = REPO_DIR / "deploy" / "demo" / "demo.yaml"
-#: The scenario aiperf replays (``pdlab.scenarios``): the demo's phases at HTTP scale.
+#: The scenario aiperf replays (``pdlab.engine.scenarios``): the demo's phases at HTTP scale.
 SCENARIO = "demo-http"
 FULL_DEMO_S = scenarios.get(SCENARIO).duration_s
 #: From the PDDeployment applied to a first request through the front Service.
@@ -107,10 +111,10 @@ def operator_argv(namespace: str, metrics_port: int = 0) -> list[str]:
 
 
 def engine_sim_argv(args: argparse.Namespace, name: str) -> list[str]:
-    """The demo's engine simulator (``pdlab.demo_engine``): real requests only, the
+    """The demo's engine simulator (``pdlab.demo.engine``): real requests only, the
     router pods run, its control port ``args.port``."""
     return [
-        sys.executable, "-m", "pdlab.demo_engine", "--namespace", args.namespace,
+        sys.executable, "-m", "pdlab.demo.engine", "--namespace", args.namespace,
         "--name", name, "--port", str(args.port),
     ]  # fmt: skip
 

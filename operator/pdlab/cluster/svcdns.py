@@ -9,7 +9,7 @@ answers 503 (where a real client would see the connection refused). Any other ho
 forwarded as it is. Must not: listen anywhere but loopback, or change anything in the
 cluster.
 
-Why: the lab's pods run as local processes on the lab host (``pdlab.podrunner``), whose
+Why: the lab's pods run as local processes on the lab host (``pdlab.cluster.podrunner``), whose
 resolver knows no ``.svc`` names, and the lab cannot bind ClusterIPs. The pod runner
 gives the processes it starts ``http_proxy`` pointing here (urllib, requests and curl
 honour it), so the chart's ``helm test`` pod reaches the operator's metrics Service by
@@ -33,7 +33,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from pdlab.svcproxy import ProbeState, service_endpoints
+from pdlab.cluster.svcproxy import ProbeState, service_endpoints
 
 #: Headers that belong to one hop (RFC 9110 §7.6.1), not passed on.
 HOP_BY_HOP = frozenset(

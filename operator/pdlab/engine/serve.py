@@ -25,7 +25,7 @@ Routes of every pod (as vLLM serves them):
   answer, a list of ``{request_id, token_ids, sampling_params, model}`` (vllm-router
   calls it).
 * ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (the pod's vLLM series,
-  ``pdlab.engine_expo``; no pod labels: Prometheus adds them from discovery).
+  ``pdlab.engine.expo``; no pod labels: Prometheus adds them from discovery).
 
 The P/D protocol (vLLM's NixlConnector): a request with ``kv_transfer_params:
 {do_remote_decode: true}`` at a prefill pod is prefilled and answered with one token
@@ -37,7 +37,7 @@ an unknown one, or a prefill pod of another cell (namespace, PDDeployment, revis
 config differ) is served as vLLM would (prefilled locally) and recorded as a pairing
 error; so is a whole request served by a prefill pod.
 
-SGLang's P/D protocol (``pdlab.engine_sglang``; pods whose engine runs SGLang also
+SGLang's P/D protocol (``pdlab.engine.sglang``; pods whose engine runs SGLang also
 serve ``POST /generate``, ``GET /get_server_info``, ``/get_model_info`` and
 ``/health_generate``): sglang-router sends the same body to a prefill and a decode pod
 at once with ``bootstrap_host``/``bootstrap_port``/``bootstrap_room``; the prefill leg
@@ -69,10 +69,10 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from pdlab import engine_sglang as sgl
-from pdlab.engine_expo import MODEL_NAME, render_pod
-from pdlab.engine_pods import PodInfo
-from pdlab.loop_thread import LoopThread
+from pdlab.engine import sglang as sgl
+from pdlab.engine.expo import MODEL_NAME, render_pod
+from pdlab.engine.loop_thread import LoopThread
+from pdlab.engine.pods import PodInfo
 from pdscaler.sim.engine import TPOT_BUCKETS, TTFT_BUCKETS, EngineParams, PodStats
 from pdscaler.types import Role
 
@@ -381,7 +381,7 @@ class PodServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
-        if self.pod.dialect == "sglang":  # SGLang's own routes (pdlab.engine_sglang)
+        if self.pod.dialect == "sglang":  # SGLang's own routes (pdlab.engine.sglang)
             app.router.add_post("/generate", self.generate)
             app.router.add_get("/get_server_info", self.server_info)
             app.router.add_get("/get_model_info", self.model_info)

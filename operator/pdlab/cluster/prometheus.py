@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from pdlab.config import PACKAGE_DIR, REPO_DIR, TEMPLATES_DIR, cache_dir
+from pdlab.cluster.config import PACKAGE_DIR, REPO_DIR, TEMPLATES_DIR, cache_dir
 
 #: The scrape jobs users paste into their Prometheus (the lab uses the same file).
 SD_SNIPPET = REPO_DIR / "deploy" / "prometheus" / "kubernetes-sd.yaml"

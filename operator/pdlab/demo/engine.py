@@ -1,12 +1,12 @@
-"""`python -m pdlab.demo_engine`: the engine simulator as the demo runs it, serving only
+"""`python -m pdlab.demo.engine`: the engine simulator as the demo runs it, serving only
 real requests (no synthetic load), with engines slow enough for a two-core lab.
 
 Owns: the demo's engine capacities (``DEMO_ENGINE``: one replica's true prefill and
 decode speed, in the simulator's tokens, which are whitespace words) and running
-``pdlab.engine_sim.EngineSim`` with them over the demo's namespace: every prefill and
+``pdlab.engine.sim.EngineSim`` with them over the demo's namespace: every prefill and
 decode pod served at its pod IP from Running on (``StartedPods``) until its preStop
-sleep has passed after it left (``pdlab.engine_pods.LingeringPods``), the router pods run by
-``pdlab.podrunner``, the control port's ``/status`` (plus each pool's queued and
+sleep has passed after it left (``pdlab.engine.pods.LingeringPods``), the router pods run by
+``pdlab.cluster.podrunner``, the control port's ``/status`` (plus each pool's queued and
 running requests summed over its pods, ``queues``) and ``/requests`` (every
 request's record). Must not: generate load (aiperf sends it through the front
 Service) or change anything in the cluster.
@@ -18,7 +18,7 @@ replica must serve tens of output tokens and a few hundred prompt words per seco
 not the ~1,900 and ~8,500 of ``EngineParams()``. ``deploy/demo/demo.yaml``'s priors
 are 14-20% below these (decode: at the TPOT SLO), as in the simulator benchmark.
 
-    python -m pdlab.demo_engine --namespace pdscaler-demo --name demo --port 29400
+    python -m pdlab.demo.engine --namespace pdscaler-demo --name demo --port 29400
     # chat (3 req/s, ~120 prompt words, 16 output tokens): the ratio model asks
     # 360 / (150 x 0.7) = 3.4 -> 4 prefill and 48 / (32 x 0.7) = 2.1 -> 3 decode
 """
@@ -30,8 +30,8 @@ import json
 import sys
 from dataclasses import replace
 
-from pdlab.engine_pods import LingeringPods, PodInfo, PodLister, to_info
-from pdlab.engine_sim import EngineSim, serve
+from pdlab.engine.pods import LingeringPods, PodInfo, PodLister, to_info
+from pdlab.engine.sim import EngineSim, serve
 from pdscaler.sim.engine import EngineParams
 
 #: One replica of the demo: prefill 175 words/s (a 120-word chat prompt in 0.7 s, a
@@ -95,9 +95,9 @@ class DemoEngineSim(EngineSim):
 
 def main(argv: list[str] | None = None) -> int:
     """Run until SIGTERM/SIGINT; 0 on a clean stop, 2 without a lab."""
-    from pdlab.lab import Lab
+    from pdlab.cluster.lab import Lab
 
-    parser = argparse.ArgumentParser(prog="python -m pdlab.demo_engine")
+    parser = argparse.ArgumentParser(prog="python -m pdlab.demo.engine")
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--name", required=True, help="the PDDeployment")
     parser.add_argument("--port", type=int, required=True, help="control port on 127.0.0.1")
