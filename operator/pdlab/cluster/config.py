@@ -39,6 +39,9 @@ DEFAULT_PORTS: dict[str, int] = {
 #: Two labs on one host need distinct ranges (PDLAB_POD_CIDR=127.65.0.0/16).
 DEFAULT_POD_CIDR = "127.64.0.0/16"
 
+#: Built from source (build-prometheus.sh): Debian's 2.42 has no Kubernetes discovery.
+PROMETHEUS_VERSION = "3.13.5"
+
 _DURATION = re.compile(r"^(\d+(\.\d+)?(ms|s|m|h))+$")
 
 
@@ -78,8 +81,6 @@ def promtool_path() -> Path:
     """The promtool build-prometheus.sh builds beside Prometheus (the chart's alerting
     rules are unit-tested with ``promtool test rules``), e.g.
     ~/.cache/pdscaler/tools/prometheus-3.13.5/promtool."""
-    from pdlab.cluster.prometheus import PROMETHEUS_VERSION
-
     return cache_dir() / "tools" / f"prometheus-{PROMETHEUS_VERSION}" / "promtool"
 
 

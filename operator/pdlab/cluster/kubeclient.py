@@ -3,11 +3,11 @@ the few reads and writes the demo, the lab tests and the benchmarks all make.
 
 Owns: ``Kube`` (the typed API clients sharing one ``ApiClient``), ``wait_until`` (poll
 a predicate until it returns something truthy, with a timeout that names what it
-waited for and the last value seen), ``pod_ready`` / ``pod_condition`` on typed pods,
-``if_found`` (a read that is None on 404), namespaces created and deleted idempotently,
-and the PDDeployment CRD applied and waited Established. Must not: start or stop the
-lab (``pdlab.cluster.lab``), or be imported by ``pdscaler`` (the product talks to Kubernetes
-in ``pdscaler.kube`` only).
+waited for and the last value seen), ``pod_ready`` / ``pod_condition`` / ``is_serving``
+on typed pods, ``if_found`` (a read that is None on 404), namespaces created and deleted
+idempotently, and the PDDeployment CRD applied and waited Established. Must not: start
+or stop the lab (``pdlab.cluster.lab``), import the engine simulator or the demo, or be
+imported by ``pdscaler`` (the product talks to Kubernetes in ``pdscaler.kube`` only).
 
     kube = Kube.from_kubeconfig(lab.kubeconfig)
     apply_crd(kube)                                  # idempotent, waits Established
@@ -116,6 +116,17 @@ def pod_condition(pod: client.V1Pod, kind: str) -> client.V1PodCondition | None:
         if cond.type == kind:
             return cond
     return None
+
+
+def is_serving(pod: Any) -> bool:
+    """Running, Ready=True and not terminating (a kubernetes-client V1Pod): a pod a
+    Service sends to (the Service proxy) and an engine serves (the engine simulator)."""
+    if pod.metadata.deletion_timestamp is not None:
+        return False
+    status = pod.status
+    if status is None or status.phase != "Running":
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
 
 
 def pod_ready(pod: client.V1Pod) -> bool:

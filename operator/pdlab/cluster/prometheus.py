@@ -28,12 +28,16 @@ from typing import Any
 
 import yaml
 
-from pdlab.cluster.config import PACKAGE_DIR, REPO_DIR, TEMPLATES_DIR, cache_dir
+from pdlab.cluster.config import (
+    PACKAGE_DIR,
+    PROMETHEUS_VERSION,
+    REPO_DIR,
+    TEMPLATES_DIR,
+    cache_dir,
+)
 
 #: The scrape jobs users paste into their Prometheus (the lab uses the same file).
 SD_SNIPPET = REPO_DIR / "deploy" / "prometheus" / "kubernetes-sd.yaml"
-#: Built from source (build-prometheus.sh): Debian's 2.42 has no Kubernetes discovery.
-PROMETHEUS_VERSION = "3.13.5"
 BUILD_SCRIPT = PACKAGE_DIR / "build-prometheus.sh"
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from pdlab.engine.pods import is_serving
+from pdlab.cluster.kubeclient import is_serving
 
 #: The label every EndpointSlice of a Service carries.
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"

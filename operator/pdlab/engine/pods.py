@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from kubernetes import client, config
 
+from pdlab.cluster.kubeclient import is_serving
 from pdscaler.naming import LABEL_NAME, LABEL_POOL, LABEL_REVISION, LABEL_ROLE, LABEL_VERSION
 from pdscaler.router import DEFAULT_BOOTSTRAP_PORT, bootstrap_port
 from pdscaler.types import Role
@@ -116,16 +117,6 @@ def engine_dialect(pod: Any) -> str:
     """``sglang`` when the engine container runs SGLang (``sglang`` in its image,
     command or args: ``python3 -m sglang.launch_server``), else ``vllm``."""
     return "sglang" if any("sglang" in w for w in engine_words(pod)) else "vllm"
-
-
-def is_serving(pod: Any) -> bool:
-    """Running, Ready=True and not terminating (a kubernetes-client V1Pod)."""
-    if pod.metadata.deletion_timestamp is not None:
-        return False
-    status = pod.status
-    if status is None or status.phase != "Running":
-        return False
-    return any(c.type == "Ready" and c.status == "True" for c in status.conditions or [])
 
 
 def to_info(pod: Any) -> PodInfo | None:
