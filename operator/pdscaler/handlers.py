@@ -1,7 +1,7 @@
 """kopf glue, and nothing else: which events call ``reconcile_once``, and when.
 
 Owns: the kopf registrations for PDDeployments, the operator settings they need, and
-the tick loop (``TickLoop``) that calls ``Runtime.tick``.
+the tick loop (``TickLoop``) that calls ``reconcile.run_tick``.
 
 * ``@kopf.on.event``: kopf's low-level watch, which keeps no state on the object (no
   progress or diff-base annotations, no finalizer). Every PDDeployment seen (the
@@ -249,7 +249,7 @@ def loop() -> TickLoop:
     with _lock:
         if _loop is None:
             _loop = TickLoop(
-                tick=lambda ns, n: runtime().tick(ns, n),
+                tick=lambda ns, n: reconcile.run_tick(runtime(), ns, n),
                 interval=lambda ns, n: runtime().interval(ns, n),
                 leader=is_leader,
                 health=_health,

@@ -130,6 +130,22 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
     return done
 
 
+def run_tick(rt: Runtime, namespace: str, name: str) -> TickReport | None:
+    """``reconcile_once`` under the PDDeployment's lock (``Runtime.lock``); errors are
+    logged and counted, never raised (the next tick retries: level-triggered). The start
+    of the first failed tick since the last good one is kept in ``rt.failing_since``."""
+    with rt.lock(namespace, name):
+        started = rt.clock()
+        try:
+            report = reconcile_once(rt, namespace, name)
+        except Exception:
+            log.exception("reconcile of %s/%s failed", namespace, name)
+            rt.telemetry.errors.labels(namespace, name).inc()
+            rt.failing_since.setdefault((namespace, name), started)
+            return None
+        return report
+
+
 def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] | str:
     """The tick's facts from the API server, Prometheus and the Runtime's memory, or
     why there is nothing to do (``not found``, ``being deleted``, ``invalid spec``)."""

@@ -7,13 +7,13 @@ allow-list and body cap from ``$PDSCALER_*``), the Prometheus clients by URL (on
 PDDeployment with credentials) and the Secrets they name, the pause of a PDDeployment
 whose query ran into its deadline (``snapshot``), telemetry, the policy memory and
 rollout state by uid, a lock per PDDeployment, and ``forget`` for one that is gone.
-Must not: decide or write anything (``reconcile`` reads, computes and applies a tick;
-``Runtime.tick`` runs it under the PDDeployment's lock).
+Must not: decide or write anything (``reconcile`` reads, computes and applies a tick,
+and ``reconcile.run_tick`` runs it under the PDDeployment's lock), or import
+``reconcile`` (which imports this module).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -53,8 +53,6 @@ from pdscaler.types import (
     MetricsSnapshot,
     PolicyMemory,
 )
-
-log = logging.getLogger("pdscaler.reconcile")
 
 #: Overrides every PDDeployment's ``metrics.prometheus.url`` (an operator run outside
 #: the cluster, e.g. the lab demo, reaching Prometheus on another address).
@@ -337,23 +335,6 @@ class Runtime:
         self.memory.pop(uid, None)
         self.rollouts.pop(uid, None)
         self.warned = {key for key in self.warned if len(key) < 2 or key[1] != uid}
-
-    def tick(self, namespace: str, name: str) -> TickReport | None:
-        """``reconcile_once`` under the PDDeployment's lock; errors are logged and
-        counted, never raised (the next tick retries: level-triggered). The start of
-        the first failed tick since the last good one is kept in ``failing_since``."""
-        with self.lock(namespace, name):
-            started = self.clock()
-            from pdscaler.reconcile import reconcile_once  # it imports this module
-
-            try:
-                report = reconcile_once(self, namespace, name)
-            except Exception:
-                log.exception("reconcile of %s/%s failed", namespace, name)
-                self.telemetry.errors.labels(namespace, name).inc()
-                self.failing_since.setdefault((namespace, name), started)
-                return None
-            return report
 
 
 def _secret_reader(kube: Kube) -> Callable[[str, str], dict[str, bytes] | None]:
