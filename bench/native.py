@@ -43,6 +43,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+# bench.diurnal still reads it here (to move); quality imports it from provenance, as
+# native's replay check (``fingerprint``) runs quality's cases: not the other way round
+from bench.provenance import engine_label as engine_label
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "operator" / "pdscaler"
 CACHE = Path(os.environ.get("PDSCALER_CACHE", Path.home() / ".cache" / "pdscaler")) / "native"
@@ -237,11 +241,3 @@ def reexec(argv: list[str], module: str = "bench") -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(path), str(REPO)])
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
-
-
-def engine_label() -> str:
-    """How this process's simulator runs, for the reports."""
-    import pdscaler.sim.engine as engine
-
-    compiled = not str(engine.__file__).endswith(".py")
-    return "compiled with mypyc (bench/native.py)" if compiled else "pure Python"

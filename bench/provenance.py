@@ -2,10 +2,12 @@
 
 Owns: ``measured_at`` (asked of git when a measurement is written: the short commit of
 HEAD, ``+dirty`` when the measured code had uncommitted changes, and the date), the
-``measured_at`` entry every JSON results file carries, and ``line``, the sentence every
-markdown render puts in its header. Must not: guess: without git (a tarball, no git
-binary) the commit is ``unknown``; an entry written after the fact (a file measured
-before this module existed) says so in ``recorded``.
+``measured_at`` entry every JSON results file carries, ``line``, the sentence every
+markdown render puts in its header, and ``engine_label``, how this process's simulator
+runs (compiled by ``bench.native``, or pure Python), which the reports print. Must not:
+guess: without git (a tarball, no git binary) the commit is ``unknown``; an entry
+written after the fact (a file measured before this module existed) says so in
+``recorded``.
 
     measured_at()            # {"commit": "48bfd55+dirty", "date": "2026-12-05 09:41 UTC"}
     line({"commit": "0620c79", "date": "2026-12-03 15:57 UTC",
@@ -74,3 +76,13 @@ def line(entry: Mapping[str, Any] | None) -> str:
     text = f"Measured at commit {entry.get('commit', UNKNOWN)}, {entry.get('date', UNKNOWN)}"
     recorded = entry.get("recorded")
     return text + (f" ({recorded})." if recorded else ".")
+
+
+def engine_label() -> str:
+    """How this process's simulator runs, for the reports: ``compiled with mypyc
+    (bench/native.py)`` when ``pdscaler.sim.engine`` is loaded from an extension module
+    (``bench.native``'s build), else ``pure Python``."""
+    import pdscaler.sim.engine as engine
+
+    compiled = not str(engine.__file__).endswith(".py")
+    return "compiled with mypyc (bench/native.py)" if compiled else "pure Python"

@@ -73,7 +73,7 @@ import numpy as np
 
 from bench import dynamo_real, provenance
 from bench.markdown import spread, table, two
-from bench.native import engine_label
+from bench.provenance import engine_label
 from pdscaler.cli.common import percent as pct
 from pdscaler.models.migration import SOFTWARE_PREP_SECONDS
 from pdscaler.sim import compare as sim_compare

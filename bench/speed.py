@@ -110,7 +110,7 @@ def measure(policy: str, profile: bool = False, day: bool = False) -> dict[str, 
     cpu = time.process_time() - c0
     out: dict[str, Any] = {
         "policy": policy,
-        "engine": native.engine_label(),
+        "engine": provenance.engine_label(),
         "requests": len(trace),
         "scale": scale,
         "day_requests": day_requests,
