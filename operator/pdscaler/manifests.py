@@ -51,11 +51,7 @@ from fractions import Fraction
 from typing import Any
 
 from pdscaler import naming, router
-from pdscaler.objects import SPEC_HASH_ANNOTATION as SPEC_HASH_ANNOTATION
-from pdscaler.objects import Manifest as Manifest
-from pdscaler.objects import Meta as Meta
-from pdscaler.objects import owner_reference, stamp
-from pdscaler.objects import spec_hash as spec_hash
+from pdscaler.objects import SPEC_HASH_ANNOTATION, Manifest, Meta, owner_reference, stamp
 from pdscaler.spec import PDDeploymentSpec, PoolSpec
 from pdscaler.types import Role
 

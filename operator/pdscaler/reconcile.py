@@ -36,7 +36,7 @@ from pdscaler import status, tick
 from pdscaler.kube import (
     KubeError,
 )
-from pdscaler.manifests import Meta
+from pdscaler.objects import Meta
 from pdscaler.plan import Action
 from pdscaler.prometheus import (
     MetricsUnavailableError,

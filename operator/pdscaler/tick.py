@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdscaler import manifests, naming, observe, roles, rollout, router, status
-from pdscaler.manifests import CellTarget, Meta
-from pdscaler.objects import stamp
+from pdscaler.manifests import CellTarget
+from pdscaler.objects import Meta, stamp
 from pdscaler.plan import Action, Observed, Plan, Verb, owned_by, plan
 from pdscaler.policy import decide
 from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus

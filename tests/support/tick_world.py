@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdscaler import tick
-from pdscaler.manifests import Meta
+from pdscaler.objects import Meta
 from pdscaler.plan import Observed
 from pdscaler.rollout import RolloutState
 from pdscaler.sim.cluster import SimCluster

@@ -11,7 +11,8 @@ from typing import Any, cast
 import pytest
 
 from pdscaler import invariants, manifests, naming, router
-from pdscaler.manifests import CellTarget, Meta
+from pdscaler.manifests import CellTarget
+from pdscaler.objects import SPEC_HASH_ANNOTATION, Meta
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Role
 
@@ -216,14 +217,14 @@ def test_spec_hash_ignores_replicas_but_sees_template_and_version() -> None:
     more = CellTarget(CELL.image, CELL.version, prefill=3, decode=9)
     b = manifests.pool_deployment(META, spec(), more, Role.DECODE)
     assert (
-        a["metadata"]["annotations"][manifests.SPEC_HASH_ANNOTATION]
-        == (b["metadata"]["annotations"][manifests.SPEC_HASH_ANNOTATION])
+        a["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        == (b["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
     )
     s2 = spec(decode={"tokensPerSecond": 800, "gpusPerReplica": 2})
     c = manifests.pool_deployment(META, s2, CELL, Role.DECODE)
     assert (
-        c["metadata"]["annotations"][manifests.SPEC_HASH_ANNOTATION]
-        != (a["metadata"]["annotations"][manifests.SPEC_HASH_ANNOTATION])
+        c["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        != (a["metadata"]["annotations"][SPEC_HASH_ANNOTATION])
     )
 
 

@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from pdscaler import manifests, naming
-from pdscaler.manifests import Meta
+from pdscaler.objects import Meta
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Role
 

@@ -8,7 +8,8 @@ import copy
 from typing import Any
 
 from pdscaler import manifests, naming
-from pdscaler.manifests import CellTarget, Meta
+from pdscaler.manifests import CellTarget
+from pdscaler.objects import Meta
 from pdscaler.plan import Observed, Verb, deletion_costs, owned_by, plan
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Role

@@ -7,7 +7,8 @@ import copy
 from typing import Any
 
 from pdscaler import invariants, manifests, naming, observe, router
-from pdscaler.manifests import CellTarget, Meta
+from pdscaler.manifests import CellTarget
+from pdscaler.objects import Meta
 from pdscaler.plan import Observed
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import PoolObservation, Role

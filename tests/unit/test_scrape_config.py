@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from pdscaler import router
-from pdscaler.manifests import Meta
+from pdscaler.objects import Meta
 from pdscaler.spec import PDDeploymentSpec
 
 SNIPPET = Path(__file__).resolve().parents[2] / "deploy/prometheus/kubernetes-sd.yaml"
