@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import (
     AwareDatetime,
@@ -249,17 +249,25 @@ def _pod_template_parts(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-class ReplicaBounds(_Model):
+class _MinMax(_Model):
+    """Replica bounds ``min`` <= ``max``: the twin of the CRD's CEL rule
+    ``self.min <= self.max`` (one rule for the pools' and the routers' bounds)."""
+
+    min: int
+    max: int
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> Self:
+        if self.min > self.max:
+            raise ValueError(MSG_REPLICAS_MIN_MAX)
+        return self
+
+
+class ReplicaBounds(_MinMax):
     """Per-pool replica bounds; the policy never leaves [min, max]."""
 
     min: int = Field(default=1, ge=0, le=MAX_REPLICAS)
     max: int = Field(default=16, ge=1, le=MAX_REPLICAS)
-
-    @model_validator(mode="after")
-    def _min_le_max(self) -> ReplicaBounds:
-        if self.min > self.max:
-            raise ValueError(MSG_REPLICAS_MIN_MAX)
-        return self
 
 
 class ProfilePoint(_Model):
@@ -548,18 +556,12 @@ DEFAULT_ROUTER_IMAGE: dict[RouterType, str] = {
 }
 
 
-class RouterBounds(_Model):
+class RouterBounds(_MinMax):
     """Router replicas per serving cell (during a rollout ``min`` bounds the cells'
     total and each serving cell has at least 1: ``router.allot``)."""
 
     min: int = Field(default=1, ge=1, le=64)
     max: int = Field(default=8, ge=1, le=64)
-
-    @model_validator(mode="after")
-    def _min_le_max(self) -> RouterBounds:
-        if self.min > self.max:
-            raise ValueError(MSG_REPLICAS_MIN_MAX)
-        return self
 
 
 class RouterSpec(_Model):
