@@ -36,7 +36,8 @@ from pdlab.cluster.kubeclient import apply_crd, delete_namespace, ensure_namespa
 from pdlab.cluster.lab import Lab, LabError
 from pdscaler.kube import Kube, load_api_client
 from pdscaler.metricsql import build_queries
-from pdscaler.reconcile import Runtime, TickReport, overhead, reconcile_once
+from pdscaler.reconcile import overhead, reconcile_once
+from pdscaler.runtime import Runtime, TickReport
 from pdscaler.spec import PDDeploymentSpec
 
 TITLE = "2. One reconcile tick against the lab (`reconcile_once`, real clients)"

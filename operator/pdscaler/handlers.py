@@ -48,6 +48,7 @@ from typing import Any
 import kopf
 
 from pdscaler import reconcile
+from pdscaler.runtime import Runtime
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from pdscaler.telemetry import Health
 
@@ -63,11 +64,11 @@ log = logging.getLogger("pdscaler.handlers")
 Key = tuple[str, str]
 
 _lock = threading.Lock()
-_runtime: reconcile.Runtime | None = None
+_runtime: Runtime | None = None
 _leader: Callable[[], bool] = lambda: True  # noqa: E731
 
 
-def install(runtime: reconcile.Runtime | None) -> None:
+def install(runtime: Runtime | None) -> None:
     """Use ``runtime`` for every handler from now on (None: make one on first use)."""
     global _runtime
     with _lock:
@@ -81,11 +82,11 @@ def install_leader(leader: Callable[[], bool] | None) -> None:
         _leader = leader if leader is not None else (lambda: True)
 
 
-def runtime() -> reconcile.Runtime:
+def runtime() -> Runtime:
     global _runtime
     with _lock:
         if _runtime is None:
-            _runtime = reconcile.Runtime.from_environment()
+            _runtime = Runtime.from_environment()
         return _runtime
 
 

@@ -1,5 +1,5 @@
 """One reconcile tick of one PDDeployment: ``reconcile_once`` (docs/design.md §2), run in
-the process-wide ``runtime.Runtime`` (importable from here too).
+the process-wide ``runtime.Runtime``; ``run_tick`` runs it under the PDDeployment's lock.
 
 Owns: the shell of a tick, level-triggered and idempotent (sample-controller's
 ``syncHandler``), in three steps:
@@ -41,30 +41,7 @@ from pdscaler.plan import Action
 from pdscaler.prometheus import (
     MetricsUnavailableError,
 )
-from pdscaler.runtime import (
-    KUBE_BURST_ENV as KUBE_BURST_ENV,
-)
-from pdscaler.runtime import (
-    KUBE_CACHE_ENV as KUBE_CACHE_ENV,
-)
-from pdscaler.runtime import (
-    KUBE_QPS_ENV as KUBE_QPS_ENV,
-)
-from pdscaler.runtime import (
-    PROMETHEUS_ALLOWED_URLS_ENV as PROMETHEUS_ALLOWED_URLS_ENV,
-)
-from pdscaler.runtime import (
-    PROMETHEUS_MAX_BODY_ENV as PROMETHEUS_MAX_BODY_ENV,
-)
-from pdscaler.runtime import (
-    PROMETHEUS_URL_ENV as PROMETHEUS_URL_ENV,
-)
-from pdscaler.runtime import (
-    Runtime as Runtime,
-)
-from pdscaler.runtime import (
-    TickReport as TickReport,
-)
+from pdscaler.runtime import Runtime, TickReport
 from pdscaler.spec import PDDeploymentSpec, parse_spec_lenient
 from pdscaler.types import (
     ConditionReason,

@@ -160,8 +160,9 @@ def _dump(kube: Kube, namespace: str, name: str) -> None:
         from pdscaler import reconcile, tick
         from pdscaler.kube import Kube as OpKube
         from pdscaler.kube import load_api_client
+        from pdscaler.runtime import Runtime
 
-        rt = reconcile.Runtime(kube=OpKube(load_api_client()))
+        rt = Runtime(kube=OpKube(load_api_client()))
         read = reconcile._read(rt, namespace, name)
         if not isinstance(read, str):
             fx = tick.compute(read[1])

@@ -4,7 +4,7 @@ within the spec, and no tick raises (the reconcile error counter stays flat).
 
 Against the lab's API server (real Deployments, kwok pods Ready 1 s after creation), with
 the operator in-process (``opkit.ticking``, one tick a second). The values come through
-the operator's ``metrics_source`` hook (``reconcile.Runtime``), not the exporter: the
+the operator's ``metrics_source`` hook (``runtime.Runtime``), not the exporter: the
 drill needs exact garbage in each field of the snapshot, which Prometheus would already
 have turned into "no data" (NaN and Inf samples are dropped by its functions). Windows
 shortened: scaleDownStabilization 4 s, each garbage phase 3 s (almost a window; the

@@ -4,7 +4,7 @@ lower both pools: no pool is lowered, and the MetricsAvailable condition says wh
 is missing; then complete data lowers them (the drill is not vacuous).
 
 Against the lab's API server with the operator in-process, fed through the operator's
-``metrics_source`` hook (``reconcile.Runtime``): the snapshots carry what the Prometheus
+``metrics_source`` hook (``runtime.Runtime``): the snapshots carry what the Prometheus
 reader makes of each fault (``metricsql.assemble``: ``targets_up`` from ``sum by role
 (up)``, ``missing`` naming a series that came back empty), so the drill checks the
 policy and the condition end to end without depending on the exporter (being reworked

@@ -8,7 +8,7 @@ server's reason.
 Against the lab's API server (a ResourceQuota ``services: 0`` in the test namespace, a
 ValidatingAdmissionPolicy bound to the test namespace only and deleted afterwards),
 the operator in-process ticking every second, fed through ``metrics_source``
-(``reconcile.Runtime``) so the load change is exact: R 1 req/s (1 / 1) -> R 4 (4 / 4).
+(``runtime.Runtime``) so the load change is exact: R 1 req/s (1 / 1) -> R 4 (4 / 4).
 Each case < 30 s. The CRD is cluster-scoped: on a shared lab another user may apply an
 older copy between this test's apply and its create, so the admission cases re-apply it
 just before; run them on a private lab for a clean result (PDLAB_DIR and every

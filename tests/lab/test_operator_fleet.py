@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from pdlab.cluster.lab import Lab
-from pdscaler.reconcile import Runtime
+from pdscaler.runtime import Runtime
 from support.labkit import Kube, wait_for
 from support.opkit import (
     create_pdd,

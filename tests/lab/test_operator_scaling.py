@@ -17,7 +17,8 @@ from typing import Any
 from pdlab.cluster.lab import Lab
 from pdscaler import models
 from pdscaler.prometheus import PrometheusClient, read_snapshot
-from pdscaler.reconcile import Runtime, run_tick
+from pdscaler.reconcile import run_tick
+from pdscaler.runtime import Runtime
 from pdscaler.types import MetricsSnapshot, Role
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for

@@ -1,7 +1,7 @@
 """An operator fed exact snapshots, and a sampler of its pools' replicas, for the
 drills that need garbage or gaps in each field of the snapshot (D8, and the missing-data
 and poison-write drills; no tests here). The values come through the operator's
-``metrics_source`` hook (``reconcile.Runtime``), not the exporter: Prometheus would
+``metrics_source`` hook (``runtime.Runtime``), not the exporter: Prometheus would
 already have turned NaN and Inf into "no data".
 
     rt, feed = fed_runtime(lab)                  # R = 4 req/s of the chat mix
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from pdlab.cluster.lab import Lab
-from pdscaler.reconcile import Runtime
+from pdscaler.runtime import Runtime
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot, Role
 from support.background import Sampling

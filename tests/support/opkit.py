@@ -25,7 +25,8 @@ from pdlab.cluster.lab import Lab
 from pdscaler import invariants, naming
 from pdscaler.kube import Kube as OperatorKube
 from pdscaler.kube import load_api_client
-from pdscaler.reconcile import Runtime, run_tick
+from pdscaler.reconcile import run_tick
+from pdscaler.runtime import Runtime
 from pdscaler.spec import GROUP, PLURAL, VERSION, PDDeploymentSpec
 from pdscaler.types import Role
 from support.background import Sampling

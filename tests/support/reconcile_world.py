@@ -16,7 +16,8 @@ from typing import Any
 
 from pdscaler import manifests
 from pdscaler.prometheus import MetricsUnavailableError
-from pdscaler.reconcile import Runtime, reconcile_once
+from pdscaler.reconcile import reconcile_once
+from pdscaler.runtime import Runtime
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot, Role
 from support import builders

@@ -187,7 +187,7 @@ def test_the_prometheus_allow_list_reaches_the_operator() -> None:
     """``prometheus.allowedURLs`` (default: the CRD's default URL) and
     ``prometheus.maxResponseBytes`` are the operator's environment."""
     from pdscaler.prometheus import DEFAULT_ALLOWED_URLS, DEFAULT_MAX_BODY_BYTES
-    from pdscaler.reconcile import PROMETHEUS_ALLOWED_URLS_ENV, PROMETHEUS_MAX_BODY_ENV
+    from pdscaler.runtime import PROMETHEUS_ALLOWED_URLS_ENV, PROMETHEUS_MAX_BODY_ENV
 
     v = values()
     assert tuple(v["prometheus"]["allowedURLs"]) == DEFAULT_ALLOWED_URLS

@@ -164,9 +164,9 @@ def test_run_operator_does_not_use_kopf_peering(monkeypatch: Any) -> None:
             self.kube = SimpleNamespace(audit=WriteAudit())
             self.telemetry = Telemetry()
 
-    from pdscaler import reconcile
+    from pdscaler.runtime import Runtime
 
-    monkeypatch.setattr(reconcile.Runtime, "from_environment", staticmethod(Rt))
+    monkeypatch.setattr(Runtime, "from_environment", staticmethod(Rt))
     run.run_operator(namespaces=["serving"], metrics_port=0)
     assert seen["standalone"] is True
     assert "peering_name" not in seen or seen["peering_name"] is None

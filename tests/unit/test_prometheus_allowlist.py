@@ -13,14 +13,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from pdscaler import reconcile, runtime
+from pdscaler import runtime
 from pdscaler.prometheus import (
     DEFAULT_ALLOWED_URLS,
     MetricsUnavailableError,
     parse_allowed_urls,
     url_allowed,
 )
-from pdscaler.reconcile import Runtime, reconcile_once
+from pdscaler.reconcile import reconcile_once
+from pdscaler.runtime import Runtime
 from pdscaler.spec import PDDeploymentSpec
 from support.builders import pdd_object
 from support.fakekube import FakeKube
@@ -75,19 +76,19 @@ def test_from_environment_reads_the_allow_list_and_defaults_to_the_crd_url(
 ) -> None:
     monkeypatch.setattr(runtime, "load_api_client", lambda: None)
     monkeypatch.setattr(runtime, "Kube", lambda client: FakeKube())
-    monkeypatch.delenv(reconcile.PROMETHEUS_URL_ENV, raising=False)
-    monkeypatch.delenv(reconcile.PROMETHEUS_ALLOWED_URLS_ENV, raising=False)
-    monkeypatch.delenv(reconcile.PROMETHEUS_MAX_BODY_ENV, raising=False)
+    monkeypatch.delenv(runtime.PROMETHEUS_URL_ENV, raising=False)
+    monkeypatch.delenv(runtime.PROMETHEUS_ALLOWED_URLS_ENV, raising=False)
+    monkeypatch.delenv(runtime.PROMETHEUS_MAX_BODY_ENV, raising=False)
     rt = Runtime.from_environment()
     assert rt.prometheus_allowed == DEFAULT_ALLOWED_URLS == ("http://prometheus.monitoring:9090",)
     assert rt.prometheus_url is None
-    monkeypatch.setenv(reconcile.PROMETHEUS_ALLOWED_URLS_ENV, "http://a:1,http://b:2/p")
-    monkeypatch.setenv(reconcile.PROMETHEUS_MAX_BODY_ENV, "1024")
+    monkeypatch.setenv(runtime.PROMETHEUS_ALLOWED_URLS_ENV, "http://a:1,http://b:2/p")
+    monkeypatch.setenv(runtime.PROMETHEUS_MAX_BODY_ENV, "1024")
     rt = Runtime.from_environment()
     assert rt.prometheus_allowed == ("http://a:1", "http://b:2/p")
     assert rt.prometheus_max_body_bytes == 1024
     assert rt.prometheus("http://b:2/p/x").max_body_bytes == 1024
-    monkeypatch.setenv(reconcile.PROMETHEUS_MAX_BODY_ENV, "0")
+    monkeypatch.setenv(runtime.PROMETHEUS_MAX_BODY_ENV, "0")
     with pytest.raises(ValueError, match="PDSCALER_PROMETHEUS_MAX_BODY_BYTES"):
         Runtime.from_environment()
 

@@ -32,7 +32,8 @@ from pdscaler.prometheus import (
     SecretUnreadableError,
     credentials_from,
 )
-from pdscaler.reconcile import Runtime, reconcile_once
+from pdscaler.reconcile import reconcile_once
+from pdscaler.runtime import Runtime
 from pdscaler.spec import (
     MSG_AUTH_BASIC_PAIR,
     MSG_AUTH_CERT_PAIR,

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from pdscaler import spec as pdspec
-from pdscaler.reconcile import Runtime, reconcile_once
+from pdscaler.reconcile import reconcile_once
+from pdscaler.runtime import Runtime
 from pdscaler.spec import PDDeploymentSpec, parse_spec_lenient, strip_unknown
 from pdscaler.status import unknown_fields_message
 from support import builders

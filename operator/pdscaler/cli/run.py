@@ -226,11 +226,12 @@ def run_operator(
 
     With ``election``, ticks write through a ``FencedKube`` (only while this replica
     holds the Lease) and the Lease is released at the end, after the ticks stopped."""
-    from pdscaler import handlers, reconcile, telemetry
+    from pdscaler import handlers, telemetry
     from pdscaler.kube import FencedKube
     from pdscaler.leader import Elector
+    from pdscaler.runtime import Runtime
 
-    runtime = reconcile.Runtime.from_environment()
+    runtime = Runtime.from_environment()
     elector = None
     if election is not None:
         elector = Elector(
