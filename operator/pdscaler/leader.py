@@ -1,4 +1,4 @@
-"""The leader elector: runs ``lease.py``'s decisions against ``kube.py``'s Lease calls.
+"""The leader elector: runs ``lease.py``'s decisions against ``kube``'s Lease calls.
 
 Owns: one loop (a daemon thread) that every ``retry_period`` GETs the Lease, notes when
 its content changed (``lease.observe``), decides (``lease.decide``) and writes (POST

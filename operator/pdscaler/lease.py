@@ -6,7 +6,7 @@ seen (``Seen``: the local monotonic time its content last changed, as client-go'
 ``observedTime``; the record's own ``renewTime`` is another host's wall clock and is
 never compared with ours), what to do next (``decide``: CREATE / TAKE / RENEW / WAIT),
 the spec to write for it (``desired``, ``released``), and the fence (``may_write``).
-Must not: talk to Kubernetes (``kube.py`` does, ``leader.py`` runs the loop) or read
+Must not: talk to Kubernetes (``kube`` does, ``leader.py`` runs the loop) or read
 a clock.
 
 Timings as client-go's (``Timings``): leaseDuration 15 s, renewDeadline 10 s,

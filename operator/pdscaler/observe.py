@@ -4,7 +4,7 @@ cells and pools look like right now.
 Owns: the predicates on pods (Ready, unschedulable for lack of resources, start-up
 time creation -> Ready) and the summing of a PDDeployment's owned Deployments and pods
 into one ``CellObservation`` per revision and one ``PoolObservation`` per role. Must
-not: talk to the API server (``kube.py`` fetched the objects), read the clock, or
+not: talk to the API server (``kube`` fetched the objects), read the clock, or
 decide anything.
 
 Purely computational: plain dicts in (as the API server returns them), frozen data

@@ -20,7 +20,7 @@ Owns: the shell of a tick, level-triggered and idempotent (sample-controller's
 
 A converged PDDeployment costs reads only: ZERO writes (the lab test counts them through
 ``Kube.audit``). Must not: decide anything (``tick`` and the pure modules do), or write
-anything except through ``kube.py``. The policy memory and rollout state live in the
+anything except through ``kube``. The policy memory and rollout state live in the
 Runtime between ticks and, compacted, in the status for a restarted operator.
 """
 

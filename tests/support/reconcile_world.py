@@ -1,6 +1,6 @@
 """A PDDeployment in an in-memory API server (fakekube.FakeKube), a metrics source the
 test sets and a clock (no tests here): ``World`` runs ``reconcile_once`` on them, the
-whole tick (kube.py's requests included) without a cluster.
+whole tick (the kube package's requests included) without a cluster.
 
 Worked numbers: prefill 3000 tok/s, decode 800 tok/s, u = 0.7, min 1 / max 8 each.
 At R = 1 req/s, L_p = 2000, L_d = 500 the ratio model wants one replica each.

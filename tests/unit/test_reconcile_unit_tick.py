@@ -1,5 +1,5 @@
 """``reconcile_once`` against an in-memory API server (fakekube.FakeKube) and a metrics
-source set by the test: the whole tick (kube.py's requests included) without a cluster.
+source set by the test: the whole tick (the kube package's requests included) without a cluster.
 
 Worked numbers: prefill 3000 tok/s, decode 800 tok/s, u = 0.7, min 1 / max 8 each.
 At R = 1 req/s, L_p = 2000, L_d = 500 the ratio model wants N_P = 2000/2100 = 0.95 -> 1

@@ -1,7 +1,7 @@
 """``pdscaler explain NAME [-n NS] [--kubeconfig F] [--context C]``: the last decision
 of a PDDeployment, for a person.
 
-Owns: reading one PDDeployment's status (through ``kube.py``) and printing its last
+Owns: reading one PDDeployment's status (through ``kube``) and printing its last
 decision with the inputs the policy saw, the models' numbers and the reason, plus the
 pools and the conditions; the namespace default, as kubectl's: ``-n``, else the
 namespace of the kubeconfig context used (``--context``, else current-context), else
