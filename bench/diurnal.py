@@ -820,7 +820,7 @@ def run_matrix(
             - len([r for r in rows if r.get("from_tuning")])
             + len(tuned),
             "wall_s": time.perf_counter() - started,
-            "engine": native.engine_label(),
+            "engine": provenance.engine_label(),
             "real_dynamo": hour_bench.REAL_DYNAMO
             if dynamo_real.available()
             else hour_bench.REAL_DYNAMO_MISSING,

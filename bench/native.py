@@ -43,10 +43,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-# bench.diurnal still reads it here (to move); quality imports it from provenance, as
-# native's replay check (``fingerprint``) runs quality's cases: not the other way round
-from bench.provenance import engine_label as engine_label
-
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "operator" / "pdscaler"
 CACHE = Path(os.environ.get("PDSCALER_CACHE", Path.home() / ".cache" / "pdscaler")) / "native"
