@@ -9,10 +9,11 @@ sequence per step of ``decode_step(batch, kv_tokens)``, admission FIFO limited b
 its series as vLLM's: an inter-token latency per token after the first, and a
 per-request TPOT, decode time / (output tokens - 1), when a request of more than one
 token finishes, streamed or not);
-the OpenAI-compatible HTTP API on ``<podIP>:<port>`` (vLLM's routes and shapes); the
-NixlConnector hand-off protocol; and the record of every request (which prefill and
-decode pod served it, of which cell). Must not: talk to the API server (the caller gives
-the pods), or decide anything about scaling.
+the OpenAI-compatible HTTP API on ``<podIP>:<port>`` (vLLM's routes and shapes, and
+those of the pod's engine, ``dialect.Dialect``); the legs of the P/D hand-off, read from
+each request by its protocol's ``dialect.Handoff``; and the record of every request
+(which prefill and decode pod served it, of which cell). Must not: talk to the API
+server (the caller gives the pods), or decide anything about scaling.
 
 Routes of every pod (as vLLM serves them):
 
@@ -70,6 +71,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from pdlab.engine import sglang as sgl
+from pdlab.engine.dialect import Handoff, dialect_of, handoff
 from pdlab.engine.expo import MODEL_NAME, render_pod
 from pdlab.engine.loop_thread import LoopThread
 from pdlab.engine.pods import PodInfo
@@ -82,8 +84,6 @@ Api = Literal["completion", "chat", "generate"]
 #: How long a pod that left keeps serving the requests it holds (a grace period).
 DRAIN_SECONDS = 60.0
 
-#: KV block size of the simulated engine (vLLM's default), for ``remote_block_ids``.
-BLOCK_TOKENS = 16
 #: ``max_tokens`` when a request gives none (vLLM's completions default).
 DEFAULT_MAX_TOKENS = 16
 #: Records kept (the oldest are dropped first).
@@ -381,11 +381,8 @@ class PodServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
-        if self.pod.dialect == "sglang":  # SGLang's own routes (pdlab.engine.sglang)
-            app.router.add_post("/generate", self.generate)
-            app.router.add_get("/get_server_info", self.server_info)
-            app.router.add_get("/get_model_info", self.model_info)
-            app.router.add_get("/health_generate", self.health)
+        for method, path, handler in dialect_of(self.pod).routes(self):  # SGLang's own
+            app.router.add_route(method, path, handler)
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self.runner.setup()
         self.site = web.TCPSite(self.runner, self.pod.ip, self.pod.port, reuse_address=True)
@@ -419,12 +416,6 @@ class PodServer:
     async def models(self, _req: web.Request) -> web.Response:
         card = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "pdlab"}
         return web.json_response({"object": "list", "data": [card]})
-
-    async def server_info(self, _req: web.Request) -> web.Response:
-        return web.json_response(sgl.server_info(self.pod))
-
-    async def model_info(self, _req: web.Request) -> web.Response:
-        return web.json_response(sgl.model_info())
 
     async def metrics(self, _req: web.Request) -> web.Response:
         stats = self.stats.plus(self.owner.extra(self.pod))
@@ -460,49 +451,12 @@ class PodServer:
         body = await req.json()
         return await self._generate(req, body, count_tokens(sgl.generate_prompt(body)), "generate")
 
-    def _kv_out(self, prompt: int) -> dict[str, Any]:
-        blocks = -(-prompt // BLOCK_TOKENS)
-        return {
-            "do_remote_prefill": True,
-            "do_remote_decode": False,
-            "remote_engine_id": self.pod.engine_id,
-            "remote_block_ids": list(range(blocks)),
-            "remote_host": self.pod.ip,
-            "remote_port": self.pod.port,
-            "tp_size": 1,
-        }
-
-    async def _source(
-        self, kv_in: dict[str, Any], boot: sgl.Bootstrap | None
-    ) -> tuple[PodInfo | None, str]:
-        """The prefill pod whose KV a decode request reads (SGLang's bootstrap room, or
-        vLLM's NixlConnector params), else None and why."""
-        if boot is not None:
-            return await sgl.find_prefill(self.owner.bootstraps, self.owner.rooms, boot)
-        if kv_in.get("do_remote_prefill"):
-            return self.owner.lookup(kv_in), "names an unknown prefill"
-        return None, "no KV hand-off: prefilled locally"
-
-    def _prefill_leg(self, kv_in: dict[str, Any], boot: sgl.Bootstrap | None) -> bool:
-        """Whether this request is a P/D prefill leg here: at a prefill pod, one that asks
-        for a remote decode (vLLM) or carries a bootstrap room (SGLang); at a ``kv_both``
-        engine (a role-flip cell) whatever its label, one that asks for a remote decode
-        (vLLM's router says which leg a request is)."""
-        if self.pod.kv_both and kv_in:
-            return bool(kv_in.get("do_remote_decode"))
-        return self.pod.role is Role.PREFILL and (
-            boot is not None or bool(kv_in.get("do_remote_decode"))
-        )
-
     async def _generate(
         self, req: web.Request, body: dict[str, Any], prompt: int, api: Api
     ) -> web.StreamResponse:
         t0 = time.monotonic()
-        kv_in = body.get("kv_transfer_params") or {}
-        boot = sgl.bootstrap(body, self.pod.bootstrap_port)
-        rid = req.headers.get("X-Request-Id") or (
-            f"room-{boot.room}" if boot is not None else f"cmpl-{uuid.uuid4().hex}"
-        )
+        hand: Handoff = handoff(body, self.pod)
+        rid = req.headers.get("X-Request-Id") or hand.request_id()
         max_tokens = (
             body.get("max_tokens") or body.get("max_completion_tokens") or sgl.max_new_tokens(body)
         )
@@ -514,28 +468,24 @@ class PodServer:
             "deployment": self.pod.deployment,
             "prompt_tokens": prompt,
         }
-        if boot is not None:
-            record["bootstrap_room"] = boot.room
+        record.update(hand.record())
         params = self.owner.params
         kv_out: dict[str, Any] | None = None
-        if self._prefill_leg(kv_in, boot):
+        if hand.prefill_leg(self.pod):
             output = 1
             await self.prefill.prefill(prompt)
-            if boot is not None:  # SGLang: the room's KV is ready at this pod
-                self.owner.rooms.prefilled(self.pod.engine_id, boot.room)
-            else:
-                kv_out = self._kv_out(prompt)
+            kv_out = hand.prefilled(self.pod, self.owner, prompt)
             record.update(kind="prefill", ok=True, pairing_error=False, kv_transfer=False)
             record.update(_pod_fields("prefill", self.pod), **_pod_fields("decode", None))
             tokens: AsyncIterator[int] = _one_token()
-        elif self.pod.role is Role.PREFILL and not (self.pod.kv_both and kv_in):
+        elif hand.whole_at_prefill(self.pod):
             await self.prefill.prefill(prompt)
             tokens = _counted(output)
             record.update(kind="decode", ok=False, pairing_error=True, kv_transfer=False)
             record.update(_pod_fields("prefill", self.pod), **_pod_fields("decode", self.pod))
             record["error"] = "served whole by a prefill pod (no decode hand-off)"
         else:
-            source, why = await self._source(kv_in, boot)
+            source, why = await hand.source(self.owner)
             record.update(kind="decode", kv_transfer=source is not None)
             record.update(_pod_fields("prefill", source), **_pod_fields("decode", self.pod))
             if source is None:

@@ -54,6 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdlab.engine import scenarios
+from pdlab.engine.dialect import DYNAMO_FRONTEND
 from pdlab.engine.expo import render_pod, render_pods
 from pdlab.engine.frontend import FrontendServers
 from pdlab.engine.pods import FrontendSource, PodInfo, PodSource
@@ -321,7 +322,7 @@ class EngineSim:
         """The ``dynamo_frontend_*`` page of ``namespace/name``'s frontend ("" while its
         PDDeployment has no model or no scrape yet)."""
         stats = self.pages.frontend.get((namespace, name))
-        return "" if stats is None else render_pod(stats, dialect="dynamo-frontend")
+        return "" if stats is None else render_pod(stats, dialect=DYNAMO_FRONTEND.name)
 
     def _synthetic(self, pod: PodInfo) -> PodStats | None:
         return self.pages.synthetic.get((pod.namespace, pod.name))
