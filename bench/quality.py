@@ -1030,8 +1030,9 @@ def cuts_line(doc: dict[str, Any]) -> str:
     head = ""
     if left:
         head = (
-            "Reduced matrix (cut to fit `make bench`'s 15 minutes on 2 cores, seeds "
-            "before cases; the full one is `python -m bench --seeds 0,1,2,3,4`): left out "
+            "Reduced matrix (`make bench` cuts seeds before cases towards its 15 minutes "
+            "on 2 cores, bench.__main__.SEEDS; the full one is `python -m bench --seeds "
+            "0,1,2,3,4`): left out "
             + "; ".join(left)
             + ". "
         )
