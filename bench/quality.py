@@ -1032,9 +1032,7 @@ def cuts_line(doc: dict[str, Any]) -> str:
         head = (
             "Reduced matrix (`make bench` cuts seeds before cases towards its 15 minutes "
             "on 2 cores, bench.__main__.SEEDS; the full one is `python -m bench --seeds "
-            "0,1,2,3,4`): left out "
-            + "; ".join(left)
-            + ". "
+            "0,1,2,3,4`): left out " + "; ".join(left) + ". "
         )
     full = (tuple(plan["startups"]), tuple(plan["seeds"]))
     cut = [
