@@ -18,8 +18,8 @@ import pytest
 
 from bench import diurnal
 from pdscaler.sim import tuning
-from pdscaler.sim.engine import EngineParams, RequestTimes
 from pdscaler.sim.compare import TARGET
+from pdscaler.sim.engine import EngineParams, RequestTimes
 from pdscaler.sim.results import blame
 from pdscaler.sim.traces import DAY_S, Trace, days, load_diurnal
 
