@@ -875,9 +875,10 @@ def run_matrix(
                     tuned[f"{e}/{seed}"] = got
                     rows.extend(tuning_rows(plan, got, plan.startups))
                     log(f"bench diurnal: tuned {e}, seed {seed} ({got['seconds']:.0f} s)")
-                    if len(tuned) == len(tunes):
-                        # in the matrix's order, once every tuning is done
-                        queue.extend(("job", j, per_hour[j[0]]) for j in jobs)
+                    # this (engine, seed)'s jobs, in the matrix's order, at once: a
+                    # worker left idle while the slowest engine tunes (Qwen3-8B: the
+                    # other two tuned in 517 and 635 s, then one worker ran alone)
+                    queue.extend(("job", j, per_hour[j[0]]) for j in jobs if (j[0], j[2]) == key)
                     continue
                 rows.append(got)
                 rows.extend(shared_rows(plan, got))
