@@ -85,7 +85,10 @@ and says so in its header (``CUT``): the hand-made engine, Qwen3-32B on two H200
 Qwen3-8B on one H100 (x395; the MoE engine, x662, is left out), seed 0, day 0's
 busiest hour (23:00-24:00) as the warm-up, day 1's first 4 hours scored (00:00-04:00:
 1.4, 2.8, 2.4 and 3.3 req/s at x1 after the warm-up's 3.2: a fall by 2.3x then a rise
-by 2.4x to the week's busiest hour).
+by 2.4x to the week's busiest hour). Measured at d219299 (bench/results/diurnal.json):
+45 jobs in 2,897 s wall with two workers; the tunings took 517, 635 and 688 s, a
+pre-rolled pdscaler replay 15 s (hand-made), 33 s (Qwen3-32B) and 70-81 s (Qwen3-8B,
+18.7 million requests), an oracle of five tries up to 296 s.
 """
 
 from __future__ import annotations
