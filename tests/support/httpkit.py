@@ -40,12 +40,15 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
 
 def start_server(
     handler: type[http.server.BaseHTTPRequestHandler],
-    queue_size: int = 5,
+    queue_size: int = 64,
     poll_seconds: float = 0.5,
 ) -> http.server.ThreadingHTTPServer:
     """Serve ``handler`` on 127.0.0.1:<free port> from a daemon thread. ``queue_size`` is
-    the listen backlog (raise it when many clients connect at the same moment, e.g. 64
-    pods scraped at once); ``poll_seconds`` bounds how long ``shutdown()`` waits."""
+    the listen backlog: 64, not socketserver's 5, because a tick sends its ~15 Prometheus
+    queries at once and the accept loop shares the test process's GIL with them; with 5,
+    an accept loop stalled 0.25 s per connection (a loaded machine) overflows the queue
+    and test_prometheus_auth's second tick reads "connection closed"
+    (PrometheusUnreachable). ``poll_seconds`` bounds how long ``shutdown()`` waits."""
 
     class Server(http.server.ThreadingHTTPServer):
         request_queue_size = queue_size
@@ -64,7 +67,7 @@ def stop_server(server: http.server.ThreadingHTTPServer) -> None:
 @contextlib.contextmanager
 def serving(
     handler: type[http.server.BaseHTTPRequestHandler],
-    queue_size: int = 5,
+    queue_size: int = 64,
     poll_seconds: float = 0.5,
 ) -> Iterator[http.server.ThreadingHTTPServer]:
     """``start_server`` for the block; stopped on exit."""
