@@ -60,7 +60,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 #: (the pre-roll, the real Dynamo planner, the online reference, the tight oracle and
 #: the deadline replays of every case made seed 0 alone cost what 5 seeds did). Seeds
 #: 0-2 took 2,004 CPU-s at 7ec3649 (dea3402: 16.7 min on 2 free cores, over budget), so
-#: seed 2 is cut too; the committed quality.json is that seeds 0-2 run.
+#: seed 2 is cut too; the committed quality.json is that seeds 0-2 run. Seeds 0,1 at
+#: d94e3ce on 2 idle cores: ``--only quality,queue`` in 443 s wall (843 s user + 31 s
+#: system), the step and overhead parts after it.
 SEEDS = "0,1"
 PARTS = ("quality", "queue", "step", "overhead")
 #: The quick mode's pre-roll (its windows are 10 minutes).
