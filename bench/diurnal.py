@@ -977,6 +977,21 @@ def case_verdicts(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------- report
+def figures_cell(scored: dict[str, Any] | None) -> str:
+    """A row's SLO met and GPU-hours: ``94.53%, 143.8``; ``not run`` without the row
+    (the verdict table's cells and README's, ``bench.readme``)."""
+    s = scored or {}
+    return f"{pct(s['slo_attainment'])}, {s['gpu_hours']:.1f}" if s else "not run"
+
+
+def oracle_cell(o: dict[str, Any] | None) -> str:
+    """``94.54%, 266.7 (4 repairs, 99% not reached)``; ``not run`` without an oracle."""
+    if o is None:
+        return "not run"
+    short = "" if o["met"] else f", {TARGET:.0%} not reached"
+    return f"{figures_cell(o)} ({o['repairs']} repairs{short})"
+
+
 def _pct(v: float | None) -> str:
     return "n/a" if v is None or not math.isfinite(v) else pct(v)
 
@@ -1063,16 +1078,10 @@ def verdict_table(doc: dict[str, Any]) -> str:
         body.append(
             [
                 f"{v['engine']}, {v['startup_s']:g} s, seed {v['seed']}",
-                f"{pct(pd['slo_attainment'])}, {pd['gpu_hours']:.1f}",
-                "-"
-                if best is None
-                else f"{best['policy']}: {pct(best['slo_attainment'])}, {best['gpu_hours']:.1f}",
+                figures_cell(pd),
+                "-" if best is None else f"{best['policy']}: {figures_cell(best)}",
                 "-" if best is None else two(pd["gpu_hours"] / best["gpu_hours"]),
-                "not run"
-                if o is None
-                else f"{pct(o['slo_attainment'])}, {o['gpu_hours']:.1f} ({o['repairs']} repairs"
-                + ("" if o["met"] else ", 99% not reached")
-                + ")",
+                oracle_cell(o),
                 "-" if o is None else two(o["ratio"]),
                 "-" if o is None or o["ratio_at_equal"] is None else two(o["ratio_at_equal"]),
                 "yes" if v["pareto"] else "no: " + ", ".join(dom[:3]) + more,

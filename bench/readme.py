@@ -83,18 +83,6 @@ DIURNAL_SHOWN: tuple[tuple[str, str], ...] = (
 )
 
 
-def _figures(scored: dict[str, Any] | None) -> str:
-    """A row's SLO met and GPU-hours: ``94.53%, 143.8``; ``not run`` without the row."""
-    s = scored or {}
-    return f"{pct(s['slo_attainment'])}, {s['gpu_hours']:.1f}" if s else "not run"
-
-
-def _oracle_cell(o: dict[str, Any] | None) -> str:
-    """``44.96%, 59.8 (1 repairs, 99% not reached)``; ``not run`` without an oracle."""
-    short = "" if o is None or o["met"] else f", {TARGET:.0%} not reached"
-    return "not run" if o is None else f"{_figures(o)} ({o['repairs']} repairs{short})"
-
-
 def diurnal_row(v: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
     """One case of the diurnal matrix: ``v`` its ``case_verdicts`` entry, ``rows`` its
     rows by policy."""
@@ -102,11 +90,11 @@ def diurnal_row(v: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]
     eq = None if o is None else o["ratio_at_equal"]
     return [
         f"{v['engine']}, {v['startup_s']:g} s, seed {v['seed']}",
-        _figures(v["pdscaler"]),
-        "-" if best is None else f"{best['policy']}: {_figures(best)}",
+        diurnal.figures_cell(v["pdscaler"]),
+        "-" if best is None else f"{best['policy']}: {diurnal.figures_cell(best)}",
         "-" if best is None else two(v["pdscaler"]["gpu_hours"] / best["gpu_hours"]),
-        *(_figures(rows[n]["scored"] if n in rows else None) for n, _ in DIURNAL_SHOWN),
-        _oracle_cell(o),
+        *(diurnal.figures_cell(rows[n]["scored"] if n in rows else None) for n, _ in DIURNAL_SHOWN),
+        diurnal.oracle_cell(o),
         "-" if o is None else two(o["ratio"]),
         "-" if eq is None else two(eq),
         judged_cell(v),
