@@ -58,11 +58,21 @@ def met_slo(
     """Boolean per request: TTFT and TPOT both within the SLO (NaN = never = miss).
     A tolerance of 1 ns absorbs float noise at exactly the SLO. ``ttft_per_token_s``
     makes the TTFT limit length-aware (``ttft_limits``)."""
+    ok_ttft, ok_tpot, _, _ = _within(times, ttft_s, tpot_s, ttft_per_token_s)
+    ok: np.ndarray = ok_ttft & ok_tpot
+    return ok
+
+
+def _within(
+    times: RequestTimes, ttft_s: float, tpot_s: float, ttft_per_token_s: float
+) -> tuple[np.ndarray, np.ndarray, FloatArray, FloatArray]:
+    """(TTFT within its limit, TPOT within the SLO, TTFT with NaN as +inf, each TTFT
+    limit), per request: what ``met_slo`` and ``blame`` both judge by."""
     limit = ttft_limits(times.prompt, ttft_s, ttft_per_token_s)
     with np.errstate(invalid="ignore"):
         ttft = np.nan_to_num(times.ttft, nan=math.inf)
         tpot = np.nan_to_num(times.tpot, nan=math.inf)
-        return (ttft <= limit + 1e-9) & (tpot <= tpot_s + 1e-9)
+        return ttft <= limit + 1e-9, tpot <= tpot_s + 1e-9, ttft, limit
 
 
 def blame(
@@ -76,15 +86,11 @@ def blame(
     bench's hand-made engine on day 1 00:00-02:00 at x70: 64P/16D meets 94.65%, blame
     (0.000, 0.053) (decode admission waits of 13.8 s at p99); 24P/32D meets 40.95%,
     blame (0.59, 0.00)."""
-    limit = ttft_limits(times.prompt, ttft_s, ttft_per_token_s)
     n = len(times.arrival)
     if n == 0:
         return 0.0, 0.0
+    ok_ttft, ok_tpot, ttft, limit = _within(times, ttft_s, tpot_s, ttft_per_token_s)
     with np.errstate(invalid="ignore"):
-        ttft = np.nan_to_num(times.ttft, nan=math.inf)
-        tpot = np.nan_to_num(times.tpot, nan=math.inf)
-        ok_ttft = ttft <= limit + 1e-9
-        ok_tpot = tpot <= tpot_s + 1e-9
         p_wait = np.nan_to_num(times.prefill_start - times.arrival, nan=0.0)
         d_wait = np.nan_to_num(times.decode_admit - times.prefill_end, nan=0.0)
         miss = ~(ok_ttft & ok_tpot)
