@@ -474,6 +474,14 @@ def loop_config(engine: Engine, startup: float, seed: int) -> LoopConfig:
     return LoopConfig(spec=engine.spec(startup), params=engine.params, startup_s=startup, seed=seed)
 
 
+def spans(plan: Plan, week: Trace) -> tuple[Trace, Trace]:
+    """The warm-up (day 0's last ``warmup_hours``) and the scored span (day 1's first
+    ``scored_hours``) at rate x1, on day 0's clock."""
+    both = days(week, WARMUP_DAY, 2)
+    warm_s, scored_s = plan.warmup_hours * HOUR_S, plan.scored_hours * HOUR_S
+    return both.window(DAY_S - warm_s, DAY_S), both.window(DAY_S, DAY_S + scored_s)
+
+
 def case(
     plan: Plan,
     engine: str,
@@ -488,10 +496,7 @@ def case(
     week = week if week is not None else load_diurnal(REPO / plan.trace_path)
     e = ENGINES[engine]()
     scale, _ = scale_for(plan, week, e.params)
-    both = days(week, WARMUP_DAY, 2)
-    warm_s, scored_s = plan.warmup_hours * HOUR_S, plan.scored_hours * HOUR_S
-    warmup = both.window(DAY_S - warm_s, DAY_S)
-    scored = both.window(DAY_S, DAY_S + scored_s)
+    warmup, scored = spans(plan, week)
     return Case(
         engine,
         e.params,
@@ -791,7 +796,7 @@ def run_matrix(
     ``write`` reports; ``partial`` gets it after each job (``jobs_done`` of ``jobs``)."""
     started = time.perf_counter()
     week = load_diurnal(REPO / plan.trace_path)
-    scales = {}
+    scales: dict[str, dict[str, Any]] = {}
     for e in plan.engines:
         engine = ENGINES[e]()
         scale, need = scale_for(plan, week, engine.params)
@@ -834,10 +839,8 @@ def run_matrix(
 
     # each engine's pre-rolled replay, in GB (``replay_gb``): no two jobs together above
     # ``plan.memory_gb`` (one alone always runs)
-    per_hour = {
-        e: replay_gb(len(case(plan, e, plan.startups[0], plan.seeds[0], week).prerolled()))
-        for e in plan.engines
-    }
+    x1 = sum(len(t) for t in spans(plan, week))  # a pre-rolled replay at rate x1
+    per_hour = {e: replay_gb(x1 * scales[e]["scale"]) for e in plan.engines}
     queue: list[tuple[str, Any, float]] = [("tune", t, per_hour[t[0]]) for t in tunes]
     if not tunes:  # nothing to tune: the jobs at once
         queue += [("job", j, per_hour[j[0]]) for j in jobs]
