@@ -795,7 +795,7 @@ def _cell(row: dict[str, Any] | None) -> str:
     return f"{pct(row['slo_attainment']['mean'])}, {two(row['gpu_hours']['mean'])}"
 
 
-def _judged_cell(v: dict[str, Any] | None) -> str:
+def judged_cell(v: dict[str, Any] | None) -> str:
     """``yes`` or ``no: static 19P/2D, ...`` (at most three named, then how many more)."""
     if v is None:
         return "not replayed"
@@ -837,8 +837,8 @@ def summary_rows(doc: dict[str, Any], label: str) -> list[list[str]]:
                 f"{two(oracle['gpu_hours']['mean'])} ({pct(oracle['slo_attainment']['min'])}; "
                 f"{oracle['repairs']['mean']:.0f} repairs)",
                 pct(agg["feasibility_ceiling"]["mean"]),
-                _judged_cell(v),
-                _judged_cell(v.get(verdicts.DEADLINE)),
+                judged_cell(v),
+                judged_cell(v.get(verdicts.DEADLINE)),
                 "yes" if v["meets_attainment"] and v["meets_cost"] and v["pareto"] else "no",
             ]
         )

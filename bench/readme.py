@@ -29,8 +29,7 @@ from typing import Any
 
 from bench import diurnal, provenance, request_path
 from bench.markdown import between, diurnal_span, spread, table, two
-from bench.quality import MATRIX, REAL_DYNAMO, cuts_line, kind, simulator
-from bench.quality import _judged_cell as judged_cell
+from bench.quality import MATRIX, REAL_DYNAMO, cuts_line, judged_cell, kind, simulator
 from bench.queue import baseline_gains, gains, mean_gain
 from pdscaler.cli.common import percent as pct
 from pdscaler.sim.compare import STATIC_YESTERDAY, TARGET
