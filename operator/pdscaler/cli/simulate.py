@@ -208,7 +208,7 @@ def cmd_simulate(
             "--role-flips/--no-role-flips",
             help="Let pdscaler move ready replicas between the pools by a role change "
             "(both pools on the same hardware, the engine's KV connector in both roles; "
-            "docs/models.md 5a). Offline only: the operator does not flip yet.",
+            "docs/models.md 5a); the operator does the same live with spec.scaling.roleFlips.",
         ),
     ] = False,
     reconfigure: Annotated[
