@@ -67,3 +67,17 @@ namespace; nothing when clusterWide (every namespace). Both at once is refused.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The chart needs Kubernetes >= 1.30 (ValidatingAdmissionPolicy v1, the CRD's CEL rules).
+Checked here rather than by Chart.yaml's kubeVersion, which Helm checks before rendering:
+`helm template` with no cluster and no --kube-version assumes v1.20.0 and refused the
+chart. That offline default (exactly v1.20.0, a version no supported cluster runs) skips
+the check; a real cluster's version, or --kube-version, is checked.
+*/}}
+{{- define "pdscaler.kubeVersion" -}}
+{{- $v := .Capabilities.KubeVersion.Version -}}
+{{- if and (ne $v "v1.20.0") (semverCompare "<1.30.0-0" $v) -}}
+{{- fail (printf "pdscaler needs Kubernetes >= 1.30 (this cluster: %s)" $v) -}}
+{{- end -}}
+{{- end -}}
