@@ -42,6 +42,8 @@ ANNOTATION_IMAGE = f"{DOMAIN}/engine-image"  # the engine image repository (no t
 #: on the front Service: what a rollout must not forget when the status is lost
 ANNOTATION_FAILED_REVISION = f"{DOMAIN}/failed-revision"  # rolled back from, not retried
 ANNOTATION_REQUIRED = f"{DOMAIN}/rollout-required"  # "<prefill>/<decode>" during a rollout
+#: on a PDDeployment, "true": the operator writes none of its objects (reads and reports)
+ANNOTATION_PAUSED = f"{DOMAIN}/paused"
 DIGEST_PREFIX = "sha256:"
 FIELD_MANAGER = "pdscaler"
 ROLE_ROUTER = "router"  # the role label of a cell's router pods
