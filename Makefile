@@ -20,14 +20,14 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## Create the virtualenv and install pdscaler with its dev tools
 
 lint: $(STAMP) ## ruff, mypy --strict and the import-linter contracts
-	$(BIN)/ruff check operator tests bench
-	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 fmt: $(STAMP) ## Format and auto-fix
-	$(BIN)/ruff format operator tests bench
-	$(BIN)/ruff check --fix operator tests bench
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 dynamo-venv: ## NVIDIA Dynamo's planner in its own venv (~/.cache/pdscaler/dynamo-venv; cold ~4 min)
 	bash bench/install-dynamo.sh

@@ -63,7 +63,7 @@ def comments(text: str) -> dict[str, str]:
             stack.pop()
         stack.append((indent, key))
         dotted = ".".join(k for _, k in stack)
-        parts = [" ".join(block)] + [_inline_comment(rest)]
+        parts = [" ".join(block), _inline_comment(rest)]
         out[dotted] = " ".join(p for p in parts if p)
         block = []
     return out
