@@ -69,6 +69,8 @@ from pdlab.engine.dialect import Handoff, dialect_of, handoff
 from pdlab.engine.expo import MODEL_NAME, render_pod
 from pdlab.engine.loop_thread import LoopThread
 from pdlab.engine.pods import PodInfo
+from pdlab.engine.text import text as tokens_text
+from pdlab.engine.text import token_text
 from pdlab.engine.timing import DecodeModel, PrefillModel
 from pdscaler.sim.engine import EngineParams, PodStats
 from pdscaler.types import Role
@@ -176,10 +178,6 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
-
-
-def _token_text(i: int) -> str:
-    return f" tok{i}"
 
 
 class PodServer:
@@ -361,7 +359,7 @@ class PodServer:
             async for n in tokens:
                 if n == 1:
                     record["ttft_s"] = time.monotonic() - t0
-            text = "".join(_token_text(i) for i in range(1, n + 1))
+            text = tokens_text(n)
             return web.json_response(self._answer(rid, body, prompt, n, text, api, kv_out))
         finally:
             finish()
@@ -424,14 +422,14 @@ class PodServer:
         async for n in tokens:
             last = n >= output
             if api == "generate":  # SGLang streams the text so far
-                text = "".join(_token_text(i) for i in range(1, n + 1))
+                text = tokens_text(n)
                 await send(sgl.generate_doc(rid, prompt, n, text, last))
                 continue
             choice: dict[str, Any] = {"index": 0, "logprobs": None}
             if chat:
-                choice["delta"] = {"content": _token_text(n)}
+                choice["delta"] = {"content": token_text(n)}
             else:
-                choice["text"] = _token_text(n)
+                choice["text"] = token_text(n)
             choice["finish_reason"] = "length" if last else None
             chunk = {**base, "choices": [choice]}
             if last and kv_out is not None:
