@@ -8,8 +8,16 @@ PDDeployment (``namespace``, ``name`` labels):
 * ``pdscaler_role_flips_total{source,target}``: replicas a decision moved (or, in
   Recommend mode, would move) from one pool to the other by a role flip;
 * ``pdscaler_desired_replicas{pool}`` / ``pdscaler_ready_replicas{pool}``;
-* ``pdscaler_model_input{input}``: R, L_p, L_d, queues, TTFT, TPOT as seen by the tick;
-* ``pdscaler_model_output{output}``: fractional N_P, N_D, the drain time, T_s, ...;
+* what the last tick measured, one unit per name (unknown = NaN, never 0):
+  ``pdscaler_observed_requests_per_second`` (R), ``pdscaler_observed_prompt_tokens``
+  (L_p) and ``pdscaler_observed_output_tokens`` (L_d) (means per request),
+  ``pdscaler_observed_queue_requests{pool}``, ``pdscaler_observed_ttft_seconds`` and
+  ``pdscaler_observed_tpot_seconds`` (at the SLO percentile);
+* the models' numbers of the last decision: ``pdscaler_model_replicas{pool}``
+  (fractional N_P, N_D), ``pdscaler_model_pd_ratio`` (N_P / N_D),
+  ``pdscaler_model_drain_seconds``, ``pdscaler_model_replica_tokens_per_second{pool}``
+  (the per-replica capacities used), ``pdscaler_model_startup_seconds`` (T_s),
+  ``pdscaler_model_forecast_requests_per_second``;
 * ``pdscaler_reconcile_duration_seconds`` (histogram), ``pdscaler_reconcile_errors_total``;
 * ``pdscaler_api_writes_total{verb,kind}``: every write to the API server;
 * ``pdscaler_condition{type,status}``: 1 for the status each condition of
@@ -26,9 +34,14 @@ PDDeployment (``namespace``, ``name`` labels):
   (``scaling.maxGPUs``) and ``pdscaler_gpus_per_replica{pool}``: the spec's targets, so
   a dashboard draws them next to what was measured;
 * ``pdscaler_leader``: 1 while this replica may write (holds the Lease, fence open);
-* ``pdscaler_writes_sent``: writes that passed the fence and were sent, counted as they
-  leave (``Kube.audit``), so a write in flight when the process was stopped is counted
-  before the stop;
+* ``pdscaler_writes_sent_total``: writes that passed the fence and were sent, counted
+  as they leave (``Kube.audit``, a counter read at scrape time: ``track_writes_sent``),
+  so a write in flight when the process was stopped is counted before the stop;
+* ``pdscaler_build_info{version,commit,python}``: 1 (the package version, the commit
+  from ``$PDSCALER_COMMIT`` else the source checkout's ``git`` HEAD else ``unknown``);
+* prometheus-client's process (``process_cpu_seconds_total``,
+  ``process_resident_memory_bytes``, ``process_open_fds``, ...), platform
+  (``python_info``) and garbage-collector (``python_gc_*``) collectors;
 * ``pdscaler_kube_requests_total{verb,resource}``: every request to the API server
   (reads, watches, writes, the Lease), ``pdscaler_prometheus_requests_total`` (queries)
   and ``pdscaler_prometheus_connections_total`` (connections opened): read from the
@@ -49,17 +62,26 @@ PrometheusRule alerts on these).
 
 from __future__ import annotations
 
+import functools
 import http.server
 import math
+import os
+import platform
+import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from importlib import metadata
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily
@@ -70,14 +92,96 @@ from pdscaler.types import (
     ConditionType,
     Decision,
     MetricsSnapshot,
+    ModelOutputs,
     PoolObservation,
     Role,
     RolloutPhase,
 )
 
 _KEY = ("namespace", "name")
+_POOL = ("pool",)
+#: The tick's inputs: key -> (metric, extra labels, help); one unit per metric name.
+OBSERVED: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "rate": (
+        "pdscaler_observed_requests_per_second",
+        (),
+        "R: requests/s arriving, as the last tick measured it over the metrics window.",
+    ),
+    "prompt_tokens": (
+        "pdscaler_observed_prompt_tokens",
+        (),
+        "L_p: mean prompt tokens per request over the metrics window.",
+    ),
+    "output_tokens": (
+        "pdscaler_observed_output_tokens",
+        (),
+        "L_d: mean output tokens per request over the metrics window.",
+    ),
+    "queue": ("pdscaler_observed_queue_requests", _POOL, "Requests waiting in a pool."),
+    "ttft": ("pdscaler_observed_ttft_seconds", (), "TTFT at the SLO percentile."),
+    "tpot": ("pdscaler_observed_tpot_seconds", (), "TPOT at the SLO percentile."),
+}
+#: The models' numbers of the last decision: key -> (metric, extra labels, help).
+MODEL: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "replicas": (
+        "pdscaler_model_replicas",
+        _POOL,
+        "Fractional replicas the ratio model sizes a pool at (N_P, N_D).",
+    ),
+    "ratio": ("pdscaler_model_pd_ratio", (), "N_P / N_D of the ratio model."),
+    "drain": (
+        "pdscaler_model_drain_seconds",
+        (),
+        "Predicted drain time of the scaled pool's backlog (NaN: never).",
+    ),
+    "replica_tps": (
+        "pdscaler_model_replica_tokens_per_second",
+        _POOL,
+        "Tokens/s one replica of a pool sustains, as used (after online refinement).",
+    ),
+    "startup": ("pdscaler_model_startup_seconds", (), "T_s: replica startup time used."),
+    "forecast": (
+        "pdscaler_model_forecast_requests_per_second",
+        (),
+        "The forecast request rate the decision sized for.",
+    ),
+}
 CONDITION_STATUSES = ("True", "False", "Unknown")
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@functools.cache
+def build_labels() -> tuple[str, str, str]:
+    """``pdscaler_build_info``'s labels: (version, commit, python), e.g. ``("0.1.0",
+    "0638ebd4a1b2", "3.11.9")``. The commit is ``$PDSCALER_COMMIT`` (an image build
+    sets it), else the HEAD of the git checkout the package runs from (12 digits),
+    else ``unknown``."""
+    try:
+        version = metadata.version("pdscaler")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    commit = os.environ.get("PDSCALER_COMMIT", "").strip() or _git_head() or "unknown"
+    return version, commit, platform.python_version()
+
+
+def _git_head() -> str | None:
+    """The commit of the source checkout this package runs from (``operator/pdscaler``
+    of a pdscaler clone), never of a repository an installed wheel happens to sit in."""
+    here = Path(__file__).resolve().parent
+    if here.parent.name != "operator" or not (here.parents[1] / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    head = done.stdout.strip()
+    return head if done.returncode == 0 and head else None
 
 
 def direction(before: int, after: int) -> str:
@@ -109,18 +213,14 @@ class Telemetry:
         self.ready = Gauge(
             "pdscaler_ready_replicas", "Ready pods of a pool.", [*_KEY, "pool"], registry=r
         )
-        self.inputs = Gauge(
-            "pdscaler_model_input",
-            "What the last tick measured (R req/s, L_p and L_d tokens, queues, TTFT, TPOT s).",
-            [*_KEY, "input"],
-            registry=r,
-        )
-        self.outputs = Gauge(
-            "pdscaler_model_output",
-            "The models' numbers of the last decision (fractional replicas, drain s, ...).",
-            [*_KEY, "output"],
-            registry=r,
-        )
+        self.observed = {
+            key: Gauge(metric, text, [*_KEY, *labels], registry=r)
+            for key, (metric, labels, text) in OBSERVED.items()
+        }
+        self.model = {
+            key: Gauge(metric, text, [*_KEY, *labels], registry=r)
+            for key, (metric, labels, text) in MODEL.items()
+        }
         self.duration = Histogram(
             "pdscaler_reconcile_duration_seconds",
             "Wall time of one reconcile tick.",
@@ -133,11 +233,6 @@ class Telemetry:
         )
         self.writes = Counter(
             "pdscaler_api_writes", "Writes sent to the API server.", ["verb", "kind"], registry=r
-        )
-        self.sent = Gauge(
-            "pdscaler_writes_sent",
-            "Writes sent to the API server, counted before the request leaves.",
-            registry=r,
         )
         self.condition = Gauge(
             "pdscaler_condition",
@@ -183,6 +278,21 @@ class Telemetry:
             "1 while this replica may write (holds the Lease and its fence is open).",
             registry=r,
         )
+        self.build_info = Gauge(
+            "pdscaler_build_info",
+            "1, labelled with the operator's version, commit and Python version.",
+            ["version", "commit", "python"],
+            registry=r,
+        )
+        self.build_info.labels(*build_labels()).set(1.0)
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+
+    def track_writes_sent(self, count: Callable[[], int]) -> None:
+        """Export ``pdscaler_writes_sent_total``, ``count()`` read at scrape time (the
+        audit's count of writes that passed the fence and were sent)."""
+        self.registry.register(_SentCollector(count))
 
     def track_requests(
         self,
@@ -214,23 +324,9 @@ class Telemetry:
         if decision.flip is not None:
             flip = decision.flip
             self.flips.labels(namespace, name, flip.source.value, flip.target.value).inc(flip.count)
-        self._set_many(self.inputs, namespace, name, _inputs(metrics))
-        m = decision.model
-        self._set_many(
-            self.outputs,
-            namespace,
-            name,
-            {
-                "n_prefill": m.n_prefill,
-                "n_decode": m.n_decode,
-                "ratio": m.ratio,
-                "drain_seconds": m.drain_seconds,
-                "prefill_tokens_per_second": m.prefill_tps,
-                "decode_tokens_per_second": m.decode_tps,
-                "startup_seconds": m.startup_seconds,
-                "forecast_rate": m.forecast_rate,
-            },
-        )
+        if metrics is not None:  # no answer: the last measured values stay
+            self._set_all(self.observed, namespace, name, _observed(metrics))
+        self._set_all(self.model, namespace, name, _model(decision.model))
         self.duration.labels(namespace, name).observe(seconds)
 
     def record_status(
@@ -280,12 +376,18 @@ class Telemetry:
         rollout = status.rollout
         self.rollout_step.labels(namespace, name).set((rollout.step if rollout else None) or 0)
 
-    def _set_many(
-        self, gauge: Gauge, namespace: str, name: str, values: Mapping[str, float | None]
+    def _set_all(
+        self,
+        gauges: Mapping[str, Gauge],
+        namespace: str,
+        name: str,
+        values: Mapping[tuple[str, str], float | None],
     ) -> None:
-        for key, value in values.items():
-            # unknown is NaN on the gauge (never a fake 0)
-            gauge.labels(namespace, name, key).set(math.nan if value is None else value)
+        """``values``: (key, pool or "") -> value; unknown is NaN on the gauge (never a
+        fake 0)."""
+        for (key, pool), value in values.items():
+            labels = (namespace, name, pool) if pool else (namespace, name)
+            gauges[key].labels(*labels).set(math.nan if value is None else value)
 
     def record_write(self, verb: str, kind: str) -> None:
         self.writes.labels(verb, kind).inc()
@@ -296,8 +398,8 @@ class Telemetry:
         families: tuple[Gauge | Counter | Histogram, ...] = (
             self.desired,
             self.ready,
-            self.inputs,
-            self.outputs,
+            *self.observed.values(),
+            *self.model.values(),
             self.condition,
             self.condition_reason,
             self.rollout_phase,
@@ -348,6 +450,18 @@ class _RequestCollector(Collector):
         )
 
 
+class _SentCollector(Collector):
+    def __init__(self, count: Callable[[], int]) -> None:
+        self.count = count
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "pdscaler_writes_sent",
+            "Writes that passed the fence and were sent, counted before the request leaves.",
+            value=float(self.count()),
+        )
+
+
 def _label_sets(family: Gauge | Counter | Histogram) -> list[tuple[str, ...]]:
     # prometheus-client keeps a family's children keyed by their label values, under
     # the family's lock (other threads' ticks add children while one is forgotten)
@@ -355,17 +469,28 @@ def _label_sets(family: Gauge | Counter | Histogram) -> list[tuple[str, ...]]:
         return [tuple(key) for key in family._metrics]
 
 
-def _inputs(m: MetricsSnapshot | None) -> dict[str, float | None]:
-    if m is None:
-        return {}
+def _observed(m: MetricsSnapshot) -> dict[tuple[str, str], float | None]:
     return {
-        "request_rate": m.request_rate,
-        "prompt_tokens": m.prompt_tokens,
-        "output_tokens": m.output_tokens,
-        "prefill_queue": m.prefill.queue_depth,
-        "decode_queue": m.decode.queue_depth,
-        "ttft_seconds": m.prefill.latency_seconds,
-        "tpot_seconds": m.decode.latency_seconds,
+        ("rate", ""): m.request_rate,
+        ("prompt_tokens", ""): m.prompt_tokens,
+        ("output_tokens", ""): m.output_tokens,
+        ("queue", Role.PREFILL.value): m.prefill.queue_depth,
+        ("queue", Role.DECODE.value): m.decode.queue_depth,
+        ("ttft", ""): m.prefill.latency_seconds,
+        ("tpot", ""): m.decode.latency_seconds,
+    }
+
+
+def _model(m: ModelOutputs) -> dict[tuple[str, str], float | None]:
+    return {
+        ("replicas", Role.PREFILL.value): m.n_prefill,
+        ("replicas", Role.DECODE.value): m.n_decode,
+        ("ratio", ""): m.ratio,
+        ("drain", ""): m.drain_seconds,
+        ("replica_tps", Role.PREFILL.value): m.prefill_tps,
+        ("replica_tps", Role.DECODE.value): m.decode_tps,
+        ("startup", ""): m.startup_seconds,
+        ("forecast", ""): m.forecast_rate,
     }
 
 

@@ -47,7 +47,7 @@ NAME = "ha"
 LEASE = "pdscaler-leader"
 STOP_SECONDS = 25.0
 IDS = ("op-a", "op-b")
-WRITES = re.compile(r"^pdscaler_writes_sent ([0-9.e+]+)$", re.M)
+WRITES = re.compile(r"^pdscaler_writes_sent_total ([0-9.e+]+)$", re.M)
 LEADER = re.compile(r"^pdscaler_leader ([0-9.]+)$", re.M)
 
 

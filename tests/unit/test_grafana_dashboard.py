@@ -15,6 +15,8 @@ from typing import Any
 
 from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
 from pdscaler.telemetry import Telemetry
+from pdscaler.types import Action, Decision, PoolObservation, Role
+from support.builders import snapshot
 from support.chartkit import read_template, values
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,10 +81,11 @@ def test_every_operator_series_drawn_is_exported() -> None:
     tel.errors.labels("ns", "chat").inc()
     tel.decisions.labels("ns", "chat", "decode", "up", "ScaledDecode").inc()
     tel.flips.labels("ns", "chat", "decode", "prefill").inc()
-    tel.duration.labels("ns", "chat").observe(0.1)
+    decision = Decision(prefill=2, decode=3, action=Action.HOLD, message="m")
+    ready = {role: PoolObservation(2, 2) for role in Role}
+    before = dict.fromkeys(Role, 2)
+    tel.record_tick("ns", "chat", decision, before, ready, snapshot(ttft=0.5, tpot=0.04), 0.1)
     exported = set(re.findall(r"^(pdscaler_\w+)", tel.exposition().decode(), re.M))
-    exported |= {"pdscaler_desired_replicas", "pdscaler_ready_replicas"}
-    exported |= {"pdscaler_model_input", "pdscaler_model_output"}
     drawn = {m for e in expressions() for m in re.findall(r"\b(pdscaler_(?!io_)\w+)", e)}
     assert drawn <= exported, drawn - exported
 

@@ -149,7 +149,7 @@ def test_forget_while_other_ticks_record_series() -> None:
     from collections.abc import Iterator
 
     tel = Telemetry()
-    family = tel.inputs
+    family = tel.observed["queue"]
     reading, recorded = threading.Event(), threading.Event()
     reads: list[int] = []  # series in the family when a read let the recorder in
 
@@ -167,12 +167,12 @@ def test_forget_while_other_ticks_record_series() -> None:
 
     def record() -> None:
         reading.wait(5)
-        family.labels(NS, "other", "request_rate").set(1)
+        family.labels(NS, "other", "prefill").set(1)
         recorded.set()
 
     for i in range(3):
-        family.labels(NS, f"fleet-{i}", "request_rate").set(1)
-    family.labels(NS, NAME, "request_rate").set(1)
+        family.labels(NS, f"fleet-{i}", "prefill").set(1)
+    family.labels(NS, NAME, "prefill").set(1)
     family._metrics = Children(family._metrics)
     thread = threading.Thread(target=record, daemon=True)
     thread.start()

@@ -65,9 +65,11 @@ def test_record_tick_exports_decisions_replicas_inputs_and_duration() -> None:
     )  # prefill did not move
     assert value(tel, "pdscaler_desired_replicas", pool="decode") == 6.0
     assert value(tel, "pdscaler_ready_replicas", pool="decode") == 3.0
-    assert value(tel, "pdscaler_model_input", input="decode_queue") == 12.0
-    assert value(tel, "pdscaler_model_output", output="drain_seconds") == 38.0
-    unknown = value(tel, "pdscaler_model_output", output="forecast_rate")
+    assert value(tel, "pdscaler_observed_queue_requests", pool="decode") == 12.0
+    assert value(tel, "pdscaler_observed_tpot_seconds") == 0.062
+    assert value(tel, "pdscaler_model_drain_seconds") == 38.0
+    assert value(tel, "pdscaler_model_replicas", pool="prefill") == 19.05
+    unknown = value(tel, "pdscaler_model_forecast_requests_per_second")
     assert unknown is not None
     assert math.isnan(unknown)  # unknown is NaN, never 0
     assert value(tel, "pdscaler_reconcile_duration_seconds_count") == 1.0

@@ -252,7 +252,7 @@ def run_operator(
     handlers.install_leader(elector.may_write if elector is not None else None)
     health = handlers.health()
     audit = runtime.kube.audit
-    runtime.telemetry.sent.set_function(lambda: float(audit.count))
+    runtime.telemetry.track_writes_sent(lambda: audit.count)
     if elector is not None:
         leading = elector.may_write
         runtime.telemetry.leader.set_function(lambda: 1.0 if leading() else 0.0)
