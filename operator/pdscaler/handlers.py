@@ -47,7 +47,7 @@ from typing import Any
 
 import kopf
 
-from pdscaler import reconcile
+from pdscaler import logcontext, reconcile
 from pdscaler.runtime import Runtime
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from pdscaler.telemetry import Health
@@ -176,9 +176,11 @@ class TickLoop:
 
     def _run_tick(self, key: Key) -> None:
         try:
-            self.tick(*key)
-        except Exception:
-            log.exception("tick of %s/%s failed", *key)
+            with logcontext.object_tick(*key):  # its log lines carry namespace, name, tick
+                try:
+                    self.tick(*key)
+                except Exception:
+                    log.exception("tick of %s/%s failed", *key)
         finally:
             done = self.clock()
             with self._lock:

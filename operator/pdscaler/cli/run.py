@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import kopf
 import typer
+from kopf._core.actions.loggers import ObjectJsonFormatter
 
-from pdscaler import lease
+from pdscaler import lease, logcontext
 from pdscaler.cli.common import OneLineCommand, fail
 from pdscaler.kube import DEFAULT_BURST, DEFAULT_QPS
 
@@ -53,11 +54,46 @@ class LogFormat(StrEnum):
     json = "json"
 
 
+#: python-json-logger's reserved record attributes (kopf's JSON formatter adds its own).
+_JSON_RESERVED = (*logging.makeLogRecord({}).__dict__, "message", "asctime")
+
 _KOPF_FORMATS = {
     LogFormat.plain: kopf.LogFormat.PLAIN,
     LogFormat.full: kopf.LogFormat.FULL,
     LogFormat.json: kopf.LogFormat.JSON,
 }
+
+
+class TickJsonFormatter(ObjectJsonFormatter):
+    """kopf's JSON log lines plus the structured ``namespace``, ``name`` and ``tick`` of
+    the tick a line was logged in (``logcontext.json_fields``)."""
+
+    def __init__(self) -> None:
+        super().__init__(reserved_attrs=[*_JSON_RESERVED, logcontext.RECORD_ATTR])
+
+    def add_fields(
+        self,
+        log_record: dict[str, object],
+        record: logging.LogRecord,
+        message_dict: dict[str, object],
+    ) -> None:
+        super().add_fields(log_record, record, message_dict)
+        log_record.update(logcontext.json_fields(record))
+
+
+def configure_logging(log_format: LogFormat, verbose: bool) -> list[logging.Handler]:
+    """kopf's logging setup (the root handler, ``log_format``, INFO or DEBUG), with the
+    tick fields stamped on every record its handler emits and, in JSON, written as
+    fields. Returns the handlers kopf added."""
+    root = logging.getLogger()
+    before = list(root.handlers)
+    kopf.configure(verbose=verbose, debug=verbose, log_format=_KOPF_FORMATS[log_format])
+    added = [h for h in root.handlers if h not in before]
+    for handler in added:
+        handler.addFilter(logcontext.TickFields())
+        if log_format is LogFormat.json:
+            handler.setFormatter(TickJsonFormatter())
+    return added
 
 
 def cmd_run(
@@ -175,7 +211,7 @@ def cmd_run(
         timings = lease.Timings(lease_duration, renew_deadline, retry_period)
     except ValueError as err:
         fail(str(err))
-    kopf.configure(verbose=verbose, debug=verbose, log_format=_KOPF_FORMATS[log_format])
+    configure_logging(log_format, verbose)
     election = None
     if not standalone:
         election = Election(
