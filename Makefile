@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dynamo-venv lint test unit drill lab-build lab-up lab-down lab-status demo bench bench-diurnal dashboard-preview fmt clean
+.PHONY: help venv dynamo-venv lint test unit drill lab-build lab-up lab-down lab-status demo bench bench-diurnal dashboard-preview fmt clean images
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -70,6 +70,9 @@ bench-diurnal: $(STAMP) ## Diurnal traffic, cut to a 60-minute budget (python -m
 dashboard-preview: $(STAMP) lab-build ## Redraw docs/img/dashboard-preview.png from the dashboard's queries in the lab
 	PDSCALER_DASHBOARD_PREVIEW=$(CURDIR)/docs/img/dashboard-preview.png \
 	  $(BIN)/pytest -q tests/lab/test_lab_grafana_dashboard.py
+
+images: ## Build the operator and router images: REGISTRY=<registry> [PUSH=1] [DRY_RUN=1] (podman, buildah or docker)
+	REGISTRY="$(REGISTRY)" PUSH="$(PUSH)" DRY_RUN="$(DRY_RUN)" BUILDER="$(BUILDER)" bash deploy/router/build-images.sh
 
 clean: ## Remove the virtualenv and caches (not the lab binary cache)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
