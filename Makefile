@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dynamo-venv lint test unit drill lab-build lab-up lab-down lab-status demo bench bench-diurnal dashboard-preview fmt clean images
+.PHONY: help venv dynamo-venv lint test unit drill lab-build lab-up lab-down lab-status demo bench bench-diurnal dashboard-preview fmt clean images chart install-yaml
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -73,6 +73,26 @@ dashboard-preview: $(STAMP) lab-build ## Redraw docs/img/dashboard-preview.png f
 
 images: ## Build the operator and router images: REGISTRY=<registry> [PUSH=1] [DRY_RUN=1] (podman, buildah or docker)
 	REGISTRY="$(REGISTRY)" PUSH="$(PUSH)" DRY_RUN="$(DRY_RUN)" BUILDER="$(BUILDER)" bash deploy/router/build-images.sh
+
+# helm: the version pinned in operator/pdlab/cluster/versions.env, as make lab-build builds it
+HELM ?= $(shell $(BIN)/python -c 'from pdlab.cluster.config import helm_path; print(helm_path())' 2>/dev/null || echo helm)
+INSTALL_YAML ?= deploy/install.yaml
+
+chart: $(STAMP) ## Package the Helm chart: dist/pdscaler-<version>.tgz (docs/install.md, "Packaging and versions")
+	$(HELM) lint --strict charts/pdscaler
+	$(HELM) package charts/pdscaler --destination dist
+
+install-yaml: $(STAMP) ## Render deploy/install.yaml from the chart (kubectl users; a unit test checks it is current)
+	@{ printf '%s\n' \
+	  '# pdscaler for kubectl users, rendered from charts/pdscaler by `make install-yaml` (do not edit:' \
+	  '# tests/unit/test_install_yaml.py fails when it differs from the chart). The chart'"'"'s defaults,' \
+	  '# watching namespace serving (create it first), allowing Prometheus at' \
+	  '# http://prometheus.monitoring:9090 (PDSCALER_PROMETHEUS_ALLOWED_URLS below), image' \
+	  '# pdscaler/pdscaler:<appVersion> (prefix your registry). docs/install.md, "Without Helm".' \
+	  '---' 'apiVersion: v1' 'kind: Namespace' 'metadata:' '  name: pdscaler-system'; \
+	  $(HELM) template pdscaler charts/pdscaler -n pdscaler-system --skip-tests \
+	    --set 'watchNamespaces={serving}'; } > $(INSTALL_YAML)
+	@echo "wrote $(INSTALL_YAML)"
 
 clean: ## Remove the virtualenv and caches (not the lab binary cache)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
