@@ -15,6 +15,11 @@ Rules the builders enforce, whatever the user's template says:
   engine command, args, env, envFrom, resources and gpusPerReplica (``KV_FIELDS``), so
   changing any of them makes a new cell (a rollout); other template changes (labels,
   annotations, tolerations, probes) update the cell in place;
+* a cell's identity is data: its Deployments store the fingerprint and its scheme
+  (``IDENTITY_SCHEME``), and an existing cell is found by what it stored (``adopt``),
+  never by re-deriving its name with this operator's code; an existing Deployment
+  rendered from the same spec inputs (``rendered_from``) keeps its pod template
+  (``keep_rendered``): a later operator's rendering restarts no pod;
 * every pool Deployment carries its cell's fingerprint (``pdscaler.io/engine-config``)
   and the hash of its engine container as rendered (``pdscaler.io/engine-hash``):
   ``drifted`` tells a Deployment whose engine container was changed behind the
@@ -45,7 +50,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -131,20 +136,217 @@ def kv_config(spec: PDDeploymentSpec) -> str:
     return _digest(parts)
 
 
+#: The identity scheme: which projection of the spec names a cell. A cell's revision is
+#: ``naming.revision(image, version, config)`` and its Deployments store ``config``
+#: (``engine-config``) and this number (``identity-scheme``), so the name is data: an
+#: operator whose projection differs finds an existing cell by what it stored
+#: (``adopt``), never by re-deriving its name. Scheme 1 (no ``config``, before d90a49e):
+#: image@version; scheme 2: ``kv_config``. Changing ``kv_config``'s output for any spec
+#: is a new scheme: its configs are written ``"<n>.<hex>"`` and the old projection stays
+#: in ``_PROJECTIONS`` (tests/unit/test_identity_golden.py fails on an unlisted change).
+IDENTITY_SCHEME = 2
+
+
+def config_scheme(config: str) -> int:
+    """The identity scheme a stored ``engine-config`` was computed by: ``""`` -> 1, a
+    bare hex digest -> 2, ``"3.ab12..."`` -> 3."""
+    if not config:
+        return 1
+    head, dot, _ = config.partition(".")
+    return int(head) if dot and head.isdigit() else 2
+
+
+#: scheme -> the projection that computed a stored config (the current scheme's is
+#: ``kv_config``); scheme 1 stored none (``_legacy_match``).
+_PROJECTIONS: dict[int, Any] = {2: kv_config}
+
+
+def spec_config(spec: PDDeploymentSpec) -> str:
+    """The engine-config of the spec's cell: an existing cell's (``adopt``) when the
+    spec names a cell of an older scheme, else ``kv_config(spec)``."""
+    pinned = spec._cell_config
+    return kv_config(spec) if pinned is None else pinned
+
+
 def flip_cell(spec: PDDeploymentSpec, cell: CellTarget) -> bool:
     """Whether ``cell`` is rendered as a role-flip cell: the spec's own configuration
     with ``scaling.roleFlips`` on (``naming.deployment_selector``)."""
-    return spec.scaling.role_flips.enabled and cell.config == kv_config(spec)
+    return spec.scaling.role_flips.enabled and cell.config == spec_config(spec)
 
 
 def spec_cell(spec: PDDeploymentSpec, prefill: int = 0, decode: int = 0) -> CellTarget:
     """The cell the spec names: its image, version and engine configuration."""
-    return CellTarget(spec.engine.image, spec.engine.version, prefill, decode, 0, kv_config(spec))
+    image, version = spec.engine.image, spec.engine.version
+    return CellTarget(image, version, prefill, decode, 0, spec_config(spec))
 
 
 def spec_revision(spec: PDDeploymentSpec) -> str:
     """The revision of the cell the spec names."""
     return spec_cell(spec).rev
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def _owned_pools(
+    owner: Meta, deployments: Iterable[Mapping[str, Any]]
+) -> dict[str, dict[Role, Mapping[str, Any]]]:
+    """The owner's pool Deployments by revision and role."""
+    out: dict[str, dict[Role, Mapping[str, Any]]] = {}
+    for dep in deployments:
+        meta = dep.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        uids = {r.get("uid") for r in meta.get("ownerReferences") or [] if r.get("controller")}
+        role, rev = labels.get(naming.LABEL_ROLE), labels.get(naming.LABEL_REVISION)
+        if owner.uid in uids and rev and role in (Role.PREFILL.value, Role.DECODE.value):
+            out.setdefault(str(rev), {})[Role(role)] = dep
+    return out
+
+
+#: env an operator before d90a49e appended to prefill engines (gone since): not the
+#: user's configuration, so not part of a scheme-1 cell's identity
+_LEGACY_OPERATOR_ENV = frozenset({"PDSCALER_DECODE_ENDPOINT"})
+
+
+def _legacy_kv(template: Mapping[str, Any]) -> Any:
+    engine = dict(_engine_of(template))
+    env = [e for e in engine.get("env") or [] if e.get("name") not in _LEGACY_OPERATOR_ENV]
+    engine["env"] = env
+    return [engine.get("image"), _served(kv_part(engine))]
+
+
+def _legacy_match(
+    owner: Meta, spec: PDDeploymentSpec, pools: Mapping[Role, Mapping[str, Any]]
+) -> bool:
+    """A scheme-1 cell (no stored config) is the spec's when both its pools' engine
+    containers run what the spec renders (image, command, args, env, envFrom,
+    resources), the operator's own old env aside: then the spec did not change its
+    identity since that cell was made."""
+    if set(pools) != set(Role) or spec.scaling.role_flips.enabled:
+        return False
+    cell = CellTarget(spec.engine.image, spec.engine.version, 0, 0)
+    for role, dep in pools.items():
+        observed = (dep.get("spec") or {}).get("template") or {}
+        if _legacy_kv(observed) != _legacy_kv(_pod_template(owner, spec, cell, role, False)):
+            return False
+    return True
+
+
+def adopt(
+    spec: PDDeploymentSpec, owner: Meta, deployments: Iterable[Mapping[str, Any]]
+) -> PDDeploymentSpec:
+    """``spec`` naming the existing cell that an older identity scheme made for the same
+    identity (its stored revision kept: no rollout because the operator changed), else
+    ``spec`` itself (its cell is the current scheme's, existing or not).
+
+    An operator before d90a49e named ``chat.yaml``'s cell ``v0-11-0-2152f`` (image@version)
+    where this one computes ``v0-11-0-17c3f``: its cell, still running the spec's engine
+    configuration, stays the spec's cell. Once the spec's identity changes (new args),
+    no stored cell matches and the current scheme names the new one (a rollout).
+    """
+    pools = _owned_pools(owner, deployments)
+    image, version, own = spec.engine.image, spec.engine.version, kv_config(spec)
+    if naming.revision(image, version, own) in pools:
+        return spec
+    for rev, by_role in sorted(pools.items()):
+        stored = {
+            str(_annotations(d).get(naming.ANNOTATION_CONFIG) or "") for d in by_role.values()
+        }
+        config = max(stored)
+        if len(stored) != 1 or rev != naming.revision(image, version, config):
+            continue
+        scheme = config_scheme(config)
+        project = _PROJECTIONS.get(scheme)
+        same = (
+            _legacy_match(owner, spec, by_role)
+            if scheme == 1
+            else project is not None and scheme != IDENTITY_SCHEME and project(spec) == config
+        )
+        if same:
+            pinned = spec.model_copy()
+            pinned._cell_config = config
+            return pinned
+    return spec
+
+
+def rendered_from(spec: PDDeploymentSpec, role: Role | None) -> str:
+    """The hash of the spec fields a pool's (``role``) or the router's (None) template
+    is rendered from, prefixed by ``IDENTITY_SCHEME``: while an existing Deployment
+    carries the same value, the operator keeps its template as it is (``keep_rendered``):
+    a later operator that renders the same inputs differently restarts no pod."""
+    common = {
+        "engine": spec.engine.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+        "router": spec.router_type,
+        "flips": spec.scaling.role_flips.enabled,
+    }
+    if role is None:
+        inputs: dict[str, Any] = {
+            **common,
+            "spec": spec.router.model_dump(mode="json", by_alias=True, exclude_defaults=True),
+            "image": spec.router_image,
+            "port": engine_port(spec.decode),
+        }
+    else:
+        pool = spec.pool(role)
+        inputs = {
+            **common,
+            "template": pool.template,
+            "gpus": pool.gpus_per_replica,
+            "ttft": spec.slo.ttft_seconds,
+        }
+    return f"{IDENTITY_SCHEME}.{_digest(inputs)}"
+
+
+def keep_rendered(
+    desired: list[Manifest], observed: Iterable[Mapping[str, Any]], uid: str
+) -> list[Manifest]:
+    """``desired`` with every Deployment that exists, is not drifted and was rendered
+    from the same spec inputs (``rendered_from``) kept as it is: only its replicas and
+    its ``pdscaler.io`` identity annotations follow ``desired``, so a template-only
+    change of the operator's rendering (a new default, a new annotation) restarts no
+    pod of an existing cell; it reaches a cell when the spec's inputs change (the user's
+    edit rolls the pods anyway) or in a new cell. A Deployment stamped before
+    ``rendered_from`` existed is taken as rendered from the spec it serves (its inputs
+    stamped, its template kept): an in-place edit (labels, probes) made between the old
+    operator's last tick and the new one's first applies with the next edit."""
+    have: dict[str, Mapping[str, Any]] = {}
+    for obj in observed:
+        meta = obj.get("metadata") or {}
+        if any(r.get("uid") == uid for r in meta.get("ownerReferences") or []):
+            have[str(meta.get("name"))] = obj
+    out: list[Manifest] = []
+    for obj in desired:
+        inputs = _annotations(obj).get(naming.ANNOTATION_INPUTS)
+        old = have.get(str(obj["metadata"]["name"]))
+        stored = _annotations(old or {}).get(naming.ANNOTATION_INPUTS)
+        if (
+            obj.get("kind") != "Deployment"
+            or inputs is None
+            or old is None
+            or _annotations(old).get(SPEC_HASH_ANNOTATION)
+            == _annotations(obj)[SPEC_HASH_ANNOTATION]
+            or drifted(old)
+            or stored not in (None, inputs)
+        ):
+            out.append(obj)
+            continue
+        kept = frozen_pool(dict(old), int(obj["spec"].get("replicas") or 0))
+        annotations = kept["metadata"].setdefault("annotations", {})
+        annotations.update({k: v for k, v in _annotations(obj).items() if k in _IDENTITY})
+        if naming.ANNOTATION_ENGINE in annotations:
+            annotations[naming.ANNOTATION_ENGINE] = engine_hash(kept["spec"]["template"])
+        annotations.pop(SPEC_HASH_ANNOTATION, None)
+        out.append(stamp(kept))
+    return out
+
+
+#: what ``keep_rendered`` takes from the new rendering onto a kept Deployment (its
+#: metadata: no pod restarts for them); ``engine-hash`` is recomputed from the kept
+#: template (a kept scheme-1 pool gains one, so drift is watched from then on)
+_IDENTITY = frozenset(
+    {naming.ANNOTATION_INPUTS, naming.ANNOTATION_SCHEME, naming.ANNOTATION_ENGINE}
+)
 
 
 def engine_hash(template: Mapping[str, Any]) -> str:
@@ -363,8 +565,11 @@ def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: 
     annotations = obj["metadata"]["annotations"]
     annotations[naming.ANNOTATION_ENGINE] = engine_hash(template)
     annotations[naming.ANNOTATION_IMAGE] = cell.image
+    annotations[naming.ANNOTATION_SCHEME] = str(config_scheme(cell.config))
     if cell.config:
         annotations[naming.ANNOTATION_CONFIG] = cell.config
+    if cell.config == spec_config(spec):  # the spec's cell: an old cell is frozen
+        annotations[naming.ANNOTATION_INPUTS] = rendered_from(spec, role)
     return stamp(obj)
 
 
@@ -408,9 +613,15 @@ def desired_objects(meta: Meta, spec: PDDeploymentSpec, cells: list[CellTarget])
         out.append(pool_deployment(meta, spec, cell, Role.PREFILL))
         if routed:
             port = engine_port(spec.decode)
-            out.append(
-                router.router_deployment(meta, spec, cell.rev, cell.version, cell.router, port)
+            routers = router.router_deployment(
+                meta, spec, cell.rev, cell.version, cell.router, port
             )
+            if cell.config == spec_config(spec):
+                routers["metadata"]["annotations"][naming.ANNOTATION_INPUTS] = rendered_from(
+                    spec, None
+                )
+                stamp(routers)
+            out.append(routers)
     if routed:
         out.extend(router.router_identity(meta))
         out.append(front_service(meta, spec.router.port))

@@ -39,6 +39,10 @@ ANNOTATION_VERSION = f"{DOMAIN}/engine-version"  # the exact version string
 ANNOTATION_CONFIG = f"{DOMAIN}/engine-config"  # the cell's KV-config fingerprint
 ANNOTATION_ENGINE = f"{DOMAIN}/engine-hash"  # hash of the engine container as rendered
 ANNOTATION_IMAGE = f"{DOMAIN}/engine-image"  # the engine image repository (no tag)
+#: the identity scheme of the cell's ``engine-config`` (``manifests.config_scheme``)
+ANNOTATION_SCHEME = f"{DOMAIN}/identity-scheme"
+#: what a Deployment's template was rendered from (``manifests.rendered_from``)
+ANNOTATION_INPUTS = f"{DOMAIN}/rendered-from"
 #: on the front Service: what a rollout must not forget when the status is lost
 ANNOTATION_FAILED_REVISION = f"{DOMAIN}/failed-revision"  # rolled back from, not retried
 ANNOTATION_REQUIRED = f"{DOMAIN}/rollout-required"  # "<prefill>/<decode>" during a rollout

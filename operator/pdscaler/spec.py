@@ -37,6 +37,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -628,6 +629,10 @@ class PDDeploymentSpec(_Model):
     metrics: MetricsSpec = MetricsSpec()
     scaling: ScalingSpec = ScalingSpec()
     rollout: RolloutSpec = RolloutSpec()
+    #: not a field: the engine-config of an existing cell of an older identity scheme
+    #: that this spec is found to name (set by ``manifests.adopt`` only; None: the
+    #: spec's cell is the current scheme's, ``manifests.kv_config``)
+    _cell_config: str | None = PrivateAttr(default=None)
 
     def pool(self, role: Role) -> PoolSpec:
         """The spec of ``role``'s pool: ``pool(Role.DECODE)`` is ``decode``."""

@@ -128,7 +128,8 @@ def wanted_objects(owner: Meta, spec: PDDeploymentSpec) -> list[tuple[str, str]]
 
 def compute(facts: TickFacts) -> TickEffects:
     """One tick's decisions from its facts (module docstring). Purely computational."""
-    spec, owner, now = facts.spec, facts.owner, facts.now
+    owner, now = facts.owner, facts.now
+    spec = manifests.adopt(facts.spec, owner, facts.observed.deployments)
     previous = status.parse_status(dict(facts.raw_status) if facts.raw_status else None)
     cells = observe.cells(facts.observed, owner.uid)
     memory = facts.memory or status.memory_from_status(previous.memory if previous else None, now)
@@ -168,6 +169,7 @@ def compute(facts: TickFacts) -> TickEffects:
         spec,
         owner.uid,
     )
+    desired = manifests.keep_rendered(desired, facts.observed.deployments, owner.uid)
     desired = _with_marks(desired, owner, step.state)
     desired, reverted, stuck = manifests.revert_drift(desired, list(facts.observed.deployments))
     the_plan = plan(owner.uid, desired, facts.observed, running)

@@ -139,7 +139,7 @@ def image_of(
     if cell.rev in known:
         return known[cell.rev]
     if cell.rev in (
-        naming.revision(spec.engine.image, cell.version, manifests.kv_config(spec)),
+        naming.revision(spec.engine.image, cell.version, manifests.spec_config(spec)),
         naming.revision(spec.engine.image, cell.version),
     ):
         return spec.engine.image
@@ -153,7 +153,7 @@ def config_of(spec: PDDeploymentSpec, cell: CellView) -> str:
     config = getattr(cell, "config", None)
     if isinstance(config, str) and config:
         return config
-    own = manifests.kv_config(spec)
+    own = manifests.spec_config(spec)
     if cell.rev == naming.revision(spec.engine.image, cell.version, own):
         return own
     return ""

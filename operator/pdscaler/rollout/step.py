@@ -138,7 +138,7 @@ def _finish(
         image = c.image if c is not new else (c.image or dict(state.images).get(c.rev))
         config = c.config
         if c is new and c.rev == phases.spec_revision(spec):
-            image, config = image or spec.engine.image, manifests.kv_config(spec)
+            image, config = image or spec.engine.image, manifests.spec_config(spec)
         plans.append(CellPlan(c.rev, c.version, image, replicas, config))
     phase, reason = state.phase, sizes.reason
     if done and phase == RolloutPhase.PROGRESSING:
