@@ -44,7 +44,7 @@ def lab() -> Iterator[Lab]:
     """The shared lab, started if needed and stopped at the end only if we started it."""
     the_lab = Lab()
     missing = the_lab.missing_binaries()
-    if missing:  # a cold build takes ~25 min: far past pytest's per-test timeout
+    if missing:  # a cold build takes 14-26 min on 2 cores: far past pytest's per-test timeout
         pytest.fail(
             f"lab binaries {missing} are not built in {the_lab.bin}: run `make lab-build` first",
             pytrace=False,

@@ -227,7 +227,7 @@ class Lab:
     def _ensure_binaries(self) -> None:
         if not self.missing_binaries():
             return
-        print(f"pdlab: binaries missing in {self.bin}; building them (cold: ~15-20 min)")
+        print(f"pdlab: binaries missing in {self.bin}; building them (cold 14-26 min on 2 cores)")
         proc = subprocess.run(["bash", str(BUILD_SCRIPT)])
         if proc.returncode != 0:
             raise LabError(f"pdlab: {BUILD_SCRIPT} failed (exit {proc.returncode})")
