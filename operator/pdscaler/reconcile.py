@@ -6,7 +6,10 @@ Owns: the shell of a tick, level-triggered and idempotent (sample-controller's
 
 1. read: the PDDeployment (gone or being deleted: nothing to do; read leniently: fields
    this version does not know are ignored with a Warning Event ``UnknownFields``, a spec
-   the pure model refuses gets ``InvalidSpec``, each once per generation), its owned
+   the pure model refuses gets ``InvalidSpec``, each once per generation, and a refused
+   spec's status says Stalled, ``InvalidSpec``: ``status.refused_status``; an
+   annotation ``pdscaler.io/paused: "true"`` makes the tick write nothing but its status
+   and Events, as in Recommend mode), its owned
    Deployments, Services and pods (``kube.observe``), and a Prometheus snapshot
    (``Runtime.snapshot``: only from an allowed URL, a paused PDDeployment fails at once;
    unreachable -> ``None``: the policy holds and never scales down);
@@ -36,6 +39,7 @@ from pdscaler import status, tick
 from pdscaler.kube import (
     KubeError,
 )
+from pdscaler.naming import ANNOTATION_PAUSED
 from pdscaler.objects import Meta
 from pdscaler.plan import Action
 from pdscaler.prometheus import (
@@ -134,7 +138,8 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
     if meta.get("deletionTimestamp"):
         return "being deleted"
     parsed = _parse_spec(rt, pdd)
-    if parsed is None:
+    if isinstance(parsed, str):
+        _refuse(rt, pdd, parsed)
         return "invalid spec"
     spec, unknown = parsed
     rt.intervals[(namespace, name)] = spec.scaling.interval_seconds
@@ -161,6 +166,7 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
         rollout=rt.rollouts.get(uid),
         unobserved=max(0.0, now - rt.failing_since.get((namespace, name), now)),
         unknown_fields=unknown,
+        paused=paused(pdd),
     )
 
 
@@ -260,23 +266,55 @@ def _publish(rt: Runtime, pdd: Obj, event: tick.Event) -> str | None:
     return event.line()
 
 
-def _parse_spec(rt: Runtime, pdd: Obj) -> tuple[PDDeploymentSpec, tuple[str, ...]] | None:
+def paused(pdd: Obj) -> bool:
+    """Whether the PDDeployment carries ``pdscaler.io/paused: "true"`` (any case)."""
+    annotations = pdd.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(ANNOTATION_PAUSED, "")).strip().lower() == "true"
+
+
+def _refuse(rt: Runtime, pdd: Obj, why: str) -> None:
+    """A stored spec this operator refuses: the status says so (Stalled, ``InvalidSpec``,
+    observedGeneration moved: ``status.refused_status``), written once per generation,
+    and the operator's metrics carry the conditions (the PdscalerStalled alert)."""
+    meta = pdd["metadata"]
+    namespace, name = str(meta["namespace"]), str(meta["name"])
+    raw = pdd.get("status")
+    new = status.refused_status(
+        status.parse_status(raw), int(meta.get("generation") or 0), rt.clock(), why
+    )
+    if status.status_changed(new, raw):
+        try:
+            rt.kube.patch_status(namespace, name, new.to_k8s(), raw)
+            rt.telemetry.record_write("status", "PDDeployment")
+        except KubeError as err:
+            log.warning("status of %s/%s not written: %s", namespace, name, err)
+    rt.telemetry.record_status(
+        namespace,
+        name,
+        ((c.type, c.status) for c in new.conditions or []),
+        new.rollout.phase if new.rollout else None,
+    )
+
+
+def _parse_spec(rt: Runtime, pdd: Obj) -> tuple[PDDeploymentSpec, tuple[str, ...]] | str:
     """The typed spec, read leniently (``spec.parse_spec_lenient``), and the fields this
     operator does not know (a CRD newer than the operator): they are ignored, named in
     the condition FieldsIgnored and in one Warning Event ``UnknownFields`` per
     generation, and the PDDeployment keeps scaling. A spec the model refuses in the
-    fields it knows gets one Warning Event per generation (None)."""
+    fields it knows gets one Warning Event per generation, and its first error is
+    returned (``spec.router.args: Value error, router.args must not ...``)."""
     meta = pdd["metadata"]
     try:
         spec, unknown = parse_spec_lenient(pdd.get("spec") or {})
     except pydantic.ValidationError as err:
         key = ("invalid", str(meta.get("uid")), str(meta.get("generation")))
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        why = f"spec.{where}: {first['msg']}" if where else f"spec: {first['msg']}"
         if key not in rt.warned:
             rt.warned.add(key)
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            rt.kube.event(pdd, EventReason.INVALID_SPEC, f"spec.{where}: {first['msg']}", "Warning")
-        return None
+            rt.kube.event(pdd, EventReason.INVALID_SPEC, why, "Warning")
+        return why
     key = ("unknown", str(meta.get("uid")), str(meta.get("generation")))
     if unknown and key not in rt.warned:
         rt.warned.add(key)

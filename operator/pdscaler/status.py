@@ -3,8 +3,10 @@ conditions, typed by ``ConditionType`` with a ``ConditionReason``), and the poli
 memory as persisted in status.
 
 Owns: the conditions Ready, MetricsAvailable, Progressing, CapacityLimited,
-DeadlineInfeasible and WritesFailing (the last set True by the shell, through
-``with_write_failures``, when a write the tick planned was refused)
+DeadlineInfeasible, SLOUnreachable, WritesFailing (set True by the shell, through
+``with_write_failures``, when a write the tick planned was refused), FieldsIgnored,
+kstatus's Reconciling and Stalled, and Paused; the status of a stored spec this
+operator refuses (``refused_status``: Stalled, ``InvalidSpec``)
 (``lastTransitionTime`` kept while a condition's status does not change, as
 Kubernetes conventions ask), the printer-column strings, when
 ``lastDecision`` is replaced, and the (de)serialisation of ``PolicyMemory``.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pdscaler.naming import ANNOTATION_PAUSED
 from pdscaler.presets import rate_source
 from pdscaler.spec import (
     Condition,
@@ -107,6 +110,8 @@ class StatusInput:
     write_failures: tuple[str, ...] = ()  # the writes refused, with the API's reason
     #: spec fields this operator does not know (a CRD newer than it), ignored
     unknown_fields: tuple[str, ...] = ()
+    #: the PDDeployment carries ``pdscaler.io/paused: "true"``: nothing is written
+    paused: bool = False
 
 
 def condition(
@@ -163,6 +168,9 @@ def _conditions(inp: StatusInput, published: str) -> list[Condition]:
         slo_unreachable(inp),
         writes_failing(inp),
         fields_ignored(inp),
+        reconciling(inp),
+        stalled(inp),
+        paused(inp),
     ]
 
 
@@ -379,6 +387,171 @@ def fields_ignored(inp: StatusInput) -> Condition:
         inp.now,
         inp.generation,
         previous,
+    )
+
+
+# ---- kstatus: Reconciling and Stalled ------------------------------------------
+# sigs.k8s.io/cli-utils pkg/kstatus/status (Flux, kpt) computes a custom resource's
+# status as: Terminating while deleted; InProgress while status.observedGeneration !=
+# metadata.generation; else the FIRST condition in the list that is Reconciling=True
+# (InProgress) or Stalled=True (Failed); else Current. So every tick writes
+# observedGeneration (a refused spec too: ``refused_status``) and never both True.
+
+
+def pool_targets(inp: StatusInput) -> tuple[int, int]:
+    """The replicas each pool is being brought to: the decision's in Auto mode, the
+    Deployments' own (``PoolObservation.replicas``) when nothing is applied (Recommend
+    mode, or paused): a recommendation nobody carries out is no work in flight."""
+    if inp.spec.scaling.mode == "Auto" and not inp.paused:
+        return inp.decision.prefill, inp.decision.decode
+    return inp.prefill.replicas, inp.decode.replicas
+
+
+#: Reconciling True for a moving rollout: phase -> reason.
+_MOVING = {
+    RolloutPhase.PROGRESSING: ConditionReason.ROLLOUT_PROGRESSING,
+    RolloutPhase.ROLLING_BACK: ConditionReason.ROLLBACK_PROGRESSING,
+}
+
+
+def reconciling(inp: StatusInput) -> Condition:
+    """Reconciling (kstatus): True while the operator works towards the spec. In order:
+    Stalled True -> False, ``Blocked`` (kstatus must read Failed, not InProgress);
+    paused -> False, ``ReconcilePaused``; a rollout Progressing -> True,
+    ``RolloutProgressing`` (RollingBack -> ``RollbackProgressing``), with the rollout's
+    message; a pool whose Ready replicas differ from its target (``pool_targets``:
+    decode 5 Ready of 6 asked) -> True, ``ScalingInProgress``, ``prefill 4/4 ready,
+    decode 5/6 ready``; else False, ``Reconciled``, ``prefill 4/4 ready, decode 6/6
+    ready``. Pods Pending for GPUs keep it True (the work is not done; CapacityLimited
+    says why), as kstatus keeps a Deployment InProgress until its pods are Ready."""
+    want_p, want_d = pool_targets(inp)
+    counts = f"prefill {inp.prefill.ready}/{want_p} ready, decode {inp.decode.ready}/{want_d} ready"
+    if _stalled(inp) is not None:
+        return _condition(
+            inp,
+            ConditionType.RECONCILING,
+            False,
+            ConditionReason.BLOCKED,
+            "not reconciling: Stalled says what must change",
+        )
+    if inp.paused:
+        return _condition(
+            inp,
+            ConditionType.RECONCILING,
+            False,
+            ConditionReason.RECONCILE_PAUSED,
+            paused_message(),
+        )
+    moving = _MOVING.get(inp.progress.phase)
+    if moving is not None:
+        message = inp.progress.message or f"rolling out {inp.target_version}"
+        return _condition(inp, ConditionType.RECONCILING, True, moving, message)
+    if inp.prefill.ready != want_p or inp.decode.ready != want_d:
+        return _condition(
+            inp, ConditionType.RECONCILING, True, ConditionReason.SCALING_IN_PROGRESS, counts
+        )
+    return _condition(inp, ConditionType.RECONCILING, False, ConditionReason.RECONCILED, counts)
+
+
+#: Stalled's message while it is False.
+MSG_NOT_STALLED = "nothing blocks progress towards the spec"
+
+
+def _stalled(inp: StatusInput) -> str | None:
+    """Why the tick cannot progress without a change by a person, or None: a rollout
+    rolled back at its progressDeadline (the failed revision is never retried: only a
+    new spec.engine or template moves it)."""
+    if inp.progress.phase is RolloutPhase.ROLLED_BACK:
+        return inp.progress.message or (
+            f"the rollout to {inp.target_version} missed rollout.progressDeadline and was "
+            f"rolled back; {inp.active_version} serves"
+        )
+    return None
+
+
+def stalled(inp: StatusInput) -> Condition:
+    """Stalled (kstatus): True when the operator cannot make progress without a change:
+    the rollout was rolled back -> True, ``RolledBack``, with the rollout's message
+    (``spec.engine.version v2 not Ready within 10m0s; rolled back to v1``); else False,
+    ``NotStalled``. A refused stored spec is Stalled too, ``InvalidSpec``, written by
+    ``refused_status`` (no tick runs for it). SLOUnreachable, CapacityLimited and
+    DeadlineInfeasible are not Stalled: the pools are at what the spec allows (they are
+    reconciled); WritesFailing is not either: each tick retries, and most causes (quota,
+    a webhook, a conflict) pass without a spec change."""
+    why = _stalled(inp)
+    if why is None:
+        return _condition(
+            inp, ConditionType.STALLED, False, ConditionReason.NOT_STALLED, MSG_NOT_STALLED
+        )
+    return _condition(inp, ConditionType.STALLED, True, ConditionReason.ROLLOUT_ROLLED_BACK, why)
+
+
+def paused_message() -> str:
+    """What a paused PDDeployment's conditions say."""
+    return (
+        f'{ANNOTATION_PAUSED} is "true": the operator writes none of the pools, routers '
+        "or Services (it reads, decides and reports as in Recommend mode); remove the "
+        "annotation to resume"
+    )
+
+
+def paused(inp: StatusInput) -> Condition:
+    """Paused: True, ``PausedByAnnotation`` while the PDDeployment carries
+    ``pdscaler.io/paused: "true"``; else False, ``NotPaused``."""
+    if inp.paused:
+        return _condition(
+            inp, ConditionType.PAUSED, True, ConditionReason.PAUSED_BY_ANNOTATION, paused_message()
+        )
+    return _condition(
+        inp,
+        ConditionType.PAUSED,
+        False,
+        ConditionReason.NOT_PAUSED,
+        f"no {ANNOTATION_PAUSED} annotation: the operator applies its decisions",
+    )
+
+
+def refused_status(
+    previous: PDDeploymentStatus | None, generation: int, now: float, why: str
+) -> PDDeploymentStatus:
+    """The status of a stored spec this operator refuses (``why``: the first validation
+    error, ``spec.router.args: Value error, router.args must not give ...``): the
+    previous status kept (its pools, rollout and conditions tell the last spec acted
+    on), ``observedGeneration`` moved to ``generation`` (the spec WAS read: kstatus then
+    reads Stalled, Failed, instead of InProgress forever), Stalled True, ``InvalidSpec``
+    naming the error, and Reconciling False, ``Blocked``. Same inputs -> equal status
+    (one write per generation). No previous status -> just those."""
+    before = previous.conditions if previous else None
+    message = (
+        f"the stored spec is refused: {why}; nothing of this PDDeployment is written "
+        "(its pools keep running as last reconciled) until the spec is fixed"
+    )[:32768]
+    added = [
+        condition(
+            ConditionType.RECONCILING,
+            "False",
+            ConditionReason.BLOCKED,
+            "not reconciling: Stalled says what must change",
+            now,
+            generation,
+            before,
+        ),
+        condition(
+            ConditionType.STALLED,
+            "True",
+            ConditionReason.INVALID_SPEC,
+            message,
+            now,
+            generation,
+            before,
+        ),
+    ]
+    kept = [
+        c for c in before or [] if c.type not in (ConditionType.RECONCILING, ConditionType.STALLED)
+    ]
+    base = previous or PDDeploymentStatus()
+    return replace_conditions(
+        base.model_copy(update={"observed_generation": generation}), [*kept, *added]
     )
 
 

@@ -90,6 +90,9 @@ class TickFacts:
     rollout: rollout.RolloutState | None = None
     unobserved: float = 0.0
     unknown_fields: tuple[str, ...] = ()  # spec fields this version ignores (newer CRD)
+    #: ``pdscaler.io/paused: "true"`` on the PDDeployment: computed as in Recommend mode
+    #: (nothing written but the status and Events), and said in the Paused condition
+    paused: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ def compute(facts: TickFacts) -> TickEffects:
     if relabels:  # a flip first: the Deployments' new replicas count the flipped pods
         the_plan = dataclasses.replace(the_plan, actions=(*relabels, *the_plan.actions))
 
-    auto = spec.scaling.mode == "Auto"
+    auto = spec.scaling.mode == "Auto" and not facts.paused
     # Recommend mode scaled nothing: the policy must not believe capacity is coming.
     kept_memory = (
         decision.memory
@@ -201,6 +204,7 @@ def compute(facts: TickFacts) -> TickEffects:
             metrics_error=facts.metrics_error,
             metrics_reason=facts.metrics_reason,
             unknown_fields=facts.unknown_fields,
+            paused=facts.paused,
         )
     )
     if not auto:  # nothing is applied in Recommend mode: the drift is only reported

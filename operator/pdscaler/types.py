@@ -98,6 +98,11 @@ class ConditionType(StrEnum):
     SLO_UNREACHABLE = "SLOUnreachable"
     WRITES_FAILING = "WritesFailing"
     FIELDS_IGNORED = "FieldsIgnored"
+    # kstatus's two (sigs.k8s.io/cli-utils pkg/kstatus, read by Flux and kpt): True
+    # while the operator works towards the spec / when it cannot without a change
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
+    PAUSED = "Paused"  # the pdscaler.io/paused annotation: no pool or router is written
 
 
 class ConditionReason(StrEnum):
@@ -140,6 +145,23 @@ class ConditionReason(StrEnum):
     # spec fields this operator version does not know (a newer CRD): ignored
     UNKNOWN_FIELDS = "UnknownFields"
     ALL_FIELDS_KNOWN = "AllFieldsKnown"
+    # Reconciling: True while a rollout or a rollback shifts cells or a pool's Ready
+    # replicas differ from what the tick asks; False when nothing is left to do, while
+    # paused, or while Stalled (kstatus reads the first True of the two)
+    ROLLOUT_PROGRESSING = "RolloutProgressing"
+    ROLLBACK_PROGRESSING = "RollbackProgressing"
+    SCALING_IN_PROGRESS = "ScalingInProgress"
+    RECONCILED = "Reconciled"
+    RECONCILE_PAUSED = "ReconcilePaused"
+    BLOCKED = "Blocked"
+    # Stalled: no progress without a change by a person: a stored spec this operator
+    # refuses (a CRD older than its validation), or a rollout rolled back at its deadline
+    INVALID_SPEC = "InvalidSpec"
+    ROLLOUT_ROLLED_BACK = "RolledBack"
+    NOT_STALLED = "NotStalled"
+    # Paused
+    PAUSED_BY_ANNOTATION = "PausedByAnnotation"
+    NOT_PAUSED = "NotPaused"
 
 
 class EventReason(StrEnum):

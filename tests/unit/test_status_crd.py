@@ -110,7 +110,8 @@ def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> No
     """Every case the status builder distinguishes (metrics unreachable, not allowed,
     refused as an invalid query, incomplete, ok; every rollout phase; pods pending or
     not; deadline feasible or not; TTFT bursts out of reach or not; pools serving or
-    not) writes each condition with a reason the CRD lists under that condition."""
+    not; converged or paused; a refused stored spec) writes each condition with a reason
+    the CRD lists under that condition."""
     by_type = documented_reasons()
     no_rate = replace(METRICS, request_rate=None)
     cases = [
@@ -148,10 +149,13 @@ def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> No
         replace(inp(), write_failures=("create Deployment x: 403 Forbidden: quota",)),
         replace(inp(), unknown_fields=("spec.scaling.newKnob",)),
         *(inp(progress=st.ProgressFacts(phase=phase)) for phase in RolloutPhase),
+        inp(decision=HOLD, decode=PoolObservation(replicas=6, ready=6)),  # reconciled
+        replace(inp(), paused=True),
     ]
+    refused = st.refused_status(None, 4, 1000.0, "spec.router.args: refused")
     seen: set[str] = set()
-    for case in cases:
-        for c in st.build_status(case).conditions or []:
+    for built in [*(st.build_status(case) for case in cases), refused]:
+        for c in built.conditions or []:
             assert c.reason in by_type[c.type], (c.type, c.reason)
             seen.add(c.reason)
     assert seen == {r.value for r in ConditionReason}
