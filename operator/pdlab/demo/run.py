@@ -79,11 +79,15 @@ AIPERF_FINISH_S = 90.0
 CLEANUP_TIMEOUT_S = 60.0
 #: Why the client's and the operator's latencies differ (summary.json says it too).
 LATENCY_SOURCES = (
-    "client: aiperf's per-request TTFT and inter-token latency, p95 over the requests "
-    "finished in the last 15 s; the TTFT includes the front Service, the router's two legs "
-    "(prefill, then decode) and the KV hand-off. operator: the PDDeployment status' TTFT "
-    "and TPOT, from Prometheus: per-pod vLLM histograms (prefill and decode pods each "
-    "observing their own part) over the metrics window, as the operator reads them."
+    "client: aiperf's per-request TTFT and inter-token latency ((request latency - TTFT) / "
+    "(output tokens - 1), the output tokens counted by its tokenizer in the streamed text, "
+    "one per engine token: 'tokens' says both counts), p95 over the requests finished in "
+    "the last 15 s; the TTFT includes the front Service, the router's two legs (prefill, "
+    "then decode) and the KV hand-off. operator: the PDDeployment status' TTFT and TPOT, "
+    "from Prometheus: p95 of per-pod vLLM histograms (prefill and decode pods each "
+    "observing their own part; TPOT per request, decode time / (output tokens - 1)) over "
+    "the metrics window, as the operator reads them. A phase's tpot_agrees: the two TPOTs "
+    "differ by at most the width of the histogram bucket holding the operator's figure."
 )
 
 
@@ -404,6 +408,7 @@ class Demo:
                     "ttft_ms": result.ttft_ms,
                     "itl_ms": result.itl_ms,
                     "latency_ms": result.latency_ms,
+                    "tokens": demo_report.token_counts(result.raw),
                 },
                 "requests": self.engine_log.path_check(),
                 "latency_sources": LATENCY_SOURCES,
@@ -423,8 +428,8 @@ class Demo:
 
         table = Table(title=f"demo summary: {decisions} decisions, {wall_s:.0f}s wall clock")
         table.add_column("phase", no_wrap=True)
-        for col in ("time s", "P", "D", "P:D", "P share", "GPUs", "TTFT p95 client / operator",
-                    "TPOT p95 client / operator"):  # fmt: skip
+        for col in ("time s", "P", "D", "P:D", "P share", "GPUs", "TTFT p95 aiperf / operator",
+                    "TPOT p95 aiperf / operator"):  # fmt: skip
             table.add_column(col, justify="right", no_wrap=True)
 
         def pair(client: float | None, operator: float | None, scale: float, unit: str) -> str:
@@ -457,6 +462,17 @@ class Demo:
                 f"{r.itl_ms.get('p50', float('nan')):.0f} ms p99 "
                 f"{r.itl_ms.get('p99', float('nan')):.0f} ms"
             )
+            counts = demo_report.token_counts(r.raw)
+            console.print(
+                f"output tokens: aiperf's tokenizer counted {counts['client'] or 0:.0f}, the "
+                f"engines produced {counts['server'] or 0:.0f} (osl mismatch "
+                f"{counts['osl_mismatch_pct'] or 0:.1f}%)"
+            )
+        agree = ", ".join(
+            f"{s.name} {'-' if s.tpot_agrees is None else 'yes' if s.tpot_agrees else 'NO'}"
+            for s in summaries
+        )
+        console.print(f"TPOT aiperf and operator within one histogram bucket: {agree}")
         check = self.engine_log.path_check()
         with (self.out / "requests.jsonl").open("w") as fh:
             for rec in self.engine_log.prefill + self.engine_log.decode:
@@ -468,9 +484,11 @@ class Demo:
         )
         console.print(
             "P, D: mean ready replicas over each phase's second half; GPUs: the most in use; "
-            "TTFT/TPOT client: aiperf's p95 over 15 s of finished requests (router legs and "
-            "KV hand-off included), operator: what its status showed (Prometheus, per-pod "
-            f"histograms over its window). Results in {self.out}"
+            "TTFT/TPOT aiperf: the client's p95 over 15 s of finished requests (router legs "
+            "and KV hand-off included; TPOT per request, (latency - TTFT) / (output tokens - "
+            "1)), operator: the p95 its status showed (Prometheus, the engines' per-pod "
+            "histograms over its window); each the median over the phase's second half. "
+            f"Results in {self.out}"
         )
 
     # ------------------------------------------------------------- clean-up
