@@ -9,8 +9,14 @@ through ``register(app)``:
 * ``plan``      (``cli/plan.py``): the capacity calculators of docs/models.md;
 * ``simulate``  (``cli/simulate.py``): replay a trace against the policy and baselines;
 * ``run``       (``cli/run.py``): start the operator;
+* ``get``       (``cli/get.py``): the PDDeployments, one line each (or ``-o json|yaml``);
 * ``explain``   (``cli/explain.py``): the last decision of a PDDeployment, readable;
-* ``healthcheck`` (``cli/healthcheck.py``): GET an operator's ``/healthz`` (helm test).
+* ``why-not-scaling`` (``cli/why.py``): why the last decision changed no pool;
+* ``healthcheck`` (``cli/healthcheck.py``): GET an operator's ``/healthz`` (helm test);
+* ``completion`` (``cli/completion.py``): the shell completion script.
+
+``get``, ``explain``, ``why-not-scaling`` and ``completion`` are also the ``kubectl pdd``
+plugin (``cli/kubectl.py``, the ``kubectl-pdd`` executable).
 
 ``simulate`` is loaded only when it is asked for (or listed by ``--help``): it needs
 numpy and matplotlib, the ``pdscaler[sim]`` extra, which the operator image leaves
@@ -29,11 +35,11 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from pdscaler.cli import explain, healthcheck, plan, run
-from pdscaler.cli.common import USAGE_EXIT, usage_line
+from pdscaler.cli import completion, explain, get, healthcheck, plan, run, why
+from pdscaler.cli.common import run_click
 
 #: Registered at once, in this order (``simulate`` is listed first, loaded lazily).
-SUBCOMMAND_MODULES = (plan, run, explain, healthcheck)
+SUBCOMMAND_MODULES = (plan, run, get, explain, why, healthcheck, completion)
 LAZY_SUBCOMMANDS = {"simulate": ("pdscaler.cli.simulate", 0)}  # name -> (module, position)
 SIM_EXTRA_HINT = (
     "pdscaler simulate needs the simulator extra (numpy, matplotlib): pip install 'pdscaler[sim]'"
@@ -153,16 +159,6 @@ def main(argv: list[str] | None = None) -> None:
     Usage errors anywhere (unknown command or option, bad value) are one line on stderr
     and exit code 2; a command's own exit code passes through.
     """
+    completion.enable("pdscaler")
     command = typer.main.get_command(build_app())
-    args = argv if argv is not None else sys.argv[1:]
-    try:
-        rc: Any = command.main(args=args, prog_name="pdscaler", standalone_mode=False)
-    except typer.Abort:
-        print("Aborted.", file=sys.stderr)
-        sys.exit(1)
-    except typer.TyperException as err:
-        code = getattr(err, "exit_code", 1)
-        line = usage_line(err, "pdscaler: ") if code == USAGE_EXIT else str(err)
-        print(f"Error: {line}", file=sys.stderr)
-        sys.exit(code)
-    sys.exit(rc if isinstance(rc, int) else 0)
+    run_click(command, argv if argv is not None else sys.argv[1:], "pdscaler")

@@ -1,9 +1,10 @@
-"""``pdscaler explain NAME [-n NS] [--kubeconfig F] [--context C]``: the last decision
-of a PDDeployment, for a person.
+"""``pdscaler explain NAME [-n NS] [--kubeconfig F] [--context C] [-o json|yaml]``: the
+last decision of a PDDeployment, for a person (``-o``: the status it reads).
 
-Owns: reading one PDDeployment's status (through ``kube``) and printing its last
-decision with the inputs the policy saw, the models' numbers and the reason, plus the
-pools and the conditions; the namespace default, as kubectl's: ``-n``, else the
+Owns: reading PDDeployments (through ``kube``: ``read_pdd``, the options and errors
+``get`` and ``why-not-scaling`` share) and printing one's last decision with the
+inputs the policy saw, the models' numbers and the reason, plus the pools and the
+conditions; the namespace default, as kubectl's: ``-n``, else the
 namespace of the kubeconfig context used (``--context``, else current-context), else
 the pod's own namespace in a cluster, else ``default``. Must not: decide or recompute
 anything (it prints what the operator published), or write to the cluster.
@@ -23,19 +24,23 @@ anything (it prints what the operator published), or write to the cluster.
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 import yaml
 
 from pdscaler import status
-from pdscaler.cli.common import OneLineCommand, fail, num
+from pdscaler.cli.common import FormatOpt, OneLineCommand, dump, fail, num, output_format
 from pdscaler.spec import PDDeploymentStatus
 from pdscaler.types import ConditionType
 
+if TYPE_CHECKING:
+    from pdscaler.kube import Kube
+
+T = TypeVar("T")
 LABEL_WIDTH = 16
 #: Where a pod's ServiceAccount namespace is mounted (kubectl's in-cluster default).
 POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -157,45 +162,76 @@ def render(pdd: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cmd_explain(
-    name: Annotated[str, typer.Argument(help="The PDDeployment's name.")],
-    namespace: Annotated[
-        str | None,
-        typer.Option(
-            "--namespace",
-            "-n",
-            help="Its namespace (default: the kubeconfig context's, else default).",
-            show_default=False,
-        ),
-    ] = None,
-    kubeconfig: Annotated[
-        str | None,
-        typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG)."),
-    ] = None,
-    context: Annotated[
-        str | None,
-        typer.Option("--context", help="Kubeconfig context (default: current-context)."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="The raw status as JSON.")] = False,
-) -> None:
-    """Print the last decision of a PDDeployment: inputs, model outputs, reason."""
-    from pdscaler.kube import Kube, KubeError, load_api_client
+NamespaceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace",
+        "-n",
+        help="Its namespace (default: the kubeconfig context's, else default).",
+        show_default=False,
+    ),
+]
+KubeconfigOpt = Annotated[
+    str | None,
+    typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG)."),
+]
+ContextOpt = Annotated[
+    str | None,
+    typer.Option("--context", help="Kubeconfig context (default: current-context)."),
+]
+
+
+def connect(kubeconfig: str | None, context: str | None) -> Kube:
+    """A client for the kubeconfig's cluster; exit 2 for a missing ``--kubeconfig``, 1
+    for an unknown context."""
+    from pdscaler.kube import Kube, load_api_client
 
     if kubeconfig and not os.path.isfile(kubeconfig):
         fail(f"--kubeconfig {kubeconfig}: no such file")
-    ns = namespace or default_namespace(kubeconfig, context)
+    return reading(lambda: Kube(load_api_client(kubeconfig, context)))
+
+
+def reading(call: Callable[[], T]) -> T:
+    """Run a read of the cluster: a refusal or an unreachable cluster is one line on
+    stderr and exit 1."""
+    from pdscaler.kube import KubeError
+
     try:
-        pdd = Kube(load_api_client(kubeconfig, context)).get_pdd(ns, name)
+        return call()
     except KubeError as err:
         typer.echo(f"Error: {err}", err=True)
         raise typer.Exit(1) from None
     except Exception as err:  # no kubeconfig, unknown context, cluster unreachable
         typer.echo(f"Error: cannot reach the cluster: {' '.join(str(err).split())}", err=True)
         raise typer.Exit(1) from None
+
+
+def read_pdd(
+    name: str, namespace: str | None, kubeconfig: str | None, context: str | None
+) -> dict[str, Any]:
+    """PDDeployment ``name`` as the API server returns it (exit 2 when it does not
+    exist), in ``namespace`` or kubectl's default namespace."""
+    ns = namespace or default_namespace(kubeconfig, context)
+    kube = connect(kubeconfig, context)
+    pdd = reading(lambda: kube.get_pdd(ns, name))
     if pdd is None:
         fail(f"PDDeployment {ns}/{name} not found")
-    if as_json:
-        typer.echo(json.dumps(pdd.get("status") or {}, indent=2, sort_keys=True))
+    return pdd
+
+
+def cmd_explain(
+    name: Annotated[str, typer.Argument(help="The PDDeployment's name.")],
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The raw status as JSON.")] = False,
+    output: FormatOpt = None,
+) -> None:
+    """Print the last decision of a PDDeployment: inputs, model outputs, reason."""
+    pdd = read_pdd(name, namespace, kubeconfig, context)
+    fmt = output_format(output, as_json)
+    if fmt is not None:  # the status the explanation reads, as published
+        typer.echo(dump(pdd.get("status") or {}, fmt))
         return
     typer.echo(render(pdd))
 

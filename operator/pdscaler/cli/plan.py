@@ -42,7 +42,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from pdscaler.cli.common import OneLineCommand, fail, one_line
+from pdscaler.cli.common import FormatOpt, OneLineCommand, fail, one_line, output_format
 from pdscaler.cli.plan_calc import JsonOpt, cmd_drain, cmd_migrate, cmd_ratio, cmd_reconfigure
 from pdscaler.cli.plan_file import PreferOpt, cmd_from_file, run_from_file
 from pdscaler.cli.plan_profile import cmd_profile
@@ -75,12 +75,13 @@ def plan_callback(
     ] = None,
     prefer: PreferOpt = None,
     as_json: JsonOpt = False,
+    output: FormatOpt = None,
 ) -> None:
     """Capacity calculators of docs/models.md; --from-file plans a PDDeployment manifest.
 
     pdscaler plan --from-file MANIFEST --rate R --prompt-tokens Lp --output-tokens Ld
     """
-    given = [from_file, rate, prompt_tokens, output_tokens, prefer]
+    given = [from_file, rate, prompt_tokens, output_tokens, prefer, output]
     if ctx.invoked_subcommand is not None:
         if any(v is not None for v in given) or as_json:
             fail(
@@ -108,7 +109,7 @@ def plan_callback(
     if missing:
         fail(f"--from-file needs {', '.join(missing)}")
     load = (rate or 0.0, prompt_tokens or 0.0, output_tokens or 0.0)  # all given (checked)
-    run_from_file(from_file, *load, prefer, as_json)
+    run_from_file(from_file, *load, prefer, output_format(output, as_json))
 
 
 def register(app: typer.Typer) -> None:

@@ -23,7 +23,7 @@ import typer
 from rich.table import Table
 
 from pdscaler import models
-from pdscaler.cli.common import fail, num
+from pdscaler.cli.common import FormatOpt, fail, num, output_format
 from pdscaler.cli.plan_render import (
     backlog_sentence,
     drain_table,
@@ -113,6 +113,7 @@ def cmd_ratio(
         typer.Option("--kv-utilization", help="Target KV utilisation u_kv (memory bound)."),
     ] = models.bottleneck.KV_LIMIT,
     as_json: JsonOpt = False,
+    output: FormatOpt = None,
 ) -> None:
     """Steady-state replicas of each pool: N = load / (per-replica tokens/s x u), rounded up;
     with --kv-cache-tokens decode is the larger of that and its KV memory bound."""
@@ -173,7 +174,7 @@ def cmd_ratio(
             f"{models.ceil_replicas(n_decode)} (throughput {num(result.n_decode)}, "
             f"memory {num(memory.n_decode)})"
         )
-    emit(as_json, doc, *tables, *lines)
+    emit(output_format(output, as_json), doc, *tables, *lines)
 
 
 MEMORY_OPTIONS = {
@@ -251,6 +252,7 @@ def cmd_drain(
         typer.Option("--per-replica", help="Req/s one replica serves: turns mu_min into replicas."),
     ] = None,
     as_json: JsonOpt = False,
+    output: FormatOpt = None,
 ) -> None:
     """Drain-time model: backlog, drain time and deadline, or the rate that meets it.
 
@@ -296,7 +298,7 @@ def cmd_drain(
         inverse, sentence = drain_inverse(arrival, backlog, startup, deadline, per_replica)
         data.update(inverse)
         blocks.append(sentence)
-    emit(as_json, data, *blocks)
+    emit(output_format(output, as_json), data, *blocks)
 
 
 # ------------------------------------------------------------------ migrate
@@ -374,6 +376,7 @@ def cmd_migrate(
         ),
     ] = None,
     as_json: JsonOpt = False,
+    output: FormatOpt = None,
 ) -> None:
     """Catch-up migration: time for a live KV copy to catch up, and the state added.
 
@@ -404,7 +407,12 @@ def cmd_migrate(
         else "Then a final hand-over (state version + ownership) so the source's last "
         "updates are not lost."
     )
-    emit(as_json, data, table("Catch-up migration (docs/models.md §5)", ("", "value"), rows), note)
+    emit(
+        output_format(output, as_json),
+        data,
+        table("Catch-up migration (docs/models.md §5)", ("", "value"), rows),
+        note,
+    )
 
 
 # ------------------------------------------------------------------ reconfigure
@@ -422,6 +430,7 @@ def cmd_reconfigure(
         typer.Option("--speedup", help="Also show k x the bandwidth (repeatable; default 4)."),
     ] = None,
     as_json: JsonOpt = False,
+    output: FormatOpt = None,
 ) -> None:
     """Reconfiguration time: bytes / bandwidth + software preparation.
 
@@ -460,7 +469,7 @@ def cmd_reconfigure(
         "speedups": faster,
     }
     emit(
-        as_json,
+        output_format(output, as_json),
         data,
         table(
             "Reconfiguration (docs/models.md §5)",

@@ -25,7 +25,7 @@ import typer
 import yaml
 
 from pdscaler import models
-from pdscaler.cli.common import fail
+from pdscaler.cli.common import FormatOpt, Output, fail, output_format
 from pdscaler.cli.plan_calc import RATIO_OPTIONS, JsonOpt, checked
 from pdscaler.cli.plan_render import emit, from_file_blocks
 from pdscaler.policy.refine import capacity_priors
@@ -152,13 +152,13 @@ def run_from_file(
     prompt_tokens: float,
     output_tokens: float,
     prefer: Prefer | None,
-    as_json: bool,
+    fmt: Output | None,
 ) -> None:
     """Load, plan and print (shared by ``plan --from-file`` and ``plan from-file``)."""
     deployment = load_manifest(manifest)
     role = None if prefer is None else Role(prefer.value)
     plan = plan_manifest(deployment, rate, prompt_tokens, output_tokens, role)
-    emit(as_json, plan, *from_file_blocks(plan))
+    emit(fmt, plan, *from_file_blocks(plan))
 
 
 RateOpt = Annotated[float, typer.Option("--rate", help="Request rate R, req/s.")]
@@ -181,6 +181,7 @@ def cmd_from_file(
     output_tokens: OutputOpt,
     prefer: PreferOpt = None,
     as_json: JsonOpt = False,
+    output: FormatOpt = None,
 ) -> None:
     """The pools of a PDDeployment manifest at a given load.
 
@@ -188,4 +189,6 @@ def cmd_from_file(
     clamped to its replica bounds and split under its maxGPUs.
     Same as: pdscaler plan --from-file MANIFEST ...
     """
-    run_from_file(manifest, rate, prompt_tokens, output_tokens, prefer, as_json)
+    run_from_file(
+        manifest, rate, prompt_tokens, output_tokens, prefer, output_format(output, as_json)
+    )

@@ -1,9 +1,9 @@
 """The human and JSON output of ``pdscaler plan``: tables with units, sentences, JSON.
 
-Owns: how each calculator's answer is printed (``emit``: JSON with ``--json``, else
-rich tables and lines) and the tables and sentences themselves. Must not: compute
-anything (the numbers come from ``pdscaler.models`` through ``plan_calc`` and
-``plan_file``) or parse arguments.
+Owns: how each calculator's answer is printed (``emit``: JSON with ``-o json`` or
+``--json``, YAML with ``-o yaml``, else rich tables and lines) and the tables and
+sentences themselves. Must not: compute anything (the numbers come from
+``pdscaler.models`` through ``plan_calc`` and ``plan_file``) or parse arguments.
 
 >>> backlog_sentence(3.5, 10.0, 0.0, 0.0, 35.0)
 'Backlog B = 3.5 req/s x 10 s = 35 requests'
@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pdscaler import models
-from pdscaler.cli.common import num
+from pdscaler.cli.common import Output, dump, num
 from pdscaler.types import Role
 
 
@@ -43,10 +43,14 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def emit(as_json: bool, data: dict[str, Any], *blocks: Table | str) -> None:
-    """Print ``data`` as JSON, or the human ``blocks`` (tables and lines)."""
-    if as_json:
+def emit(fmt: Output | None, data: dict[str, Any], *blocks: Table | str) -> None:
+    """Print ``data`` as JSON or YAML (``-o``; ``--json`` keeps its key order), or the
+    human ``blocks`` (tables and lines)."""
+    if fmt is Output.json:
         typer.echo(json.dumps(jsonable(data), indent=2))
+        return
+    if fmt is Output.yaml:
+        typer.echo(dump(jsonable(data), fmt))
         return
     console = Console(highlight=False, soft_wrap=True)
     for block in blocks:
