@@ -120,6 +120,19 @@ def cases(alerts: dict[str, dict[str, Any]]) -> dict[str, tuple[list[dict[str, s
             [leader(), leader(FOLLOWER, "0x90"), phase("RolledBack"), phase("RolledBack", **stale)],
             0,
         ),
+        "PdscalerStalled": (
+            [
+                leader(),
+                leader(FOLLOWER, "0x90"),
+                condition("Stalled", "True"),
+                condition("Stalled", "True", **stale),
+            ],
+            minutes(alerts["PdscalerStalled"]["for"]),
+        ),
+        "PdscalerPaused": (
+            [leader(value="1x1600"), condition("Paused", "True") | {"values": "1x1600"}],
+            minutes(alerts["PdscalerPaused"]["for"]),
+        ),
         "PdscalerNotTicking": (
             [
                 leader(),
@@ -209,6 +222,15 @@ def test_for_durations_severity_and_disabled_alerts_come_from_values() -> None:
     assert alerts["PdscalerCapacityLimited"]["labels"]["severity"] == "page"
     assert "PdscalerRolloutStuck" not in alerts
     assert alerts["PdscalerNoLeader"]["labels"]["severity"] == "critical"
+
+
+def test_every_alert_has_a_runbook_url_from_values() -> None:
+    """runbook_url is runbookBaseURL#<the alert's name in lower case> (the entry's anchor
+    in docs/troubleshooting.md: tests/unit/test_troubleshooting.py checks it exists)."""
+    alerts = alerts_of(rule_groups("--set", "monitoring.prometheusRule.runbookBaseURL=https://x/t"))
+    assert {a["annotations"]["runbook_url"] for a in alerts.values()} == {
+        f"https://x/t#{name.lower()}" for name in alerts
+    }
 
 
 def test_rules_pass_promtool_check(tmp_path: Path) -> None:
