@@ -10,8 +10,8 @@ Records kopf logs about an object (its ``k8s_ref``) get ``namespace`` and ``name
 Must not: format or emit anything itself (the run command's JSON formatter does).
 
 Example: inside ``with object_tick("serving", "chat")`` (the 17th tick of the process),
-``log.info("serving/chat: apply Deployment chat-1-decode")`` is written by
-``pdscaler run --log-format json`` as ``{"message": "serving/chat: apply ...",
+``log.info("serving/chat: scale Deployment/chat-v1-abcde-decode 4->6")`` is written by
+``pdscaler run --log-format json`` as ``{"message": "serving/chat: scale ...",
 "namespace": "serving", "name": "chat", "tick": 17, "severity": "info", ...}``.
 """
 
