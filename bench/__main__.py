@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import native, provenance, quality, step
+from bench import native, provenance, quality, quality_report, quality_run, step
 from bench import queue as queue_part
 from bench.overhead import cli as overhead_cli
 
@@ -192,9 +192,9 @@ def quality_section(doc: dict[str, Any]) -> list[str]:
         provenance.line(doc.get(provenance.KEY)),
         "",
         f"Matrix wall time: {doc['wall_s']:.0f} s with {doc['plan']['workers']} worker "
-        f"processes, simulator {quality.simulator(doc)}.",
+        f"processes, simulator {quality_report.simulator(doc)}.",
         "",
-        quality.headline(doc),
+        quality_report.headline(doc),
         "",
     ]
 
@@ -223,7 +223,7 @@ def rerender(out_dir: Path) -> int:
     qpath, upath, spath = (out_dir / f for f in ("quality.json", "queue.json", "step.json"))
     if qpath.exists():
         doc = json.loads(qpath.read_text(encoding="utf-8"))
-        quality.write_report(doc, out_dir, command)
+        quality_report.write_report(doc, out_dir, command)
         summary += quality_section(doc)
     if upath.exists():
         result = json.loads(upath.read_text(encoding="utf-8"))
@@ -264,8 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     doc: dict[str, Any] | None = None
     if "quality" in parts:
-        doc = {**quality.run_matrix(plan, out_dir=out_dir), provenance.KEY: stamp}
-        quality.write(doc, out_dir, command)
+        doc = {**quality_run.run_matrix(plan, out_dir=out_dir), provenance.KEY: stamp}
+        quality_report.write(doc, out_dir, command)
         summary += quality_section(doc)
     if "queue" in parts:
         summary += [

@@ -3,16 +3,18 @@ data/traces/README.md), a warm-up span replayed as every dynamic policy's pre-ro
 used to size and tune the out-of-sample baselines, and the span after it scored.
 ``make bench-diurnal`` (budget: 60 minutes on 2 cores, one worker).
 
-Owns: the diurnal matrix (``Plan``: engines x start-ups x seeds x policies), the rate
-scale of the bench (``bench_scale``), the policy and engine registries (``POLICIES``,
-``ENGINES``), the tuning of the baselines on the warm-up span (``tune_job``: the static
+Owns: the tuning of the baselines on the warm-up span (``tune_job``: the static
 searches on per-minute aggregates then a few replays, ``static_search``; the HPA grid
 and the Dynamo planners' SLO scale), running the matrix (``run_matrix``, one replay per
-worker process) and the report: ``bench/results/diurnal.md`` and ``diurnal.json``, with
-pdscaler's verdict per case against the best non-clairvoyant baseline and the tight
-oracle (``sim.verdicts``). Must not: score a pre-roll, size or tune a baseline on the
-span it is scored on without labelling it a bound, or report a number it did not
-measure.
+worker process) and the command line (``python -m bench.diurnal``). The matrix it runs
+(``Plan``: engines x start-ups x seeds x policies; the rate scale ``bench_scale``; the
+registries ``POLICIES`` and ``ENGINES``) is ``bench.diurnal_plan``; pdscaler's verdict
+per case against the best non-clairvoyant baseline and the tight oracle
+(``sim.verdicts``) is ``bench.diurnal_verdicts``; the report
+(``bench/results/diurnal.md`` and ``diurnal.json``) is ``bench.diurnal_report``. This
+module imports those three and none of them imports it. Must not: score a pre-roll,
+size or tune a baseline on the span it is scored on without labelling it a bound, or
+report a number it did not measure.
 
 Scale (``bench_scale``): the trace is replayed at the smallest whole rate multiple at
 which its busiest hour needs at least ``MIN_PEAK_REPLICAS`` = 20 replicas of the
@@ -102,426 +104,55 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from bench import dynamo_real, native, provenance
-from bench import quality as hour_bench
-from bench.markdown import numeric_columns, table, two
+from bench.diurnal_plan import (
+    ENGINES,
+    FULL,
+    ORACLE,
+    ORACLE_REPAIRS,
+    POLICIES,
+    REPO,
+    SHARED_ACROSS_STARTUPS,
+    STATIC_REPLAYS,
+    TUNED,
+    Plan,
+    case,
+    config,
+    cuts,
+    scale_for,
+    spans,
+)
+from bench.diurnal_report import preroll_table, report, write
+from bench.diurnal_verdicts import case_verdicts
+from bench.quality import REAL_DYNAMO, REAL_DYNAMO_MISSING
 from pdscaler.cli.common import percent as pct
 from pdscaler.sim import compare as sim_compare
-from pdscaler.sim import tuning, verdicts
+from pdscaler.sim import tuning
 from pdscaler.sim.baselines import HpaConfig, StaticController, kv_capacity, window_needs
-from pdscaler.sim.compare import STATIC_HINDSIGHT, STATIC_YESTERDAY, TARGET, Tuned, choice_json
-from pdscaler.sim.controllers import Controller
+from pdscaler.sim.compare import STATIC_HINDSIGHT, TARGET, Tuned, choice_json
 from pdscaler.sim.dynamo import DynamoConfig
-from pdscaler.sim.engine import EngineParams
 from pdscaler.sim.loop import LoopConfig, run
-from pdscaler.sim.measured import HANDMADE_LABEL, engines_in
-from pdscaler.sim.oracle import OracleResult
-from pdscaler.sim.profiles import with_measured_profile, with_pool_profiles
-from pdscaler.sim.reference import REFERENCE, reference_config
 from pdscaler.sim.results import blame, preroll_summary, summarize
-from pdscaler.sim.setup import clamp, sim_spec
-from pdscaler.sim.traces import DAY_S, Trace, days, load_diurnal, load_profile, scale_rate
+from pdscaler.sim.setup import clamp
+from pdscaler.sim.traces import Trace, load_diurnal, load_profile
 from pdscaler.spec import PDDeploymentSpec
 
-REPO = Path(__file__).resolve().parent.parent
-WEEK = REPO / "data" / "traces" / "servegen-m-large-7d.jsonl.gz"
-ENGINE_DIR = REPO / "bench" / "engines"
 RESULTS = Path(__file__).resolve().parent / "results"
-HOUR_S = 3600.0
-#: The bench's scale: the busiest hour needs at least this many replicas of the larger
-#: pool at full capacity (issue 26).
-MIN_PEAK_REPLICAS = 20
-#: Each pool's replica bound in the matrix's PDDeployment: the bench's peak needs 20
-#: replicas at its MEAN hourly load and ~50-60 prefill in its bursts (hand-made engine,
-#: day 1 00:00-02:00: 51 by the per-minute needs), so the simulator's default of 64
-#: bound every static search and the oracle; 256 binds nobody.
-MAX_REPLICAS = 256
-#: The day replayed as the warm-up (pre-roll); the scored span starts at the next one.
-WARMUP_DAY = 0
-#: The hand-made engine's name in the matrix.
-HAND_MADE = "hand-made"
-#: The tight oracle's name in the matrix (a clairvoyant bound, never a competitor).
-ORACLE = "oracle"
-#: Replays a static search makes at most, its per-minute start included (``static_search``).
-STATIC_REPLAYS = 8
 #: A missed static grows each pool blamed for at least this share of the requests.
 BLAME_FLOOR = 0.0025
 #: ... by at least this much (``grown``).
 GROW_MIN = 0.15
 #: The step down of one pool from the cheapest static meeting the target.
 SHRINK = 0.88
-#: Repairs of the tight oracle on the diurnal spans (each one replays the scored span),
-#: from its first plan at each bin's own work (``feasible_oracle(lean=False)``).
-ORACLE_REPAIRS = 4
 #: ``replay_gb``: a replay's memory, a base and per million requests replayed.
 GB_BASE = 0.5
 GB_PER_MILLION = 0.52
-#: Rows sized on the scored span (bounds and hindsight): never "the best baseline".
-CLAIRVOYANT = frozenset({STATIC_HINDSIGHT, "static-peak", ORACLE})
-
-
-@dataclass(frozen=True)
-class PeakNeed:
-    """The busiest ``window_s`` of a trace at rate x1 and the replicas it needs at full
-    TRUE capacity (``bench_scale``): fractional, per pool."""
-
-    start_s: float
-    requests: int
-    rate: float
-    prompt_mean: float
-    output_mean: float
-    prefill_s_per_request: float
-    decode_tps_per_replica: float
-    prefill: float
-    decode: float
-
-    @property
-    def larger(self) -> float:
-        return max(self.prefill, self.decode)
-
-
-def peak_need(
-    trace: Trace, params: EngineParams, tpot_s: float, window_s: float = HOUR_S
-) -> PeakNeed:
-    """The busiest window by requests and what its mean load needs: prefill =
-    rate x the mean of ``prefill_work_s`` (the prompt at full batches plus its own
-    attention), decode = rate x mean output / ``decode_tps`` at the window's mean mix
-    (module docstring: hour 27 of the week, 0.2890 and 0.0587 replicas)."""
-    nbins = max(1, math.ceil(trace.span / window_s))
-    b = np.minimum((trace.arrival // window_s).astype(np.int64), nbins - 1)
-    k = int(np.argmax(np.bincount(b, minlength=nbins)))
-    sel = b == k
-    n = int(np.sum(sel))
-    prompt = trace.prompt[sel].astype(np.float64)
-    output = trace.output[sel].astype(np.float64)
-    rate = n / window_s
-    lp, ld = float(prompt.mean()), float(output.mean())
-    per_request = params.prefill_work_s(float(prompt.sum()), float(np.sum(prompt**2))) / n
-    decode_tps = params.decode_tps(lp, ld, tpot_s)
-    return PeakNeed(
-        start_s=k * window_s,
-        requests=n,
-        rate=rate,
-        prompt_mean=lp,
-        output_mean=ld,
-        prefill_s_per_request=per_request,
-        decode_tps_per_replica=decode_tps,
-        prefill=rate * per_request,
-        decode=rate * ld / decode_tps,
-    )
-
-
-def bench_scale(need: PeakNeed, replicas: int = MIN_PEAK_REPLICAS) -> int:
-    """The smallest whole rate multiple at which the peak needs ``replicas`` of the
-    larger pool: ceil(20 / 0.2890) = 70 for the week on the hand-made engine."""
-    return max(1, math.ceil(replicas / need.larger - 1e-9))
-
-
-# ---------------------------------------------------------------- registries
-@dataclass(frozen=True)
-class Engine:
-    """An engine of the matrix: the TRUE engine, the model's context (None: the
-    hand-made engine, whose profile is ``with_measured_profile``'s) and its label."""
-
-    params: EngineParams
-    max_context: int | None
-    label: str
-
-    def spec(self, startup_s: float) -> PDDeploymentSpec:
-        """The simulated PDDeployment a team deploys on this engine: the hand-made
-        engine's measured profile, or the pools ``pdscaler plan profile`` writes."""
-        base = sim_spec(startup_s=startup_s, max_replicas=MAX_REPLICAS)
-        if self.max_context is None:
-            return with_measured_profile(base, self.params)
-        return with_pool_profiles(base, self.params, self.max_context)
-
-
-def hand_made() -> Engine:
-    """The hand-made engine (Llama-2-7B-class on one A100, engine.py's docstring)."""
-    return Engine(EngineParams(), None, HANDMADE_LABEL)
-
-
-def measured(name: str) -> Callable[[], Engine]:
-    """The engine recorded as bench/engines/<name>.json."""
-
-    def load() -> Engine:
-        e = engines_in(ENGINE_DIR)[name]
-        d = e.deployment
-        return Engine(
-            e.params,
-            e.facts.max_context,
-            f"measured: {d.model} on {d.system}, {d.backend}, TP{d.tp}",
-        )
-
-    return load
-
-
-#: Engines by name: the hand-made one and every measured record of bench/engines/.
-ENGINES: dict[str, Callable[[], Engine]] = {
-    HAND_MADE: hand_made,
-    **{name: measured(name) for name in sorted(p.stem for p in ENGINE_DIR.glob("*.json"))},
-}
-
-
-@dataclass(frozen=True)
-class Case:
-    """What a policy is built from: the warm-up span (the pre-roll, and where the
-    out-of-sample baselines are sized and tuned), the scored span, the config (without
-    a pre-roll), the engine and the tuned choices (``tuned``: ``tune_job``'s)."""
-
-    engine: str
-    params: EngineParams
-    scale: int
-    startup_s: float
-    seed: int
-    warmup: Trace
-    scored: Trace
-    cfg: LoopConfig
-    tuned: Tuned = field(default_factory=Tuned)
-
-    @property
-    def preroll_s(self) -> float:
-        return self.warmup.span
-
-    def prerolled(self) -> Trace:
-        """The warm-up then the scored span, on one clock (the loop's pre-roll)."""
-        w, s = self.warmup, self.scored
-        return Trace(
-            f"{s.name}+warmup",
-            np.concatenate([w.arrival, s.arrival + w.span]),
-            np.concatenate([w.prompt, s.prompt]),
-            np.concatenate([w.output, s.output]),
-            w.span + s.span,
-        )
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """One policy of the matrix. ``preroll``: it replays the warm-up as its pre-roll
-    (dynamic policies), else it starts at its size on the scored span (statics, the
-    oracle). A policy with a name ``compare.controller`` knows is built there (with the
-    case's tuned choices); ``loop`` adapts the loop's settings (the online reference's
-    per-second scrapes)."""
-
-    name: str
-    preroll: bool
-    label: str = ""
-    loop: Callable[[LoopConfig], LoopConfig] | None = None
-
-    def make(self, c: Case, replayed: Trace) -> Controller:
-        """The controller for case ``c``, replayed on ``replayed`` (the online reference
-        reads its arrivals). No policy here replays the lower bound's schedule, the one
-        use of ``compare.controller``'s bound."""
-        no_bound = cast(OracleResult, None)
-        return sim_compare.controller(
-            self.name, c.scored, c.cfg, no_bound, tuned=c.tuned, replayed=replayed
-        )
-
-
-POLICIES: dict[str, PolicySpec] = {
-    p.name: p
-    for p in (
-        PolicySpec("pdscaler", True, "pdscaler (pre-rolled on the warm-up span)"),
-        PolicySpec(
-            STATIC_HINDSIGHT,
-            False,
-            "static-hindsight (BOUND: the cheapest static meeting 99% on the scored span)",
-        ),
-        PolicySpec(
-            STATIC_YESTERDAY,
-            False,
-            "static-yesterday (the cheapest static meeting 99% on the warm-up span, +20%)",
-        ),
-        PolicySpec("static-peak", False, "static-peak (the scored span's busiest minute)"),
-        PolicySpec("hpa-tuned", True, "hpa-tuned (grid tuned on the warm-up span)"),
-        PolicySpec(
-            "dynamo-planner",
-            True,
-            "dynamo-planner (our re-implementation; SLO scale tuned on the warm-up span)",
-        ),
-        PolicySpec(
-            dynamo_real.NAME,
-            True,
-            "dynamo-planner-real (NVIDIA Dynamo 1.6.1's own planner, the same SLO scale)",
-        ),
-        PolicySpec(
-            REFERENCE,
-            True,
-            "online-reference (idealised reactive: true arrivals, past only)",
-            loop=reference_config,
-        ),
-        PolicySpec(ORACLE, False, "oracle (tight SLO-feasible clairvoyant bound)"),
-    )
-}
-#: Policies whose row is replayed once per (engine, seed): a static size (the oracle's
-#: schedule is ordered a start-up ahead, so it is replayed per start-up).
-SHARED_ACROSS_STARTUPS = frozenset({STATIC_HINDSIGHT, STATIC_YESTERDAY, "static-peak"})
-#: Policies that need ``tune_job``'s choices (a run of none of them tunes nothing).
-TUNED = frozenset(
-    {STATIC_HINDSIGHT, STATIC_YESTERDAY, "hpa-tuned", "dynamo-planner", dynamo_real.NAME}
-)
-#: The order the matrix's jobs run in (``Plan.matrix``).
-JOB_ORDER = (
-    "pdscaler",
-    STATIC_YESTERDAY,
-    "static-peak",
-    ORACLE,
-    REFERENCE,
-    "hpa-tuned",
-    "dynamo-planner",
-    dynamo_real.NAME,
-    STATIC_HINDSIGHT,
-)
-#: Rows that come from the tuning's own replay (the hindsight search replayed its size
-#: on the scored span already).
-FROM_TUNING = frozenset({STATIC_HINDSIGHT})
-_ = hour_bench  # imported for its registration of dynamo-planner-real (compare.EXTERNAL)
-
-
-# ---------------------------------------------------------------- the matrix
-@dataclass(frozen=True)
-class Plan:
-    engines: tuple[str, ...] = (
-        HAND_MADE,
-        "qwen3-32b-h200-vllm-tp2",
-        "qwen3-8b-h100-vllm-tp1",
-    )
-    startups: tuple[float, ...] = (90.0, 300.0)
-    seeds: tuple[int, ...] = (0,)
-    policies: tuple[str, ...] = tuple(POLICIES)
-    #: Hours of the warm-up day's end replayed as the pre-roll and used for the
-    #: out-of-sample sizing and tuning (24: all of day 0). 1: 23:00-24:00, day 0's
-    #: busiest hour (3.2 req/s at x1), so static-yesterday is yesterday's peak + 20%.
-    warmup_hours: float = 1.0
-    #: Hours scored from the start of the day after the warm-up (24: one day). 4:
-    #: 00:00-04:00, 1.4 -> 2.8 -> 2.4 -> 3.3 req/s (the week's busiest hour), after the
-    #: warm-up's 3.2: a fall by 2.3x then a rise by 2.4x.
-    scored_hours: float = 4.0
-    #: One replay per process at a time; a pre-rolled day (19.5 million requests at x70)
-    #: peaked at 10.1 GB, so two at once need ~21 GB; the default spans' largest replay
-    #: (Qwen3-8B, 5 h at x395: ~18 million requests) about as much.
-    workers: int = 1
-    #: Jobs run together only while their ``replay_gb`` sum stays below this.
-    memory_gb: float = 17.0
-    min_peak_replicas: int = MIN_PEAK_REPLICAS
-    #: A fixed rate scale instead of ``bench_scale``'s (the tests' small runs).
-    scale: int | None = None
-    trace_path: str = str(WEEK.relative_to(REPO))  # repo-relative: results name no machine path
-    #: Start-up at which the baselines are tuned (on the warm-up span).
-    tune_startup: float = 90.0
-    oracle_repairs: int = ORACLE_REPAIRS
-
-    def matrix(self) -> list[tuple[str, float, int, str]]:
-        """Every (engine, start-up, seed, policy) replayed, policy by policy in the
-        order of ``JOB_ORDER`` (pdscaler, then the cheap statics and the oracle, the
-        dynamic baselines last), each over every engine and start-up, so that a run
-        stopped by its budget has pdscaler and the same policies in every case; a
-        static size at the first start-up only (``SHARED_ACROSS_STARTUPS``), the
-        hindsight bound not at all (its search replayed it)."""
-        jobs = [
-            (e, st, seed, p)
-            for e in self.engines
-            for st in self.startups
-            for seed in self.seeds
-            for p in self.policies
-            if p not in FROM_TUNING and (p not in SHARED_ACROSS_STARTUPS or st == self.startups[0])
-        ]
-        return sorted(jobs, key=lambda j: (JOB_ORDER.index(j[3]), self.engines.index(j[0])))
-
-
-#: The full matrix of issue 26 (``python -m bench.diurnal --full``): every engine, full
-#: days, seeds 0-2.
-FULL = Plan(engines=tuple(ENGINES), seeds=(0, 1, 2), warmup_hours=24.0, scored_hours=24.0)
-
-
-def cuts(plan: Plan) -> str:
-    """What ``plan`` leaves out of ``FULL`` ("" when nothing)."""
-    out = []
-    gone = [e for e in FULL.engines if e not in plan.engines]
-    if gone:
-        out.append("engines " + ", ".join(gone))
-    seeds = [str(s) for s in FULL.seeds if s not in plan.seeds]
-    if seeds:
-        out.append("seeds " + ", ".join(seeds))
-    if plan.warmup_hours < FULL.warmup_hours:
-        out.append(
-            f"the warm-up is day 0's last {plan.warmup_hours:g} h, not all of it (the "
-            "pre-roll and the span static-yesterday, hpa-tuned and the Dynamo planners' "
-            "SLO scale are sized and tuned on)"
-        )
-    if plan.scored_hours < FULL.scored_hours:
-        out.append(f"day 1's first {plan.scored_hours:g} h are scored, not all of it")
-    left = [p for p in POLICIES if p not in plan.policies]
-    if left:
-        out.append("policies " + ", ".join(left))
-    return "; ".join(out)
-
-
-def scale_for(plan: Plan, week: Trace, params: EngineParams) -> tuple[int, PeakNeed]:
-    need = peak_need(week, params, sim_spec().slo.tpot_seconds)
-    return (plan.scale or bench_scale(need, plan.min_peak_replicas)), need
-
-
-def loop_config(engine: Engine, startup: float, seed: int) -> LoopConfig:
-    """The simulated PDDeployment on ``engine`` (its profile) and the loop's settings,
-    without a pre-roll (``config`` adds it for the dynamic policies)."""
-    return LoopConfig(spec=engine.spec(startup), params=engine.params, startup_s=startup, seed=seed)
-
-
-def spans(plan: Plan, week: Trace) -> tuple[Trace, Trace]:
-    """The warm-up (day 0's last ``warmup_hours``) and the scored span (day 1's first
-    ``scored_hours``) at rate x1, on day 0's clock."""
-    both = days(week, WARMUP_DAY, 2)
-    warm_s, scored_s = plan.warmup_hours * HOUR_S, plan.scored_hours * HOUR_S
-    return both.window(DAY_S - warm_s, DAY_S), both.window(DAY_S, DAY_S + scored_s)
-
-
-def case(
-    plan: Plan,
-    engine: str,
-    startup: float,
-    seed: int,
-    week: Trace | None = None,
-    tuned: Tuned | None = None,
-) -> Case:
-    """The traces and config of one (engine, start-up, seed): day 0's last
-    ``warmup_hours`` and day 1's first ``scored_hours``, each rate-scaled with its own
-    seed (so the scored span is the same whatever the pre-roll)."""
-    week = week if week is not None else load_diurnal(REPO / plan.trace_path)
-    e = ENGINES[engine]()
-    scale, _ = scale_for(plan, week, e.params)
-    warmup, scored = spans(plan, week)
-    return Case(
-        engine,
-        e.params,
-        scale,
-        startup,
-        seed,
-        scale_rate(warmup, scale, seed=2 * seed + 1),
-        scale_rate(scored, scale, seed=2 * seed),
-        loop_config(e, startup, seed),
-        tuned or Tuned(),
-    )
-
-
-def config(c: Case, policy: PolicySpec) -> tuple[Trace, LoopConfig]:
-    """The trace and config a policy replays: pre-rolled on the warm-up, or the scored
-    span alone; the policy's own loop settings applied."""
-    trace, cfg = (
-        (c.prerolled(), replace(c.cfg, preroll_s=c.preroll_s))
-        if policy.preroll
-        else (
-            c.scored,
-            c.cfg,
-        )
-    )
-    return trace, (policy.loop(cfg) if policy.loop else cfg)
 
 
 # ---------------------------------------------------------------- tuning
@@ -829,9 +460,7 @@ def run_matrix(
             + len(tuned),
             "wall_s": time.perf_counter() - started,
             "engine": provenance.engine_label(),
-            "real_dynamo": hour_bench.REAL_DYNAMO
-            if dynamo_real.available()
-            else hour_bench.REAL_DYNAMO_MISSING,
+            "real_dynamo": REAL_DYNAMO if dynamo_real.available() else REAL_DYNAMO_MISSING,
             provenance.KEY: provenance.measured_at(),
         }
         out["verdicts"] = case_verdicts(out)
@@ -914,374 +543,6 @@ def full_order(plan: Plan) -> list[tuple[str, float, int, str]]:
         for seed in plan.seeds
         for p in plan.policies
     ]
-
-
-# ---------------------------------------------------------------- verdicts
-_FIGURES = ("slo_attainment", "gpu_hours")
-
-
-def case_verdicts(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per (engine, start-up, seed) with a pdscaler row: pdscaler against every other
-    row and every size the hindsight search replayed (``sim.verdicts``, FCFS; the oracle
-    a bound), the best non-clairvoyant baseline (``bench.quality.best_online``: the
-    cheapest with at least pdscaler's attainment, else the highest attainment) and the
-    tight oracle (GPU-h ratio, and at equal attainment: the cheapest oracle try
-    reaching pdscaler's)."""
-    out = []
-    cases: dict[tuple[str, float, int], dict[str, dict[str, Any]]] = {}
-    for r in doc["rows"]:
-        cases.setdefault((r["engine"], r["startup_s"], r["seed"]), {})[r["policy"]] = r
-    for (engine, startup, seed), rows in cases.items():
-        if "pdscaler" not in rows:
-            continue
-        scored = {n: r["scored"] for n, r in rows.items()}
-        sweep = doc["tuning"].get(f"{engine}/{seed}", {}).get("static_sweep", ())
-        pts = verdicts.policy_points(scored, bounds=(ORACLE,)) + verdicts.sweep_points(sweep)
-        v = verdicts.verdict("pdscaler", pts)
-        agg = {
-            "policies": {
-                n: {
-                    "slo_attainment": {"mean": s["slo_attainment"]},
-                    "gpu_hours": {"mean": s["gpu_hours"]},
-                }
-                for n, s in scored.items()
-                if n not in CLAIRVOYANT
-            }
-        }
-        online = hour_bench.best_online(agg)
-        pd = scored["pdscaler"]
-        oracle = rows.get(ORACLE, {}).get("oracle")
-        out.append(
-            {
-                "engine": engine,
-                "startup_s": startup,
-                "seed": seed,
-                "pdscaler": {"slo_attainment": pd["slo_attainment"], "gpu_hours": pd["gpu_hours"]},
-                "best_online": None
-                if online is None
-                else {"policy": online[0], **{k: online[1][k]["mean"] for k in _FIGURES}},
-                "oracle": None
-                if oracle is None
-                else {
-                    "slo_attainment": oracle["slo_attainment"],
-                    "gpu_hours": oracle["gpu_hours"],
-                    "met": oracle["met"],
-                    "repairs": oracle["repairs"],
-                    "ratio": pd["gpu_hours"] / oracle["gpu_hours"],
-                    "ratio_at_equal": hour_bench.ratio_at_equal(pd, oracle),
-                },
-                "pareto": v.pareto,
-                "dominated_by": list(v.labels),
-                "points": len(pts),
-                "policies_missing": [p for p in doc["plan"]["policies"] if p not in rows],
-            }
-        )
-    return out
-
-
-# ---------------------------------------------------------------- report
-def figures_cell(scored: dict[str, Any] | None) -> str:
-    """A row's SLO met and GPU-hours: ``94.53%, 143.8``; ``not run`` without the row
-    (the verdict table's cells and README's, ``bench.readme``)."""
-    s = scored or {}
-    return f"{pct(s['slo_attainment'])}, {s['gpu_hours']:.1f}" if s else "not run"
-
-
-def oracle_cell(o: dict[str, Any] | None) -> str:
-    """``94.54%, 266.7 (4 repairs, 99% not reached)``; ``not run`` without an oracle."""
-    if o is None:
-        return "not run"
-    short = "" if o["met"] else f", {TARGET:.0%} not reached"
-    return f"{figures_cell(o)} ({o['repairs']} repairs{short})"
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None or not math.isfinite(v) else pct(v)
-
-
-def _incomplete(doc: dict[str, Any]) -> str:
-    done, jobs = doc.get("jobs_done"), doc.get("jobs")
-    if done is None or done == jobs:
-        return ""
-    return f" (INCOMPLETE: {done} of {jobs} jobs done when this was written)"
-
-
-def _size(size: Sequence[int] | None) -> str:
-    return f"{size[0]}P/{size[1]}D" if size else "dynamic"
-
-
-def _shown_size(r: dict[str, Any]) -> str:
-    """A static's size; ``dynamic`` for a pre-rolled policy (the HPA's ``initial``, its
-    start, is not a size it keeps); ``schedule`` for the oracle."""
-    if r["policy"] == ORACLE:
-        return "schedule"
-    return "dynamic" if r["preroll"] is not None else _size(r["static_size"])
-
-
-def _replay_note(r: dict[str, Any]) -> str:
-    if r.get("from_tuning"):
-        return "its search's replay"
-    if "shared_from_startup_s" in r:
-        return f"as at {r['shared_from_startup_s']:g} s"
-    return f"{r['replay_s']:.0f} s"
-
-
-def rows_table(doc: dict[str, Any]) -> str:
-    headers = [
-        "engine",
-        "start-up",
-        "seed",
-        "policy",
-        "size",
-        "SLO (scored)",
-        "after 5 min",
-        "GPU-h (scored)",
-        "actions",
-        "reversals",
-        "TTFT p99",
-        "pre-roll SLO",
-        "pre-roll GPU-h",
-        "replay",
-        "req/s",
-        "peak RSS",
-    ]
-    body = []
-    for r in doc["rows"]:
-        s, p = r["scored"], r["preroll"]
-        shared = r.get("from_tuning") or "shared_from_startup_s" in r
-        body.append(
-            [
-                r["engine"],
-                f"{r['startup_s']:g} s",
-                str(r["seed"]),
-                r["policy"],
-                _shown_size(r),
-                _pct(s["slo_attainment"]),
-                _pct(s["slo_attainment_settled"]),
-                f"{s['gpu_hours']:.1f}",
-                str(s["scale_actions"]),
-                str(s["reversals"]),
-                "never" if s["ttft_p99_s"] is None else f"{s['ttft_p99_s']:.2f} s",
-                "-" if p is None else _pct(p["slo_attainment"]),
-                "-" if p is None else f"{p['gpu_hours']:.1f}",
-                _replay_note(r),
-                "-" if shared else f"{r['requests_per_s']:,.0f}",
-                "-" if shared else f"{r['max_rss_gb']:.1f} GB",
-            ]
-        )
-    return table(headers, body, right=numeric_columns(body, len(headers)))
-
-
-def verdict_table(doc: dict[str, Any]) -> str:
-    body = []
-    for v in doc.get("verdicts", ()):
-        pd, best, o = v["pdscaler"], v["best_online"], v["oracle"]
-        dom = v["dominated_by"]
-        more = f" (+{len(dom) - 3} more)" if len(dom) > 3 else ""
-        body.append(
-            [
-                f"{v['engine']}, {v['startup_s']:g} s, seed {v['seed']}",
-                figures_cell(pd),
-                "-" if best is None else f"{best['policy']}: {figures_cell(best)}",
-                "-" if best is None else two(pd["gpu_hours"] / best["gpu_hours"]),
-                oracle_cell(o),
-                "-" if o is None else two(o["ratio"]),
-                "-" if o is None or o["ratio_at_equal"] is None else two(o["ratio_at_equal"]),
-                "yes" if v["pareto"] else "no: " + ", ".join(dom[:3]) + more,
-                ", ".join(v["policies_missing"]) or "none",
-            ]
-        )
-    return table(
-        [
-            "case",
-            "pdscaler: SLO, GPU-h",
-            "best non-clairvoyant baseline: SLO, GPU-h",
-            "pdscaler GPU-h / its",
-            "tight oracle: SLO, GPU-h",
-            "x oracle",
-            "x oracle at equal SLO",
-            "Pareto (FCFS)",
-            "rows not measured",
-        ],
-        body,
-    )
-
-
-def tuning_table(doc: dict[str, Any]) -> str:
-    body = []
-    for key, t in doc.get("tuning", {}).items():
-        h, y, d = t["static_hindsight"], t["static_yesterday"], t["dynamo"]
-        on = y["sized_on"]
-        body.append(
-            [
-                key,
-                f"{_size((h['prefill'], h['decode']))}: {pct(h['slo_attainment'])}, "
-                f"{h['gpu_hours']:.1f}" + ("" if h["met"] else " (99% not reached)"),
-                str(len(t["static_sweep"])),
-                f"{_size((on['prefill'], on['decode']))} ({pct(on['slo_attainment'])} there"
-                + ("" if on["met"] else ", 99% not reached")
-                + f") -> {_size((y['prefill'], y['decode']))}",
-                str(len(t["static_yesterday_sweep"])),
-                f"{t['hpa']['label']}: {pct(t['hpa']['slo_attainment'])}"
-                + ("" if t["hpa"]["met"] else " (99% not reached: highest attainment)")
-                + f" of {len(t['hpa']['tried'])}",
-                f"{d['config']['slo_scale']:g} x the SLO: {pct(d['slo_attainment'])}"
-                + ("" if d["met"] else " (99% not reached: highest attainment)")
-                + f" of {len(d['tried'])}",
-                f"{t['seconds']:.0f} s",
-            ]
-        )
-    return table(
-        [
-            "engine/seed",
-            "static-hindsight (scored span)",
-            "replays",
-            "static-yesterday: on the warm-up -> run (+20%)",
-            "replays",
-            "hpa-tuned (warm-up span)",
-            "Dynamo SLO scale (warm-up span)",
-            "tuning time",
-        ],
-        body,
-    )
-
-
-def report(doc: dict[str, Any], command: str) -> str:
-    plan = doc["plan"]
-    cut = doc.get("cuts", "")
-    lines = [
-        "# Diurnal benchmark",
-        "",
-        provenance.line(doc.get(provenance.KEY)),
-        "",
-        f"Generated by `{command}`: the ServeGen week (data/traces/README.md), day 0's "
-        f"last {plan['warmup_hours']:g} h replayed as the pre-roll of the dynamic "
-        f"policies (scored apart) and used to size and tune the out-of-sample "
-        f"baselines, day 1's first {plan['scored_hours']:g} h scored; seeds "
-        f"{', '.join(str(s) for s in plan['seeds'])}; start-up "
-        f"{', '.join(f'{s:g}' for s in plan['startups'])} s. Simulator {doc['engine']}; "
-        f"{plan['workers']} worker process(es); matrix wall time {doc['wall_s']:.0f} s"
-        f"{_incomplete(doc)}.",
-        "",
-        (
-            f"CUT to fit the 60-minute budget on 2 cores (seeds first, then scored hours, "
-            f"then engines; the full matrix is `python -m bench.diurnal --full`): {cut}."
-            if cut
-            else "The full matrix: nothing cut."
-        ),
-        "",
-    ]
-    for engine, sc in doc["scales"].items():
-        peak = sc["peak_hour"]
-        lines += [
-            f"Engine `{engine}` ({sc.get('label', engine)}): rate x{sc['scale']} (the busiest "
-            f"hour, starting at {peak['start_s'] / HOUR_S:g} h, {peak['rate']:.3f} req/s of "
-            f"{peak['prompt_mean']:.0f}/{peak['output_mean']:.0f} tokens, needs "
-            f"{peak['prefill']:.4f} prefill and {peak['decode']:.4f} decode replicas at "
-            f"x1: {sc['scale'] * peak['prefill']:.1f} and {sc['scale'] * peak['decode']:.1f} "
-            "at the bench scale).",
-            "",
-        ]
-    lines += [
-        "## Where pdscaler stands",
-        "",
-        verdict_table(doc),
-        "",
-        "Best non-clairvoyant baseline: among the rows not sized on the scored span (not "
-        "static-hindsight, static-peak or the oracle), the cheapest with at least "
-        "pdscaler's attainment, else the highest attainment. Pareto: pdscaler's row "
-        "against every other row of the case and every static size the hindsight "
-        "search replayed on the scored span (`pdscaler.sim.verdicts`; the oracle is a "
-        "bound, never a competitor); FCFS only (the deadline queue was not replayed "
-        "here). x oracle at equal SLO: pdscaler's GPU-h over the cheapest oracle try "
-        "reaching its attainment.",
-        "",
-        "## Every row",
-        "",
-        rows_table(doc),
-        "",
-        f"## Tuning (start-up {plan.get('tune_startup', 90.0):g} s)",
-        "",
-        tuning_table(doc),
-        "",
-        "Policies:",
-        "",
-    ]
-    lines += [f"* `{n}`: {label}" for n, label in doc["policies"].items()]
-    lines += [
-        "",
-        "Definitions: SLO = share of the scored span's requests with TTFT <= 2 s and "
-        "TPOT <= 50 ms (pdscaler.sim.results); GPU-h billed from the scored span's start "
-        "to its last request's end; the pre-roll's figures are its own requests and "
-        "GPU-hours, never added in. `size`: a static policy's replicas (it replays the "
-        "scored span only, starting at its size; its replay does not depend on the "
-        "start-up, so it is replayed once and stands for both: `replay` says `as at 90 "
-        "s`). Static searches (bench.diurnal.static_search): each pool's 1-minute need "
-        "(profile at the minute's mix, KV bound) at the 99th percentile of the "
-        "requests, replayed, then pool by pool: a miss grows the pool its misses are "
-        "short of (`results.blame`), and from the cheapest size meeting 99% one pool at "
-        "a time steps down 12% until each pool's step misses, at most "
-        f"{STATIC_REPLAYS} replays (the `replays` columns). Oracle: "
-        "`compare.feasible_oracle(lean=False)`, its first plan sized for each 2-second "
-        "bin's own work, then repaired one replica a bin at a time, at most "
-        f"{plan.get('oracle_repairs', ORACLE_REPAIRS)} repairs (each a replay of the "
-        "scored span). hpa-tuned: every configuration of `baselines.hpa_grid` on "
-        "the warm-up span, replayed there (no pre-roll), the cheapest meeting 99% else "
-        "the highest attainment; the Dynamo planners' SLO scale likewise "
-        f"(`tuning.DYNAMO_SLO_SCALES`). {hour_bench.real_dynamo_text(doc)}",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def preroll_table(paths: Sequence[Path]) -> str:
-    """The pre-roll-length comparison: every pre-rolled row of the given diurnal.json
-    files, by seed then pre-roll hours (longest first)."""
-    rows = []
-    for path in paths:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        for r in doc["rows"]:
-            if r["preroll"] is not None:
-                rows.append((r, doc["plan"]["warmup_hours"], path, doc[provenance.KEY]))
-    rows.sort(key=lambda x: (x[0]["policy"], x[0]["startup_s"], x[0]["seed"], -x[1]))
-    body = [
-        [
-            r["policy"],
-            f"{r['startup_s']:g} s",
-            str(r["seed"]),
-            f"{hours:g} h",
-            _pct(r["scored"]["slo_attainment"]),
-            f"{r['scored']['gpu_hours']:.1f}",
-            _pct(r["preroll"]["slo_attainment"]),
-            f"`{path.name}` ({stamp['commit']}, {stamp['date']})",
-        ]
-        for r, hours, path, stamp in rows
-    ]
-    headers = ["policy", "start-up", "seed", "pre-roll", "SLO (scored)", "GPU-h", "pre-roll SLO"]
-    return "\n".join(
-        [
-            "# Diurnal benchmark: how long a pre-roll",
-            "",
-            "The same scored day (day 1 at x70, the rate scaling seeded by the seed alone, "
-            "so every row of a seed scores the same requests) after pre-rolls of day 0's "
-            "last 24 h, 2 h and 15 minutes (`python -m bench.diurnal --policies pdscaler "
-            "--startups 90 --seeds S --warmup-hours H`; rendered by `python -m "
-            "bench.diurnal --preroll-table <files>`). Two rows of one seed and pre-roll "
-            "measured at different commits show whether the replay changed between them.",
-            "",
-            table([*headers, "measured in"], body, right=numeric_columns(body, len(headers) + 1)),
-            "",
-        ]
-    )
-
-
-def write(doc: dict[str, Any], out_dir: Path, command: str) -> None:
-    doc["command"] = command
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "diurnal.json").write_text(
-        json.dumps(hour_bench._clean(doc), indent=1, allow_nan=False) + "\n", encoding="utf-8"
-    )
-    (out_dir / "diurnal.md").write_text(report(doc, command), encoding="utf-8")
 
 
 def _floats(text: str) -> tuple[float, ...]:

@@ -5,9 +5,9 @@ meet its TTFT yields to one that can, ``EngineParams.queue_discipline``), beside
 same seed's FCFS figures from the quality part. The ablation row "pdscaler, deadline
 queue" changes the engine for pdscaler alone; this part shows what the same engine
 change gives every other policy, so that it flatters none, and the quality part's
-verdicts count these rows (``bench.quality.points``).
+verdicts count these rows (``bench.quality_verdicts.points``).
 
-The deadline replays run inside the quality part's matrix (``quality.run_case`` with
+The deadline replays run inside the quality part's matrix (``quality_run.run_case`` with
 ``discipline="deadline"``, the same pre-roll, tuned choices and static-yesterday
 sizes, queued on the same workers: no barrier after the matrix); this part reads them
 from the quality document (``from_quality``) and replays only what an older document
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bench import provenance, quality
+from bench import provenance, quality, quality_run, quality_verdicts
 from bench.markdown import table, two
 from pdscaler.cli.common import percent as pct
 
@@ -40,8 +40,8 @@ COLUMNS: tuple[str, ...] = quality.ROWS
 
 def row(key: str, case: dict[str, Any], deadline: dict[str, Any]) -> dict[str, Any]:
     """A case's figures under both disciplines: FCFS from its seed-0 run, ``deadline``
-    a ``quality.run_case`` document of the same seed under the deadline queue."""
-    fcfs = quality.seed_zero(case) or case["seeds"][0]
+    a ``quality_run.run_case`` document of the same seed under the deadline queue."""
+    fcfs = quality_verdicts.seed_zero(case) or case["seeds"][0]
     return {"case": key, "fcfs": _figures(fcfs), DISCIPLINE: _figures(deadline)}
 
 
@@ -52,7 +52,7 @@ def run_one(
     deadline replay): every policy and the oracle, as the matrix runs them."""
     group = quality.Group.of(case)
     p = quality.Plan(duration=plan["duration"], preroll_s=plan.get("preroll_s", 0.0))
-    doc = quality.run_case(group, case["startup_s"], SEED, tuned, p, "", DISCIPLINE)
+    doc = quality_run.run_case(group, case["startup_s"], SEED, tuned, p, "", DISCIPLINE)
     return row(key, case, doc)
 
 

@@ -27,9 +27,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import diurnal, provenance, request_path
+from bench import diurnal_plan, diurnal_report, diurnal_verdicts, provenance, request_path
 from bench.markdown import between, diurnal_span, spread, table, two
-from bench.quality import MATRIX, REAL_DYNAMO, cuts_line, judged_cell, kind, simulator
+from bench.quality import MATRIX, REAL_DYNAMO
+from bench.quality_report import cuts_line, judged_cell, simulator
+from bench.quality_verdicts import kind
 from bench.queue import baseline_gains, gains, mean_gain
 from pdscaler.cli.common import percent as pct
 from pdscaler.sim.compare import STATIC_YESTERDAY, TARGET
@@ -74,7 +76,7 @@ def _mean(x: dict[str, Any] | None) -> str:
 
 
 #: The diurnal matrix's rows shown beside pdscaler's, with their column headers (the best
-#: non-clairvoyant baseline, the tight oracle and the verdict: ``diurnal.case_verdicts``).
+#: non-clairvoyant baseline, the tight oracle and the verdict: ``diurnal_verdicts.case_verdicts``).
 DIURNAL_SHOWN: tuple[tuple[str, str], ...] = (
     (STATIC_YESTERDAY, "static-yesterday"),
     (REAL_DYNAMO, "Dynamo planner, ai-dynamo 1.6.1"),
@@ -89,11 +91,14 @@ def diurnal_row(v: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]
     eq = None if o is None else o["ratio_at_equal"]
     return [
         f"{v['engine']}, {v['startup_s']:g} s, seed {v['seed']}",
-        diurnal.figures_cell(v["pdscaler"]),
-        "-" if best is None else f"{best['policy']}: {diurnal.figures_cell(best)}",
+        diurnal_report.figures_cell(v["pdscaler"]),
+        "-" if best is None else f"{best['policy']}: {diurnal_report.figures_cell(best)}",
         "-" if best is None else two(v["pdscaler"]["gpu_hours"] / best["gpu_hours"]),
-        *(diurnal.figures_cell(rows[n]["scored"] if n in rows else None) for n, _ in DIURNAL_SHOWN),
-        diurnal.oracle_cell(o),
+        *(
+            diurnal_report.figures_cell(rows[n]["scored"] if n in rows else None)
+            for n, _ in DIURNAL_SHOWN
+        ),
+        diurnal_report.oracle_cell(o),
         "-" if o is None else two(o["ratio"]),
         "-" if eq is None else two(eq),
         judged_cell(v),
@@ -104,7 +109,7 @@ def diurnal_part(doc: dict[str, Any]) -> list[str]:
     """The diurnal matrix (``bench.diurnal``): one row per (engine, start-up, seed), what
     the run cut from the full matrix and where it was measured."""
     plan = doc["plan"]
-    found = diurnal.case_verdicts(doc)
+    found = diurnal_verdicts.case_verdicts(doc)
     by_case: dict[tuple[str, float, int], dict[str, dict[str, Any]]] = {}
     for r in doc["rows"]:
         by_case.setdefault((r["engine"], r["startup_s"], r["seed"]), {})[r["policy"]] = r
@@ -114,7 +119,7 @@ def diurnal_part(doc: dict[str, Any]) -> list[str]:
         "### Diurnal production traffic: the main case",
         "",
         "The ServeGen week (data/traces/README.md: a production LLM service's per-client "
-        f"arrivals and lengths), {diurnal_span(plan, diurnal.WARMUP_DAY)}; seeds "
+        f"arrivals and lengths), {diurnal_span(plan, diurnal_plan.WARMUP_DAY)}; seeds "
         f"{', '.join(str(s) for s in plan['seeds'])}; replica start-up "
         f"{', '.join(f'{s:g}' for s in plan['startups'])} s; SLO TTFT <= "
         f"{slo.ttft_seconds:g} s and TPOT <= {slo.tpot_seconds * 1000:g} ms per request. "
@@ -154,10 +159,11 @@ def diurnal_part(doc: dict[str, Any]) -> list[str]:
 def _engines_text(doc: dict[str, Any]) -> str:
     """The engines and their rate scales, from ``doc["scales"]``."""
     engines = "; ".join(
-        f"`{e}` at x{sc['scale']}" + (" (invented constants)" if e == diurnal.HAND_MADE else "")
+        f"`{e}` at x{sc['scale']}"
+        + (" (invented constants)" if e == diurnal_plan.HAND_MADE else "")
         for e, sc in doc["scales"].items()
     )
-    measured_ones = any(e != diurnal.HAND_MADE for e in doc["scales"])
+    measured_ones = any(e != diurnal_plan.HAND_MADE for e in doc["scales"])
     return (
         "Each engine replays the trace at the rate at which its busiest hour needs at "
         f"least {doc['plan']['min_peak_replicas']} replicas of the larger pool: {engines}"
@@ -170,7 +176,7 @@ def _engines_text(doc: dict[str, Any]) -> str:
 
 
 def _cut_text(doc: dict[str, Any]) -> str:
-    """What the run left out of the full matrix (``bench.diurnal.cuts``, stored in the
+    """What the run left out of the full matrix (``bench.diurnal_plan.cuts``, stored in the
     file) and whether it finished, each a sentence ending in a space."""
     cut = doc.get("cuts") or ""
     done, jobs = doc.get("jobs_done"), doc.get("jobs")

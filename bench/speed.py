@@ -8,7 +8,7 @@ summed per module) and the report. Must not: report a figure it did not measure;
 day figures are the measured rate applied to a day's requests, and say so.
 
 The slice: the busiest hour of the ServeGen week (hour 27, day 1 03:00-04:00) at the
-diurnal bench's scale (bench.diurnal.bench_scale: x70 on the hand-made engine), 829,010
+diurnal bench's scale (bench.diurnal_plan.bench_scale: x70 on the hand-made engine), 829,010
 requests, the pools at their largest; pdscaler starts it cold (the warm start), the
 static policy at static-peak's size for that hour. Issue 26's target: a day at the
 bench's scale (day 1: 9.40 million requests) replays per policy in well under a minute
@@ -58,16 +58,16 @@ MODULES = ("engine", "loop", "observe", "prom", "results", "traces", "policy", "
 
 def _slice(hour: int, hours: float) -> tuple[Any, Any, int, int]:
     """(trace, LoopConfig, scale, requests of day 1 at the scale) of the slice."""
-    from bench import diurnal
+    from bench import diurnal_plan
     from pdscaler.sim.traces import days, load_diurnal, scale_rate
 
-    plan = diurnal.Plan()
+    plan = diurnal_plan.Plan()
     week = load_diurnal(Path(plan.trace_path))
-    engine = diurnal.ENGINES[diurnal.HAND_MADE]()
-    scale, _ = diurnal.scale_for(plan, week, engine.params)
+    engine = diurnal_plan.ENGINES[diurnal_plan.HAND_MADE]()
+    scale, _ = diurnal_plan.scale_for(plan, week, engine.params)
     start = hour * 3600.0
     trace = scale_rate(week.window(start, start + hours * 3600.0), scale, seed=0)
-    return trace, diurnal.loop_config(engine, 90.0, 0), scale, len(days(week, 1)) * scale
+    return trace, diurnal_plan.loop_config(engine, 90.0, 0), scale, len(days(week, 1)) * scale
 
 
 def _controller(name: str, trace: Any, cfg: Any) -> Any:
@@ -162,7 +162,7 @@ def diurnal_note(doc: dict[str, Any] | None) -> str:
     hindsight bound's row, replayed by its search, has none)."""
     if doc is None:
         return "The diurnal matrix: not measured (no diurnal.json)."
-    from bench import diurnal  # the simulator's modules: only when rendering
+    from bench import diurnal_plan  # the simulator's modules: only when rendering
 
     rates = [
         r["requests_per_s"]
@@ -174,7 +174,7 @@ def diurnal_note(doc: dict[str, Any] | None) -> str:
     return (
         f"In the diurnal matrix ([diurnal.md](diurnal.md), from diurnal.json measured at "
         f"commit {stamp.get('commit', 'not recorded')}): "
-        f"{diurnal_span(doc['plan'], diurnal.WARMUP_DAY)}"
+        f"{diurnal_span(doc['plan'], diurnal_plan.WARMUP_DAY)}"
         + (f"; CUT from the full matrix: {cut}" if cut else "; nothing cut")
         + (
             f"; its own replays ran at {min(rates):,.0f}-{max(rates):,.0f} requests/s "

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import dynamo_real, quality
+from bench import dynamo_real, quality, quality_report, quality_run, quality_verdicts
 from bench.__main__ import parse_args
 from pdscaler.sim.baselines import HpaConfig
 from pdscaler.sim.compare import STATIC_POLICIES
@@ -58,7 +58,7 @@ def tuned_for(trace: Trace) -> dict[str, Any]:
         "static_best": {"prefill": 2, "decode": 2},
         "hpa": {"config": asdict(HpaConfig(5.0, (1, 6), (1, 6)))},
         "dynamo": {"config": asdict(DynamoConfig())},
-        "static_yesterday": quality.yesterday_sizes(trace, cfg),
+        "static_yesterday": quality_run.yesterday_sizes(trace, cfg),
     }
 
 
@@ -69,7 +69,7 @@ def test_every_dynamic_policy_gets_the_pre_roll_and_no_static_does() -> None:
     trace = poisson([3.0, 3.0], 180.0)
     plan = quality.Plan(preroll_s=120.0)
     cfg = quality.config(CHAT, 30.0, 0)
-    doc = quality.compare_case(CHAT, trace, cfg, tuned_for(trace), plan).to_json()
+    doc = quality_run.compare_case(CHAT, trace, cfg, tuned_for(trace), plan).to_json()
     rows = doc["policies"]
     assert list(rows) == [n for n in quality.ROWS if n in rows]
     assert set(rows) >= set(quality.ROWS) - {quality.REAL_DYNAMO}
@@ -95,11 +95,11 @@ def test_static_yesterday_scores_no_request_with_a_size_chosen_on_it() -> None:
     # the same first half-hour: same arrivals and lengths
     n = int(np.sum(quiet.arrival < 300.0))
     assert np.array_equal(quiet.arrival[:n], busy.arrival[:n])
-    yq, yb = quality.yesterday_sizes(quiet, cfg), quality.yesterday_sizes(busy, cfg)
+    yq, yb = quality_run.yesterday_sizes(quiet, cfg), quality_run.yesterday_sizes(busy, cfg)
     assert size(yq, "second") == size(yb, "second")
     assert sum(size(yb, "first")) > sum(size(yq, "first"))
     # the row is both half-hours joined: every request of the hour, once
-    run, halves = quality.yesterday_run(busy, cfg, yb)
+    run, halves = quality_run.yesterday_run(busy, cfg, yb)
     assert len(run.times.arrival) == len(busy) == sum(len(h.times.arrival) for h in halves)
     assert np.allclose(run.times.arrival, busy.arrival)
 
@@ -132,7 +132,7 @@ def case_with(rows: list[Summary], deadline: list[Summary] | None = None) -> dic
     case |= {"held_out": False, "startup_s": 90.0, "seeds": [seed]}
     if deadline is not None:
         case[DEADLINE] = {"policies": {r.policy: r.to_json(20.0) for r in deadline}}
-    case["aggregate"] = quality.aggregate([seed])
+    case["aggregate"] = quality_verdicts.aggregate([seed])
     return case
 
 
@@ -142,13 +142,13 @@ def test_the_verdict_counts_the_static_sweep() -> None:
     does."""
     case = case_with([summary("pdscaler", 0.843, 28.26), summary("static-hindsight", 0.99, 47.8)])
     sweep = [{"prefill": 19, "decode": 2, "slo_attainment": 0.8502, "gpu_hours": 20.10}]
-    v = quality.verdict(case, {"static_sweep": sweep})
+    v = quality_verdicts.verdict(case, {"static_sweep": sweep})
     assert not v["pareto"]
     assert v["dominated_by"] == ["static 19P/2D"]
     assert v["cheapest_as_good"] == "static 19P/2D"
-    assert quality.verdict(case, {"static_sweep": []})["pareto"]
+    assert quality_verdicts.verdict(case, {"static_sweep": []})["pareto"]
     doc = {"cases": {"c": case}, "tuning": {"code-4x": {"static_sweep": sweep}}}
-    row = next(r for r in quality.summary_rows(doc, quality.MATRIX))
+    row = next(r for r in quality_report.summary_rows(doc, quality.MATRIX))
     assert "no: static 19P/2D" in row
     # x oracle at equal attainment: the cheapest oracle try reaching 84.3% is 18.2
     assert v["oracle_ratio_equal"] == pytest.approx(28.26 / 18.2)
@@ -161,7 +161,7 @@ def test_the_verdict_counts_the_deadline_rows_of_every_policy() -> None:
         [summary("pdscaler", 0.843, 28.26), summary("hpa-tuned", 0.70, 20.0)],
         deadline=[summary("pdscaler", 0.87, 26.0), summary("hpa-tuned", 0.86, 25.0)],
     )
-    v = quality.verdict(case, {"static_sweep": []})
+    v = quality_verdicts.verdict(case, {"static_sweep": []})
     assert v["dominated_by"] == ["hpa-tuned (deadline)"]
     assert v[DEADLINE]["pareto"]
     assert v[DEADLINE]["slo_attainment"] == pytest.approx(0.87)

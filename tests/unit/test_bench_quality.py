@@ -1,4 +1,4 @@
-"""The decision-quality bench and the step-load check (bench/quality.py, bench/step.py,
+"""The decision-quality bench and the step-load check (bench/quality*.py, bench/step.py,
 bench/__main__.py): the verdict logic, the drain measurement, and a quick end-to-end run
 that writes every result file."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import dynamo_real, provenance, quality, step
+from bench import dynamo_real, provenance, quality, quality_report, quality_verdicts, step
 from bench.__main__ import QUICK_PREROLL_S, main
 from pdscaler.sim.engine import RequestTimes
 from pdscaler.sim.results import Summary
@@ -35,7 +35,7 @@ def case(*rows: Summary, oracle: float = 10.0) -> dict[str, Any]:
     }
     doc = {"group": "conv-1x", "trace": "conv", "scale": 1.0, "held_out": False}
     doc |= {"startup_s": 30.0, "seeds": [seed]}
-    doc["aggregate"] = quality.aggregate([seed])
+    doc["aggregate"] = quality_verdicts.aggregate([seed])
     return doc
 
 
@@ -46,22 +46,22 @@ def test_verdict_names_who_dominates_pdscaler() -> None:
         summary("hpa-queue", 0.999, 20.0),  # better but dearer
         summary("oracle-replay", 0.999, 10.0),  # a check of the bound, not a contender
     )
-    v = quality.verdict(c)
+    v = quality_verdicts.verdict(c)
     assert v["dominated_by"] == ["static-peak"]
     assert not v["pareto"]
     assert v["meets_attainment"]
     assert v["meets_cost"]  # 12 / 10 = 1.2
     assert v["cheapest_as_good"] == "static-peak"
-    assert "no: static-peak" in quality.headline({"cases": {"c": c}})
+    assert "no: static-peak" in quality_report.headline({"cases": {"c": c}})
 
 
 def test_verdict_on_the_front_when_nobody_is_better_and_cheaper() -> None:
     c = case(summary("pdscaler", 0.995, 13.0), summary("static-mean", 0.8, 9.0))
-    v = quality.verdict(c)
+    v = quality_verdicts.verdict(c)
     assert v["pareto"]
     assert not v["meets_cost"]  # 1.3x
     assert v["cheapest_as_good"] is None
-    assert "| no |" in quality.headline({"cases": {"c": c}})
+    assert "| no |" in quality_report.headline({"cases": {"c": c}})
 
 
 def times(arrival: list[float], start: list[float]) -> RequestTimes:
@@ -257,7 +257,9 @@ def test_ablations_run_at_the_targets_startups_and_the_table_lists_those_cases()
         policies = {"pdscaler": row, **({"pdscaler, no profile": row} if ablated else {})}
         return {"group": "conv-1x", "startup_s": startup, "aggregate": {"policies": policies}}
 
-    text = quality.ablation_table([case(90.0, True), case(300.0, False)], ["pdscaler, no profile"])
+    text = quality_report.ablation_table(
+        [case(90.0, True), case(300.0, False)], ["pdscaler, no profile"]
+    )
     assert "| conv-1x, start-up 90 s | 99.00%, 3.50 | 99.00%, 3.50 |" in text
     assert "start-up 300 s" not in text
 
@@ -313,7 +315,7 @@ def test_the_mix_is_a_tuning_case_and_conv_long_held_out() -> None:
     assert quality.Group("conv", 1.0, long=True).kind == quality.HELD_OUT
     assert quality.Group("code", 4.0).kind == quality.MATRIX
     doc = json.loads((Path(quality.__file__).parent / "results" / "quality.json").read_text())
-    text = quality.report(doc, "python -m bench")
+    text = quality_report.report(doc, "python -m bench")
     held = text.split("## Held out from pdscaler's development")[1].split("## Tuning case")[0]
     assert "| conv-long-1x, start-up 90 s |" in held
     assert "mix-1x" not in held

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench import quality, readme, request_path
+from bench import quality_report, quality_verdicts, readme, request_path
 from pdscaler.sim.results import Summary
 
 OVERHEAD = """# Operator overhead
@@ -83,8 +83,8 @@ def results(tmp_path: Path) -> Path:
         "seconds": 1.0,
     }
     case = {"group": "conv-1x", "trace": "conv", "scale": 1.0, "held_out": False}
-    case |= {"startup_s": 90.0, "seeds": [seed], "aggregate": quality.aggregate([seed])}
-    case["verdict"] = quality.verdict(case)
+    case |= {"startup_s": 90.0, "seeds": [seed], "aggregate": quality_verdicts.aggregate([seed])}
+    case["verdict"] = quality_verdicts.verdict(case)
     doc = {
         "plan": {"scales": [1.0], "startups": [90.0], "seeds": [0], "workers": 2},
         "groups": {"conv-1x": {"startups": [90.0], "seeds": [0]}},
@@ -160,7 +160,7 @@ def test_merge_unites_two_runs_of_the_matrix(tmp_path: Path) -> None:
     two["cases"]["conv-10x-90s"] = case
     two["plan"]["scales"] = [10.0]
     two["groups"] = {"conv-10x": {"startups": [90.0], "seeds": [0]}}
-    merged = quality.merge([two, one])
+    merged = quality_report.merge([two, one])
     assert list(merged["cases"]) == ["conv-1x-90s", "conv-10x-90s"]
     assert merged["plan"]["scales"] == [1.0, 10.0]
     assert merged["wall_s"] == 240.0

@@ -1,4 +1,4 @@
-"""bench/diurnal.py: the rate scale (the busiest hour needs at least 20 replicas of the
+"""bench/diurnal*.py: the rate scale (the busiest hour needs at least 20 replicas of the
 larger pool at full capacity), the warm-up and scored spans, the pre-roll every
 dynamic policy gets (the statics and the oracle start at their size on the scored
 span), the engines (the hand-made one and the three measured ones), and the
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import diurnal
+from bench import diurnal, diurnal_plan, diurnal_report, diurnal_verdicts
 from pdscaler.sim import tuning
 from pdscaler.sim.compare import TARGET
 from pdscaler.sim.engine import EngineParams, RequestTimes
@@ -41,7 +41,7 @@ def test_the_peak_need_of_a_hand_made_trace() -> None:
         7200.0,
     )
     params = EngineParams()
-    need = diurnal.peak_need(trace, params, 0.05)
+    need = diurnal_plan.peak_need(trace, params, 0.05)
     assert (need.start_s, need.requests, need.rate) == (3600.0, 36, 0.01)
     assert need.prefill_s_per_request == pytest.approx(0.121681, abs=1e-6)
     assert need.prefill == pytest.approx(0.0012168, abs=1e-7)
@@ -49,33 +49,33 @@ def test_the_peak_need_of_a_hand_made_trace() -> None:
     assert batch == 90
     assert need.decode == pytest.approx(0.01 * 100.0 / (batch / step))
     assert need.larger == need.prefill
-    assert diurnal.bench_scale(need) == math.ceil(20 / need.prefill) == 16_437
+    assert diurnal_plan.bench_scale(need) == math.ceil(20 / need.prefill) == 16_437
 
 
 def test_the_week_is_replayed_at_x70_where_its_peak_hour_needs_20_prefill_replicas() -> None:
     """The module docstring's worked numbers, on the committed week."""
-    week = load_diurnal(diurnal.WEEK)
-    need = diurnal.peak_need(week, EngineParams(), 0.05)
+    week = load_diurnal(diurnal_plan.WEEK)
+    need = diurnal_plan.peak_need(week, EngineParams(), 0.05)
     assert need.start_s == 27 * 3600.0  # day 1, 03:00
     assert need.requests == 11_843
     assert need.prompt_mean == pytest.approx(723.0, abs=0.05)
     assert need.output_mean == pytest.approx(47.0, abs=0.05)
     assert need.prefill == pytest.approx(0.2890, abs=5e-5)
     assert need.decode == pytest.approx(0.0587, abs=5e-5)
-    scale = diurnal.bench_scale(need)
+    scale = diurnal_plan.bench_scale(need)
     assert scale == 70
     assert scale * need.larger >= 20 > (scale - 1) * need.larger
     assert len(days(week, 1)) * scale == 9_397_500
 
 
-def _case(warmup_hours: float = 24.0) -> diurnal.Case:
-    return diurnal.case(_plan(warmup_hours), diurnal.HAND_MADE, 90.0, 0)
+def _case(warmup_hours: float = 24.0) -> diurnal_plan.Case:
+    return diurnal_plan.case(_plan(warmup_hours), diurnal_plan.HAND_MADE, 90.0, 0)
 
 
-def _plan(warmup_hours: float = 24.0, scored_hours: float = 24.0) -> diurnal.Plan:
+def _plan(warmup_hours: float = 24.0, scored_hours: float = 24.0) -> diurnal_plan.Plan:
     """The fixture's two days at x2: day 0 (its end) the warm-up, day 1 (its start)
     scored."""
-    return diurnal.Plan(
+    return diurnal_plan.Plan(
         scale=2, warmup_hours=warmup_hours, scored_hours=scored_hours, trace_path=str(FIXTURE)
     )
 
@@ -110,14 +110,14 @@ def test_every_dynamic_policy_pre_rolls_the_warmup_statics_and_the_oracle_do_not
     its own steady state (the warm-up replayed as its pre-roll, scored apart); the
     statics start at their size and the oracle at its schedule, on the scored span."""
     c = _case()
-    assert set(diurnal.POLICIES) == DYNAMIC | {
+    assert set(diurnal_plan.POLICIES) == DYNAMIC | {
         "static-hindsight",
         "static-yesterday",
         "static-peak",
         "oracle",
     }
-    for name, spec in diurnal.POLICIES.items():
-        trace, cfg = diurnal.config(c, spec)
+    for name, spec in diurnal_plan.POLICIES.items():
+        trace, cfg = diurnal_plan.config(c, spec)
         assert spec.preroll == (name in DYNAMIC), name
         if name in DYNAMIC:
             assert cfg.preroll_s == DAY_S, name
@@ -126,7 +126,7 @@ def test_every_dynamic_policy_pre_rolls_the_warmup_statics_and_the_oracle_do_not
         else:
             assert cfg.preroll_s == 0.0, name
             assert trace is c.scored, name
-    ref_trace, ref = diurnal.config(c, diurnal.POLICIES["online-reference"])
+    ref_trace, ref = diurnal_plan.config(c, diurnal_plan.POLICIES["online-reference"])
     assert (ref.scrape_interval_s, ref.prom_lag_s, ref.preroll_s) == (1.0, 0.0, DAY_S)
     assert ref_trace.span == 2 * DAY_S
 
@@ -134,7 +134,7 @@ def test_every_dynamic_policy_pre_rolls_the_warmup_statics_and_the_oracle_do_not
 def test_the_plan_runs_pdscaler_first_in_every_case_and_refuses_unknown_names() -> None:
     """A run stopped by its budget has pdscaler in every case and the same policies in
     every case (policy by policy, each over every engine and start-up)."""
-    plan = diurnal.Plan()
+    plan = diurnal_plan.Plan()
     jobs = plan.matrix()
     per_engine = 2 * 5 + 2 + 2  # 5 dynamic x 2 start-ups, 2 statics once, the oracle x 2
     assert len(jobs) == len(plan.engines) * per_engine
@@ -143,7 +143,7 @@ def test_the_plan_runs_pdscaler_first_in_every_case_and_refuses_unknown_names() 
     assert {(j[0], j[1]) for j in jobs[:first]} == {
         (e, st) for e in plan.engines for st in plan.startups
     }
-    ranks = [diurnal.JOB_ORDER.index(j[3]) for j in jobs]
+    ranks = [diurnal_plan.JOB_ORDER.index(j[3]) for j in jobs]
     assert ranks == sorted(ranks)
     assert "static-hindsight" not in {j[3] for j in jobs}  # its search's replay
     args = diurnal.parser().parse_args(["--policies", "pdscaler,nope"])
@@ -157,15 +157,15 @@ def test_the_engines_are_the_hand_made_one_and_the_three_measured_ones() -> None
         "qwen3-32b-h200-vllm-tp2",
         "qwen3-30b-a3b-h200-vllm-tp1",
     }
-    assert set(diurnal.ENGINES) == {diurnal.HAND_MADE} | measured
-    assert set(diurnal.FULL.engines) == set(diurnal.ENGINES)
-    assert diurnal.HAND_MADE in diurnal.Plan().engines
-    assert measured & set(diurnal.Plan().engines)
-    hand = diurnal.ENGINES[diurnal.HAND_MADE]()
+    assert set(diurnal_plan.ENGINES) == {diurnal_plan.HAND_MADE} | measured
+    assert set(diurnal_plan.FULL.engines) == set(diurnal_plan.ENGINES)
+    assert diurnal_plan.HAND_MADE in diurnal_plan.Plan().engines
+    assert measured & set(diurnal_plan.Plan().engines)
+    hand = diurnal_plan.ENGINES[diurnal_plan.HAND_MADE]()
     assert hand.params == EngineParams()
     assert "hand-made" in hand.label
     for name in measured:
-        e = diurnal.ENGINES[name]()
+        e = diurnal_plan.ENGINES[name]()
         assert e.max_context == 40_960, name
         assert e.params != EngineParams(), name
         spec = e.spec(90.0)
@@ -198,8 +198,10 @@ def tuned_pair(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]
     out = []
     for rate in (2.0, 12.0):
         path = _write_trace(tmp_path_factory.mktemp(f"r{rate:g}") / "t.jsonl", rate)
-        plan = diurnal.Plan(scale=1, warmup_hours=0.25, scored_hours=0.25, trace_path=str(path))
-        out.append(diurnal.tune_job(plan, diurnal.HAND_MADE, 0))
+        plan = diurnal_plan.Plan(
+            scale=1, warmup_hours=0.25, scored_hours=0.25, trace_path=str(path)
+        )
+        out.append(diurnal.tune_job(plan, diurnal_plan.HAND_MADE, 0))
     return out
 
 
@@ -234,7 +236,9 @@ def test_hpa_tuned_and_the_dynamo_scale_are_tuned_without_the_scored_span(
 def test_a_static_replay_does_not_depend_on_the_startup() -> None:
     """Why a static size is replayed once and its row stands for every start-up."""
     plan = _plan(1.0, 4.0)
-    rows = [diurnal.run_job(plan, diurnal.HAND_MADE, st, 0, "static-peak") for st in (90.0, 300.0)]
+    rows = [
+        diurnal.run_job(plan, diurnal_plan.HAND_MADE, st, 0, "static-peak") for st in (90.0, 300.0)
+    ]
     assert rows[0]["scored"] == rows[1]["scored"]
     shared = diurnal.shared_rows(replace(plan, startups=(90.0, 300.0)), rows[0])
     assert [(r["startup_s"], r["shared_from_startup_s"]) for r in shared] == [(300.0, 90.0)]
@@ -244,9 +248,9 @@ def test_a_job_reports_the_scored_span_and_its_preroll_apart() -> None:
     """Day 0's last hour (its request at 86,399.999 s, doubled) is the pre-roll, day 1's
     first 4 hours (its requests at 0 and 3,600 s, doubled) are scored."""
     plan = _plan(1.0, 4.0)
-    dynamic = diurnal.run_job(plan, diurnal.HAND_MADE, 90.0, 0, "pdscaler")
-    static = diurnal.run_job(plan, diurnal.HAND_MADE, 90.0, 0, "static-peak")
-    oracle = diurnal.run_job(plan, diurnal.HAND_MADE, 90.0, 0, "oracle")
+    dynamic = diurnal.run_job(plan, diurnal_plan.HAND_MADE, 90.0, 0, "pdscaler")
+    static = diurnal.run_job(plan, diurnal_plan.HAND_MADE, 90.0, 0, "static-peak")
+    oracle = diurnal.run_job(plan, diurnal_plan.HAND_MADE, 90.0, 0, "oracle")
     assert dynamic["scored"]["requests"] == static["scored"]["requests"] == 4
     assert oracle["scored"]["requests"] == 4
     assert oracle["preroll"] is None
@@ -269,8 +273,8 @@ def test_a_job_reports_the_scored_span_and_its_preroll_apart() -> None:
         "cuts": "seeds 1, 2",
         "measured_at": {"commit": "0000000", "date": "2026-12-05 10:00 UTC"},
     }
-    doc["verdicts"] = diurnal.case_verdicts(doc)
-    text = diurnal.report(doc, "python -m bench.diurnal")
+    doc["verdicts"] = diurnal_verdicts.case_verdicts(doc)
+    text = diurnal_report.report(doc, "python -m bench.diurnal")
     assert "INCOMPLETE: 3 of 4 jobs" in text
     assert "CUT to fit the 60-minute budget" in text
     assert "seeds 1, 2" in text
@@ -304,7 +308,7 @@ def test_the_preroll_table_lists_pre_rolled_rows_longest_first(tmp_path: Path) -
         path = tmp_path / f"{hours:g}.json"
         path.write_text(json.dumps(doc(hours, att)))
         paths.append(path)
-    text = diurnal.preroll_table(paths)
+    text = diurnal_report.preroll_table(paths)
     rows = [line for line in text.splitlines() if line.startswith("| pdscaler")]
     assert [r.split(" | ")[3:5] for r in rows] == [["24 h", "95.00%"], ["2 h", "93.00%"]]
     assert "static-peak" not in text
@@ -351,15 +355,15 @@ def test_blame_names_the_pool_a_miss_is_short_of() -> None:
 
 
 def test_a_static_search_grows_the_blamed_pool_and_shrinks_one_pool_at_a_time() -> None:
-    spec = diurnal.hand_made().spec(90.0)
+    spec = diurnal_plan.hand_made().spec(90.0)
     # the worked numbers of grown's docstring: decode blamed for 5.3% -> x1.53
     assert diurnal.grown((64, 16), (0.0, 0.053), spec) == (64, 25)
     # a little blame still grows by GROW_MIN; none at all grows the more blamed pool
     assert diurnal.grown((10, 10), (0.003, 0.0), spec) == (12, 10)
     assert diurnal.grown((10, 10), (0.0, 0.001), spec) == (10, 12)
     # never past the spec's bound of MAX_REPLICAS (the old 64 bound every search)
-    assert diurnal.grown((250, 10), (0.2, 0.0), spec) == (diurnal.MAX_REPLICAS, 10)
-    assert spec.prefill.replicas.max == diurnal.MAX_REPLICAS > 64
+    assert diurnal.grown((250, 10), (0.2, 0.0), spec) == (diurnal_plan.MAX_REPLICAS, 10)
+    assert spec.prefill.replicas.max == diurnal_plan.MAX_REPLICAS > 64
     assert diurnal.shrunk((64, 16), 0, spec) == (56, 16)
     assert diurnal.shrunk((1, 16), 0, spec) == (1, 16)
 
@@ -368,8 +372,10 @@ def test_the_diurnal_static_search_sizes_each_pool_for_its_own_misses() -> None:
     # a small trace whose decode is the short pool at the per-minute start: the old joint
     # search (one factor for both pools) kept prefill's surplus; this one must end with
     # a size meeting the target that no single-pool step down from it also met
-    plan = diurnal.Plan(engines=(diurnal.HAND_MADE,), scale=4, warmup_hours=0.1, scored_hours=0.25)
-    c = diurnal.case(plan, diurnal.HAND_MADE, 90.0, 0)
+    plan = diurnal_plan.Plan(
+        engines=(diurnal_plan.HAND_MADE,), scale=4, warmup_hours=0.1, scored_hours=0.25
+    )
+    c = diurnal_plan.case(plan, diurnal_plan.HAND_MADE, 90.0, 0)
     choice, search = diurnal.static_search(c.scored, c.cfg, replays=8)
     assert choice.met
     spec = c.cfg.spec

@@ -132,3 +132,36 @@ def test_the_operator_and_the_bench_import_no_circle() -> None:
     assert len(known) > 100  # the trees were found
     found = circles(graph(known))
     assert found == [], found
+
+
+#: The matrix benches' modules, top down (docs/design.md §6.2): each may import the ones
+#: after it in its chain and none before it, directly or through others; the hour
+#: bench's run and its report import neither each other.
+BENCH_CHAINS = (
+    ("bench.diurnal", "bench.diurnal_report", "bench.diurnal_verdicts", "bench.diurnal_plan"),
+    ("bench.quality_run", "bench.quality_verdicts", "bench.quality"),
+    ("bench.quality_report", "bench.quality_verdicts", "bench.quality"),
+)
+
+
+def reachable(edges: Mapping[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_benches_import_their_report_and_verdicts_downwards_only() -> None:
+    edges = graph(modules())
+    for chain in BENCH_CHAINS:
+        assert set(chain) <= set(edges)
+        for i, module in enumerate(chain):
+            upward = reachable(edges, module) & set(chain[:i])
+            assert not upward, f"{module} imports {sorted(upward)}, above it"
+    assert "bench.quality_report" not in reachable(edges, "bench.quality_run")
+    assert "bench.quality_run" not in reachable(edges, "bench.quality_report")
