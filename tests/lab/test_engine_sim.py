@@ -36,6 +36,7 @@ from pdlab.engine.expo import render_pod
 from pdlab.engine.pods import PodInfo, engine_dialect
 from pdlab.engine.serve import PodServers
 from pdlab.engine.sim import DeploymentSim, EngineSim, Workload, workload
+from pdlab.engine.text import text as streamed_text
 from pdscaler import presets
 from pdscaler.prometheus import PrometheusClient, read_snapshot
 from pdscaler.sim.engine import EngineParams
@@ -318,6 +319,7 @@ def test_a_prefill_and_decode_pair_serve_a_completion_with_the_nixl_hand_off(
     assert chunks[-1] == "[DONE]"
     texts = [c["choices"][0]["text"] for c in chunks[:-1] if c["choices"]]
     assert len(texts) == 20
+    assert "".join(texts) == streamed_text(20)  # one token of aiperf's tokenizer each
     assert chunks[-2]["usage"]["completion_tokens"] == 20
     # 20 decode steps of >= 12 ms each plus the 5 ms + 160 x 20 us transfer
     assert took >= 20 * 0.012 + 0.005
