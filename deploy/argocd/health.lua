@@ -6,10 +6,13 @@
 --
 --   Progressing  no status yet, a generation pdscaler has not observed, a rollout in
 --                progress, or pools still coming up to their minimum
---   Degraded     a rollout rolling back or rolled back (Progressing reason RollingBack or
---                ProgressDeadlineExceeded: the version asked for does not serve),
+--   Degraded     a stored spec pdscaler refuses (Stalled True, InvalidSpec: nothing of it
+--                is acted on), a rollout rolling back or rolled back (Progressing reason
+--                RollingBack or ProgressDeadlineExceeded, Stalled RolledBack: the version
+--                asked for does not serve),
 --                writes the API server refuses (WritesFailing True), or a pool below its
 --                minimum while the cluster lacks GPUs for it (CapacityLimited True)
+--   Suspended    the pdscaler.io/paused annotation (Paused True): nothing is written
 --   Healthy      both pools at their minimum of Ready pods (Ready True); the message
 --                names a hold on missing metrics (MetricsAvailable False) or Recommend
 --                mode, which change nothing about serving
@@ -55,12 +58,20 @@ local progressing = find(conditions, "Progressing")
 local writes = find(conditions, "WritesFailing")
 local capacity = find(conditions, "CapacityLimited")
 local metrics = find(conditions, "MetricsAvailable")
+local stalled = find(conditions, "Stalled")
+local paused = find(conditions, "Paused")
 
 if writes ~= nil and writes.status == "True" then
   return health("Degraded", said(writes))
 end
 if progressing ~= nil and (progressing.reason == "ProgressDeadlineExceeded" or progressing.reason == "RollingBack") then
   return health("Degraded", said(progressing))
+end
+if stalled ~= nil and stalled.status == "True" then
+  return health("Degraded", said(stalled))
+end
+if paused ~= nil and paused.status == "True" then
+  return health("Suspended", said(paused))
 end
 if progressing ~= nil and progressing.status == "True" then
   return health("Progressing", said(progressing))

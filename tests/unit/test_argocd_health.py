@@ -97,10 +97,34 @@ def test_a_metrics_hold_and_recommend_mode_stay_healthy_and_say_so() -> None:
     assert message.endswith("; Recommend mode: pools are not resized")
 
 
+def test_a_refused_stored_spec_is_degraded_not_healthy() -> None:
+    """The refusal moves observedGeneration (kstatus must read Failed, not InProgress):
+    the kept Ready True must not make it Healthy."""
+    obj = pdd()
+    obj["metadata"]["generation"] = 4
+    why = "spec.router.args: Value error, router.args must not give a flag pdscaler sets"
+    refused = status.refused_status(status.parse_status(obj["status"]), 4, 2000.0, why)
+    obj["status"] = refused.to_k8s()
+    state, message = health(obj)
+    assert state == "Degraded"
+    assert message.startswith("InvalidSpec: the stored spec is refused: spec.router.args")
+
+
+def test_a_paused_pddeployment_is_suspended() -> None:
+    from dataclasses import replace
+
+    obj = pdd()
+    obj["status"] = status.build_status(replace(inp(), paused=True)).to_k8s()
+    state, message = health(obj)
+    assert state == "Suspended"
+    assert message.startswith('PausedByAnnotation: pdscaler.io/paused is "true"')
+
+
 def test_every_condition_the_script_reads_is_one_the_operator_writes() -> None:
     """A renamed condition or reason would silently fall through to Healthy."""
     written = {c["type"] for c in pdd()["status"]["conditions"]}
     read = {"Ready", "Progressing", "WritesFailing", "CapacityLimited", "MetricsAvailable"}
+    read |= {"Stalled", "Paused"}
     assert read <= written
     reasons = {r.value for r in ConditionReason}
     assert {"RollingBack", "ProgressDeadlineExceeded"} <= reasons
