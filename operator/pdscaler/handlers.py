@@ -6,7 +6,8 @@ the tick loop (``TickLoop``) that calls ``reconcile.run_tick``.
 * ``@kopf.on.event``: kopf's low-level watch, which keeps no state on the object (no
   progress or diff-base annotations, no finalizer). Every PDDeployment seen (the
   initial listing included) joins the loop's table; a new ``metadata.generation`` (a
-  created or changed spec) makes it due at once; DELETED drops it.
+  created or changed spec) or a ``pdscaler.io/paused`` annotation put on or taken off
+  makes it due at once; DELETED drops it.
 * ``TickLoop``: one thread; every ``LOOP_PERIOD`` it ticks, in a bounded pool of
   ``TICK_WORKERS`` threads, each PDDeployment whose ``spec.scaling.interval`` has
   passed since its last tick (re-read on every tick), one tick per object at a time.
@@ -103,6 +104,7 @@ def is_leader() -> bool:
 class _Entry:
     generation: int
     due: float  # monotonic time of the next tick
+    paused: bool = False  # the pdscaler.io/paused annotation as last seen
 
 
 class TickLoop:
@@ -138,12 +140,14 @@ class TickLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def notice(self, namespace: str, name: str, generation: int) -> None:
-        """A PDDeployment was seen; a generation not ticked yet makes it due now."""
+    def notice(self, namespace: str, name: str, generation: int, paused: bool = False) -> None:
+        """A PDDeployment was seen; a generation not ticked yet, or the pause annotation
+        put on or taken off, makes it due now (a pause is an emergency brake: it must
+        not wait for the interval)."""
         with self._lock:
             entry = self.table.get((namespace, name))
-            if entry is None or entry.generation != generation:
-                self.table[(namespace, name)] = _Entry(generation, due=float("-inf"))
+            if entry is None or (entry.generation, entry.paused) != (generation, paused):
+                self.table[(namespace, name)] = _Entry(generation, float("-inf"), paused)
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -310,4 +314,4 @@ def on_event(
         runtime().forget(namespace, name)
         return
     generation = int(body.get("metadata", {}).get("generation") or 0)
-    loop().notice(namespace, name, generation)
+    loop().notice(namespace, name, generation, reconcile.paused(dict(body)))

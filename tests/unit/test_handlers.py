@@ -99,6 +99,25 @@ def test_a_follower_ticks_nothing_and_a_new_leader_ticks_everything_at_once() ->
     assert loop.run_once(70.0) == []  # lost the Lease: nothing more
 
 
+def test_the_pause_annotation_put_on_or_taken_off_is_ticked_at_once() -> None:
+    """chat ticked at 0 (next due at 15): paused at 5 -> due at once; seen again paused
+    (a status write) -> not due; unpaused at 7 -> due at once."""
+    loop, ticks, pool, clock = make_loop([True])
+    loop.notice("serving", "chat", 1)
+    assert loop.run_once(0.0) == [("serving", "chat")]
+    pool.drain()
+    assert loop.run_once(4.0) == []
+    loop.notice("serving", "chat", 1, paused=True)
+    assert loop.run_once(5.0) == [("serving", "chat")]
+    clock[0] = 5.5
+    pool.drain()
+    assert ticks == [("serving", "chat")] * 2
+    loop.notice("serving", "chat", 1, paused=True)
+    assert loop.run_once(6.0) == []
+    loop.notice("serving", "chat", 1)
+    assert loop.run_once(7.0) == [("serving", "chat")]
+
+
 def test_losing_the_lease_marks_every_object_unobserved_from_then_on() -> None:
     """A leader whose fence closes (the API server stopped: it cannot renew) ticks
     nothing; that time must not count against a rollout's progressDeadline when it
