@@ -77,3 +77,17 @@ def test_the_chart_packages_at_its_version_and_app_version_is_the_operators(
     assert "pdscaler/Chart.yaml" in listing
     assert "pdscaler/templates/deployment.yaml" in listing
     assert "pdscaler/files/crds/pdscaler.io_pddeployments.yaml" in listing
+
+
+def test_plain_helm_template_renders_and_an_old_cluster_is_refused() -> None:
+    """Helm's offline default (v1.20.0) is not refused, a real 1.29 is (the chart's own
+    check, templates/_helpers.tpl ``pdscaler.kubeVersion``), 1.30 renders."""
+    plain = helm("template", "pds", str(CHART))
+    assert "kind: Deployment" in plain
+    assert "kind: Deployment" in helm("template", "pds", str(CHART), "--kube-version", "1.30.0")
+    done = subprocess.run(
+        [str(tool(helm_path())), "template", "pds", str(CHART), "--kube-version", "1.29.0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "pdscaler needs Kubernetes >= 1.30 (this cluster: v1.29.0)" in done.stderr
