@@ -46,7 +46,7 @@ from pdscaler.prometheus import (
     MetricsUnavailableError,
 )
 from pdscaler.runtime import Runtime, TickReport
-from pdscaler.spec import PDDeploymentSpec, parse_spec_lenient
+from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus, parse_spec_lenient
 from pdscaler.types import (
     ConditionReason,
     EventReason,
@@ -216,19 +216,8 @@ def _apply(rt: Runtime, pdd: Obj, facts: tick.TickFacts, fx: tick.TickEffects) -
         )
         raw = dict(facts.raw_status) if facts.raw_status is not None else None
         changed = status.status_changed(new_status, raw)
-    if changed:
-        try:
-            rt.kube.patch_status(namespace, name, new_status.to_k8s(), pdd.get("status"))
-            rt.telemetry.record_write("status", "PDDeployment")
-        except KubeError as err:
-            log.warning("status of %s/%s not written: %s", namespace, name, err)
     # the status as written (with the refused writes), not as computed
-    rt.telemetry.record_status(
-        namespace,
-        name,
-        ((c.type, c.status) for c in new_status.conditions or []),
-        new_status.rollout.phase if new_status.rollout else None,
-    )
+    _write_status(rt, pdd, new_status, changed)
     rt.telemetry.record_targets(namespace, name, facts.spec, new_status)
     rt.memory[uid] = fx.memory
     if fx.rollout is not None:
@@ -276,15 +265,20 @@ def _refuse(rt: Runtime, pdd: Obj, why: str) -> None:
     """A stored spec this operator refuses: the status says so (Stalled, ``InvalidSpec``,
     observedGeneration moved: ``status.refused_status``), written once per generation,
     and the operator's metrics carry the conditions (the PdscalerStalled alert)."""
-    meta = pdd["metadata"]
-    namespace, name = str(meta["namespace"]), str(meta["name"])
-    raw = pdd.get("status")
+    meta, raw = pdd["metadata"], pdd.get("status")
     new = status.refused_status(
         status.parse_status(raw), int(meta.get("generation") or 0), rt.clock(), why
     )
-    if status.status_changed(new, raw):
+    _write_status(rt, pdd, new, status.status_changed(new, raw))
+
+
+def _write_status(rt: Runtime, pdd: Obj, new: PDDeploymentStatus, changed: bool) -> None:
+    """Patch ``new`` when ``changed`` (a refusal is logged, not raised: the next tick
+    tries again) and export its conditions and rollout phase (the alerts' series)."""
+    namespace, name = str(pdd["metadata"]["namespace"]), str(pdd["metadata"]["name"])
+    if changed:
         try:
-            rt.kube.patch_status(namespace, name, new.to_k8s(), raw)
+            rt.kube.patch_status(namespace, name, new.to_k8s(), pdd.get("status"))
             rt.telemetry.record_write("status", "PDDeployment")
         except KubeError as err:
             log.warning("status of %s/%s not written: %s", namespace, name, err)

@@ -16,19 +16,22 @@ every 0.5 s; 1 req/s keeps 1 + 1 replicas.
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import time
-from typing import Any, cast
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from pdlab.cluster.kubeclient import CRD_PATH, crd_established
+from pdlab.cluster.kubeclient import CRD_PATH, apply_crd
 from pdlab.cluster.lab import Lab
 from pdscaler import naming
 from pdscaler.spec import GROUP, MSG_ROUTER_ARGS_RESERVED, PLURAL, VERSION
 from support.exporter import EngineExporter
+from support.kstatus import kstatus
 from support.labkit import Kube, wait_for
 from support.opkit import (
     condition,
@@ -43,22 +46,6 @@ from support.opkit import (
 )
 
 Obj = dict[str, Any]
-
-
-def kstatus(obj: Obj) -> tuple[str, str]:
-    """(status, reason) as cli-utils' kstatus computes them for a custom resource."""
-    meta, status = obj.get("metadata", {}), obj.get("status") or {}
-    if meta.get("deletionTimestamp"):
-        return "Terminating", ""
-    observed = status.get("observedGeneration")
-    if observed is not None and observed != meta.get("generation"):
-        return "InProgress", "LatestGenerationNotObserved"
-    for c in status.get("conditions") or []:
-        if c["type"] == "Reconciling" and c["status"] == "True":
-            return "InProgress", c["reason"]
-        if c["type"] == "Stalled" and c["status"] == "True":
-            return "Failed", c["reason"]
-    return "Current", ""
 
 
 def current_and_ready(kube: Kube, namespace: str, name: str, seen: set[tuple[str, str]]) -> bool:
@@ -77,18 +64,32 @@ def versions(kube: Kube, namespace: str, name: str) -> set[str]:
     }
 
 
+@contextlib.contextmanager
+def serving(
+    lab: Lab,
+    kube: Kube,
+    namespace: str,
+    exporter: EngineExporter,
+    name: str,
+    seen: set[tuple[str, str]],
+) -> Iterator[None]:
+    """``name`` created at 1 req/s with the operator ticking every 0.5 s, once it reads
+    Current with Ready True (the kstatus states read meanwhile go to ``seen``)."""
+    serve_light(exporter, namespace, name)
+    with ticking(operator_runtime(lab), namespace, name, period=0.5):
+        create_pdd(kube, namespace, pdd_manifest(name, lab.prometheus_url, interval="2s"))
+        wait_for(lambda: current_and_ready(kube, namespace, name, seen), 90, "Current, Ready")
+        yield
+
+
 @pytest.mark.lab
 @pytest.mark.timeout(240)
 def test_a_rollout_reads_in_progress_then_current_and_a_pause_writes_nothing(
     lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
 ) -> None:
     name = "ks"
-    serve_light(exporter, namespace, name)
-    rt = operator_runtime(lab)
     seen: set[tuple[str, str]] = set()
-    with ticking(rt, namespace, name, period=0.5):
-        create_pdd(kube, namespace, pdd_manifest(name, lab.prometheus_url, interval="2s"))
-        wait_for(lambda: current_and_ready(kube, namespace, name, seen), 90, "Current, Ready")
+    with serving(lab, kube, namespace, exporter, name, seen):
         # the first cell's pods starting: InProgress (its first cell is a rollout too)
         assert any(state == "InProgress" for state, _ in seen), seen
         # paused: a version change is observed and reported, and no v2 cell is made
@@ -151,15 +152,6 @@ def older_crd() -> Obj:
     return body
 
 
-def apply_crd_body(kube: Kube, body: Obj) -> None:
-    name = body["metadata"]["name"]
-    body = copy.deepcopy(body)
-    current: Any = kube.apiext.read_custom_resource_definition(name)
-    body["metadata"]["resourceVersion"] = current.metadata.resource_version
-    kube.apiext.replace_custom_resource_definition(name, cast(Any, body))
-    wait_for(lambda: crd_established(kube, name), 30, "the CRD Established")
-
-
 def refused_by_api(kube: Kube, namespace: str, name: str) -> bool:
     """Whether the API server now refuses router.args --port (a dry run)."""
     try:
@@ -175,21 +167,18 @@ def refused_by_api(kube: Kube, namespace: str, name: str) -> bool:
 @pytest.mark.lab
 @pytest.mark.timeout(240)
 def test_a_refused_stored_spec_reads_stalled_failed_with_an_event(
-    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
+    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter, tmp_path: Path
 ) -> None:
     name = "refused"
-    serve_light(exporter, namespace, name)
-    rt = operator_runtime(lab)
-    session = yaml.safe_load(CRD_PATH.read_text())
+    older = tmp_path / "older-crd.yaml"
+    older.write_text(yaml.safe_dump(older_crd()))
     seen: set[tuple[str, str]] = set()
-    with ticking(rt, namespace, name, period=0.5):
-        create_pdd(kube, namespace, pdd_manifest(name, lab.prometheus_url, interval="2s"))
-        wait_for(lambda: current_and_ready(kube, namespace, name, seen), 90, "Current, Ready")
+    with serving(lab, kube, namespace, exporter, name, seen):
         before = {
             d["metadata"]["name"]: d["spec"]["replicas"] for d in deployments(kube, namespace, name)
         }
         try:
-            apply_crd_body(kube, older_crd())
+            apply_crd(kube, older)
 
             def stored() -> bool:
                 try:
@@ -202,7 +191,7 @@ def test_a_refused_stored_spec_reads_stalled_failed_with_an_event(
 
             wait_for(stored, 30, "router.args --port stored under the older CRD")
         finally:
-            apply_crd_body(kube, session)
+            apply_crd(kube)  # the session's, crds/
         wait_for(lambda: refused_by_api(kube, namespace, name), 30, "the current CRD served")
         generation = int(get_pdd(kube, namespace, name)["metadata"]["generation"])
 

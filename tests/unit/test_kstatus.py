@@ -2,13 +2,8 @@
 Stalled (status.py), a refused stored spec's status (``status.refused_status``, written
 by the reconcile shell) and the pause annotation.
 
-``kstatus`` below is sigs.k8s.io/cli-utils pkg/kstatus/status ``Compute`` for a custom
-resource, rule for rule (generic.go ``checkGenericProperties``/``checkGeneration``,
-status.go ``Compute``): Terminating while ``metadata.deletionTimestamp`` is set;
-InProgress while ``status.observedGeneration`` is present and differs from
-``metadata.generation``; else the first condition in list order that is Reconciling=True
-(InProgress) or Stalled=True (Failed); else Current (a custom resource has no
-type-specific rule). Worked cases: converged -> Current; decode 5 Ready of 6 asked ->
+``kstatus`` (support/kstatus.py) is cli-utils' kstatus ``Compute`` for a custom resource,
+rule for rule. Worked cases: converged -> Current; decode 5 Ready of 6 asked ->
 InProgress (ScalingInProgress); mid-rollout -> InProgress (RolloutProgressing);
 rolled back -> Failed (RolledBack); a stored ``router.args: [--port, ...]`` -> Failed
 (InvalidSpec) at the spec's generation; a generation not ticked yet -> InProgress.
@@ -26,25 +21,10 @@ from pdscaler.spec import PDDeploymentStatus
 from pdscaler.types import ConditionReason, ConditionType, PoolObservation, RolloutPhase
 from support import builders
 from support.fakekube import FakeKube
+from support.kstatus import kstatus
 from support.status_inputs import HOLD, SPEC, inp
 
 Obj = dict[str, Any]
-
-
-def kstatus(obj: Obj) -> tuple[str, str]:
-    """(status, reason) as cli-utils' kstatus computes them for a custom resource."""
-    meta, status = obj.get("metadata", {}), obj.get("status") or {}
-    if meta.get("deletionTimestamp"):
-        return "Terminating", ""
-    observed = status.get("observedGeneration")
-    if "generation" in meta and observed is not None and observed != meta["generation"]:
-        return "InProgress", "LatestGenerationNotObserved"
-    for c in status.get("conditions") or []:
-        if c["type"] == "Reconciling" and c["status"] == "True":
-            return "InProgress", c["reason"]
-        if c["type"] == "Stalled" and c["status"] == "True":
-            return "Failed", c["reason"]
-    return "Current", ""
 
 
 def as_object(status: PDDeploymentStatus, generation: int = 3) -> Obj:
