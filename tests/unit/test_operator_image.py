@@ -59,7 +59,10 @@ def test_the_build_stage_copies_the_product_and_not_the_lab(tmp_path: Path) -> N
     assert (work / "operator" / "pdscaler" / "cli").is_dir()
     assert not (work / "operator" / "pdlab").exists()
     project = tomllib.loads((work / "pyproject.toml").read_text())
-    assert project["project"]["scripts"] == {"pdscaler": "pdscaler.cli:main"}
+    scripts = project["project"]["scripts"]
+    assert scripts["pdscaler"] == "pdscaler.cli:main"
+    assert "pdlab" not in scripts, scripts
+    assert not [v for v in scripts.values() if v.startswith("pdlab")], scripts
     assert "pdlab" not in (work / "pyproject.toml").read_text().split("[tool.pytest", 1)[0]
     where = project["tool"]["setuptools"]["packages"]["find"]["where"]
     found = setuptools.find_packages(where=str(work / where[0]))
