@@ -62,3 +62,7 @@ def complete(argv: list[str] | None = None) -> None:
     """Console-script entry point ``kubectl_complete-pdd`` (kubectl's plugin
     completion)."""
     completion.kubectl_complete(command(), argv)
+
+
+if __name__ == "__main__":  # python -m pdscaler.cli.kubectl (= kubectl-pdd)
+    main()
