@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -122,6 +123,7 @@ class TickLoop:
         *,
         on_lead: Callable[[], None] = lambda: None,
         on_lose: Callable[[list[Key]], None] = lambda _keys: None,
+        on_late: Callable[[float], None] = lambda _seconds: None,
         pool: ThreadPoolExecutor | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -131,6 +133,7 @@ class TickLoop:
         self.health = health
         self.on_lead = on_lead
         self.on_lose = on_lose
+        self.on_late = on_late
         self.pool = pool or ThreadPoolExecutor(TICK_WORKERS, thread_name_prefix="pdscaler-tick")
         self.clock = clock
         self.table: dict[Key, _Entry] = {}
@@ -171,14 +174,20 @@ class TickLoop:
                 longest = max(longest, self.interval(*key))
                 if not leading or key in self.running or entry.due > now:
                     continue
-                entry.due = float("inf")  # set again when the tick is done
+                due, entry.due = entry.due, float("inf")  # set again when the tick is done
                 self.health.tick_started(key, now)
-                self.running[key] = self.pool.submit(self._run_tick, key)
+                self.running[key] = self.pool.submit(self._run_tick, key, due)
                 submitted.append(key)
         self.health.beat(now, longest)
         return submitted
 
-    def _run_tick(self, key: Key) -> None:
+    def _run_tick(self, key: Key, due: float = float("-inf")) -> None:
+        """One tick; ``on_late`` gets how long after ``due`` it started (the loop's
+        pass, then the queue for a tick thread: 0.3 s when idle, the interval's worth
+        when the threads cannot keep up), except for a tick due at once (a new
+        generation, a new leader: ``due`` -inf)."""
+        if math.isfinite(due):
+            self.on_late(self.clock() - due)
         try:
             with logcontext.object_tick(*key):  # its log lines carry namespace, name, tick
                 try:
@@ -262,6 +271,7 @@ def loop() -> TickLoop:
                 health=_health,
                 on_lead=_reset_memory,
                 on_lose=_note_unobserved,
+                on_late=lambda seconds: runtime().telemetry.lateness.observe(seconds),
             )
         return _loop
 

@@ -148,6 +148,9 @@ MODEL: dict[str, tuple[str, tuple[str, ...], str]] = {
 }
 CONDITION_STATUSES = ("True", "False", "Unknown")
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: A tick starts up to the loop's 0.5 s pass after it is due when the tick threads are
+#: idle; seconds later when they cannot keep up (bench/results/overhead.md).
+LATENESS_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0)
 
 
 @functools.cache
@@ -226,6 +229,12 @@ class Telemetry:
             "Wall time of one reconcile tick.",
             list(_KEY),
             buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.lateness = Histogram(
+            "pdscaler_tick_lateness_seconds",
+            "How long after it was due a tick started (every PDDeployment together).",
+            buckets=LATENESS_BUCKETS,
             registry=r,
         )
         self.errors = Counter(

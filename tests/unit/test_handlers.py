@@ -239,3 +239,21 @@ def test_run_elects_with_the_lease_options(monkeypatch: Any) -> None:
     )
     assert (election.timings.lease_duration, election.timings.renew_deadline) == (6.0, 4.0)
     assert seen["metrics_host"] == "127.0.0.1"
+
+
+def test_a_tick_reports_how_late_it_started_after_it_was_due() -> None:
+    """chat ticked at 0 (due at once: no lateness), done at 1 -> due at 16; the loop
+    submits it at 16.5 and a tick thread starts it at 19 (the threads were busy): 3.0 s
+    late. Seen failing with on_late never called (the metric read 0 ticks)."""
+    late: list[float] = []
+    loop, _ticks, pool, clock = make_loop([True])
+    loop.on_late = late.append
+    loop.notice("serving", "chat", 1)
+    assert loop.run_once(0.0) == [("serving", "chat")]
+    clock[0] = 1.0
+    pool.drain()
+    assert late == []  # a new generation is due at once: not late
+    assert loop.run_once(16.5) == [("serving", "chat")]
+    clock[0] = 19.0
+    pool.drain()
+    assert late == [3.0]
