@@ -148,6 +148,18 @@ def account_name(name: str) -> str:
     return f"{name}-router"
 
 
+#: The router container's default securityContext: what Pod Security ``restricted``
+#: asks of a container (the router image of deploy/router/Dockerfile runs as user 65532),
+#: so a namespace enforcing it admits the router pods. ``router.securityContext``
+#: replaces it whole.
+RESTRICTED: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def router_deployment(
     meta: Meta, spec: PDDeploymentSpec, rev: str, version: str, replicas: int, engine_port: int
 ) -> Manifest:
@@ -171,6 +183,9 @@ def router_deployment(
                 {"name": "metrics", "containerPort": METRICS_PORT},
             ],
             "resources": copy.deepcopy(spec.router.resources or {}),
+            "securityContext": copy.deepcopy(
+                RESTRICTED if spec.router.security_context is None else spec.router.security_context
+            ),
             # /readiness answers 503 while the router knows no worker of its cell (vllm-router
             # and sglang-router): no traffic reaches a router that could not serve it
             "readinessProbe": {

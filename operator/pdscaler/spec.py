@@ -585,6 +585,8 @@ class RouterSpec(_Model):
     image: str | None = Field(default=None, min_length=1, max_length=512)
     args: list[Annotated[str, Field(max_length=1024)]] | None = Field(default=None, max_length=64)
     resources: dict[str, Any] | None = None
+    #: the router container's securityContext, replacing ``router.RESTRICTED`` whole
+    security_context: dict[str, Any] | None = None
     template: dict[str, Any] | None = None
     replicas: RouterBounds = RouterBounds()
     prefill_per_router: int = Field(default=2, ge=1, le=1024)

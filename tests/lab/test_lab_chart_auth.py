@@ -26,8 +26,11 @@ def named(docs: list[dict[str, Any]], kind: str) -> list[str]:
 
 def test_defaults_render_the_policy_and_no_secret_access() -> None:
     docs = rendered()
-    assert named(docs, "ValidatingAdmissionPolicy") == ["pds-pdscaler-pddeployments"]
-    assert named(docs, "ValidatingAdmissionPolicyBinding") == ["pds-pdscaler-pddeployments"]
+    policies = [
+        f"pds-pdscaler-{p}" for p in ("operator-writes", "pddeployments", "router-identity")
+    ]
+    assert named(docs, "ValidatingAdmissionPolicy") == policies
+    assert named(docs, "ValidatingAdmissionPolicyBinding") == policies
     for doc in docs:
         for rule in doc.get("rules") or []:
             assert "secrets" not in rule["resources"]
