@@ -772,12 +772,20 @@ def _sig(x: float | None, digits: int = 3) -> float | None:
     return round(x, digits - 1 - math.floor(math.log10(abs(x))))
 
 
+#: The most change points ``status.memory.recommendations`` keeps (about 5 KB): a
+#: recommendation that changes every tick under a long window grew a status by 187 KB in
+#: 12,000 ticks before the cap.
+MAX_RECOMMENDATION_POINTS = 256
+
+
 def memory_to_status(memory: PolicyMemory, now: float, window_seconds: float) -> dict[str, Any]:
     """The compact, tick-stable form of the memory kept in ``status.memory``.
 
     recommendations (t, P, D): only change points, and only from the last change
     before ``now - window`` on. (100,4,4) (115,4,4) (130,5,4) (145,5,4) at now=145,
-    window 300 -> [[100,4,4],[130,5,4]]. The rate history is not kept (the forecast
+    window 300 -> [[100,4,4],[130,5,4]]. Beyond ``MAX_RECOMMENDATION_POINTS`` the oldest
+    points become one, dated at the first, holding their maximum (a restart scales down
+    no earlier than the whole history would). The rate history is not kept (the forecast
     warms up again); refined capacities keep 3 significant digits.
     """
     points: list[list[float]] = []
@@ -788,6 +796,11 @@ def memory_to_status(memory: PolicyMemory, now: float, window_seconds: float) ->
     start = now - window_seconds
     while len(points) > 1 and points[1][0] <= start:
         points.pop(0)
+    if len(points) > MAX_RECOMMENDATION_POINTS:  # the oldest merged into their maximum
+        excess = len(points) - MAX_RECOMMENDATION_POINTS + 1
+        oldest = points[:excess]
+        merged = [oldest[0][0], max(p[1] for p in oldest), max(p[2] for p in oldest)]
+        points = [merged, *points[excess:]]
     out: dict[str, Any] = {"recommendations": points}
     for key, value in (
         ("prefillTps", _sig(memory.prefill_tps)),
