@@ -5,11 +5,15 @@ and writing it to ``bench/results/overhead.md``:
 
 1. the policy's decision time (``policy``: pure ``decide``, thousands of calls);
 2. one reconcile tick against the shared lab, converged and scaling (``tick``);
-3. one operator process with 200 PDDeployments at 15 s in a private lab, its CPU,
-   memory, API and Prometheus traffic (``fleet``; 4-7 minutes, with the
-   machine's load).
+3. one operator process with 200, then 1,000 PDDeployments at 15 s, each in a fresh
+   private lab whose pods serve real series (``bench.overhead.exporter``), its CPU,
+   memory, API and Prometheus traffic and tick lateness (``fleet``; ~7 minutes at 200,
+   ~20 at 1,000, with the machine's load).
 
-    python -m bench.overhead                      # all three (5 min on 2 cores)
+Writes ``overhead.md`` and, beside it, ``overhead.json`` (the fleet figures as numbers,
+``bench.provenance``'s commit and date: what README and docs/operator.md quote).
+
+    python -m bench.overhead                      # all three (~30 min on 2 cores)
     python -m bench.overhead --only policy        # seconds, no cluster
     python -m bench.overhead --only tick,process --pdds 200 --window 120
 
@@ -20,10 +24,12 @@ Must not: print a figure it did not measure (a section that could not run says
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bench import provenance
 from bench.overhead import fleet, policy, tick
@@ -46,7 +52,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--calls", type=int, default=5000, help="decide() calls per trace (5000)")
     p.add_argument("--ticks", type=int, default=20, help="lab ticks of each kind (20)")
-    p.add_argument("--pdds", type=int, default=200, help="PDDeployments for the process (200)")
+    p.add_argument(
+        "--pdds", default="200,1000", help="PDDeployments for the process, a comma list (200,1000)"
+    )
     p.add_argument("--interval", default="15s", help="their scaling.interval (15s)")
     p.add_argument("--window", type=float, default=120.0, help="sampling window, s (120)")
     p.add_argument("--out", type=Path, default=RESULTS, help=f"report file ({RESULTS.name})")
@@ -62,13 +70,45 @@ def parse_only(text: str) -> list[str]:
     return [s for s in SECTIONS if s in wanted]
 
 
-def runners(args: argparse.Namespace) -> dict[str, Callable[[], Section]]:
-    plan = fleet.Plan(pdds=args.pdds, interval=args.interval, sample_seconds=args.window)
+def parse_sizes(text: str) -> list[int]:
+    """ "200, 1000" -> [200, 1000]; ValueError for a size < 1 or no number."""
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"--pdds takes a comma list of sizes >= 1; got {text!r}")
+    return sizes
+
+
+def fleets(args: argparse.Namespace, numbers: list[dict[str, Any]]) -> list[Section]:
+    """One section per size (3, 4, ...), each run in its own private lab; the measured
+    ones' numbers appended to ``numbers``."""
+    out = []
+    for k, size in enumerate(parse_sizes(args.pdds)):
+        plan = fleet.Plan(pdds=size, interval=args.interval, sample_seconds=args.window)
+        section, figures = fleet.measure_with_numbers(plan, number=3 + k)
+        out.append(section)
+        if figures is not None:
+            numbers.append(figures)
+    return out
+
+
+def runners(
+    args: argparse.Namespace, numbers: list[dict[str, Any]]
+) -> dict[str, Callable[[], list[Section]]]:
     return {
-        "policy": lambda: policy.measure(calls_per_trace=args.calls),
-        "tick": lambda: tick.measure(ticks=args.ticks),
-        "process": lambda: fleet.measure(plan),
+        "policy": lambda: [policy.measure(calls_per_trace=args.calls)],
+        "tick": lambda: [tick.measure(ticks=args.ticks)],
+        "process": lambda: fleets(args, numbers),
     }
+
+
+def document(
+    stamp: dict[str, str], facts: dict[str, str], command: str, numbers: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """overhead.json: where and how it was measured, and each fleet's figures."""
+    return {provenance.KEY: stamp, "command": command, "machine": facts, "fleets": numbers}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,26 +118,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(args_list)
     try:
         only = parse_only(args.only)
-        if args.calls < 1 or args.ticks < 2 or args.pdds < 1 or args.window < 10:
-            raise ValueError("--calls >= 1, --ticks >= 2, --pdds >= 1 and --window >= 10 s")
+        parse_sizes(args.pdds)
+        if args.calls < 1 or args.ticks < 2 or args.window < 10:
+            raise ValueError("--calls >= 1, --ticks >= 2 and --window >= 10 s")
     except ValueError as err:
         print(f"bench.overhead: {err}", file=sys.stderr)
         return 2
     facts = machine_facts()
     stamp = provenance.measured_at()  # the code measured, before it runs
-    run = runners(args)
+    numbers: list[dict[str, Any]] = []
+    run = runners(args, numbers)
     sections: list[Section] = []
     for name in SECTIONS:
         if name not in only:
             sections.append(Section.skipped(TITLES[name], "not run in this invocation (--only)"))
             continue
         print(f"bench.overhead: measuring {name} ...", flush=True)
-        sections.append(run[name]())
+        sections.extend(run[name]())
     command = " ".join(["python -m bench.overhead", *map(shlex.quote, args_list)]).strip()
     text = render(facts, sections, command, stamp)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
+    if "process" in only:
+        doc = document(stamp, facts, command, numbers)
+        json_out = args.out.with_suffix(".json")
+        json_out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"bench.overhead: wrote {json_out}")
     print(f"bench.overhead: wrote {args.out}")
     return 0
 

@@ -15,6 +15,7 @@ tick (a GET of the PDDeployment and three LISTs).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from bench.overhead.process import ProcSampler
@@ -25,6 +26,7 @@ NOT_COUNTED_VERBS = frozenset({"WATCH", "CONNECT"})
 #: without a watch: the controllers and kwok use informers).
 OPERATOR_RESOURCES = frozenset({"pddeployments", "deployments", "services", "pods", "events"})
 QUERY_HANDLER = "/api/v1/query"
+LATENESS = "pdscaler_tick_lateness_seconds"
 
 
 @dataclass
@@ -50,6 +52,8 @@ class Window:
     window_s: float = 0.0
     baseline_s: float = 0.0
     sample_every_s: float = 5.0
+    #: the machine's 1-min load average at each sample of the window
+    loads: list[float] = field(default_factory=list)
 
 
 def api_requests(
@@ -102,6 +106,63 @@ def breakdown(w: Window) -> str:
     )
 
 
+def _none(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def numbers(w: Window) -> dict[str, float | int | None]:
+    """The window's figures as numbers (``overhead.json``): CPU in cores (the operator's
+    own CPU seconds over the window's wall seconds, robust to other load on the
+    machine), RSS in MiB, rates per second, tick lateness p50/p99 in seconds (from the
+    operator's ``pdscaler_tick_lateness_seconds`` buckets, as PromQL's
+    histogram_quantile), the machine's load. Worked numbers: 30 CPU-s in a 150 s window
+    -> ``cpu_cores`` 0.2; 2,000 ticks -> ``ticks_per_s`` 13.33."""
+    sc, sampler, win = w.scrapes, w.sampler, w.window_s
+    op = sc.operator[1].minus(sc.operator[0])
+    ticks = op.total("pdscaler_reconcile_duration_seconds_count")
+    dur = op.buckets("pdscaler_reconcile_duration_seconds")
+    late = op.buckets(LATENESS)
+    a = sc.apiserver
+    queries = sc.prometheus[1].minus(sc.prometheus[0])
+    late_n = op.total(f"{LATENESS}_count")
+    return {
+        "pdds": w.pdds,
+        "reconciled": w.reconciled,
+        "interval_s": w.interval_s,
+        "window_s": round(win, 1),
+        "ticks": int(ticks),
+        "ticks_per_s": round(rate(ticks, win), 3),
+        "expected_ticks": round(w.reconciled * win / w.interval_s),
+        "cpu_cores": round(sampler.cpu_percent() / 100.0, 4),
+        "cpu_cores_step_max": round(max(sampler.cpu_percent_steps()) / 100.0, 4),
+        "rss_mib_peak": round(sampler.peak_rss_kib() / 1024, 1),
+        "rss_mib_hwm": round(sampler.hwm_kib() / 1024, 1),
+        "threads": max(s.threads for s in sampler.samples),
+        "reconcile_p50_s": _none(histogram_quantile(0.5, dur)),
+        "reconcile_p99_s": _none(histogram_quantile(0.99, dur)),
+        "lateness_ticks": int(late_n),
+        "lateness_p50_s": _none(histogram_quantile(0.5, late)) if late_n else None,
+        "lateness_p99_s": _none(histogram_quantile(0.99, late)) if late_n else None,
+        "writes_per_s": round(rate(op.total("pdscaler_api_writes_total"), win), 3),
+        "api_requests_per_s": round(
+            sum(request_rates(a[0], a[1], win, OPERATOR_RESOURCES).values()), 2
+        ),
+        "api_requests_per_s_all_clients": round(sum(request_rates(a[0], a[1], win).values()), 2),
+        "operator_kube_requests_per_s": round(
+            rate(op.total("pdscaler_kube_requests_total"), win), 2
+        ),
+        "prometheus_queries_per_s": round(
+            rate(queries.total("prometheus_http_requests_total", handler=QUERY_HANDLER), win), 2
+        ),
+        "operator_prometheus_requests_per_s": round(
+            rate(op.total("pdscaler_prometheus_requests_total"), win), 2
+        ),
+        "prometheus_cpu_cores": round(rate(queries.total("process_cpu_seconds_total"), win), 3),
+        "load1_mean": round(sum(w.loads) / len(w.loads), 2) if w.loads else None,
+        "load1_max": round(max(w.loads), 2) if w.loads else None,
+    }
+
+
 def figures(w: Window) -> list[list[str]]:
     """The measured rows, [quantity, value, how]."""
     sc, sampler, win = w.scrapes, w.sampler, w.window_s
@@ -150,4 +211,27 @@ def figures(w: Window) -> list[list[str]]:
          "operator stopped"],
         ["Prometheus queries", f"{query_rate:.1f}/s",
          f"prometheus_http_requests_total{{handler=\"{QUERY_HANDLER}\"}}"],
+        *_extra_rows(numbers(w)),
+    ]  # fmt: skip
+
+
+def _extra_rows(n: dict[str, float | int | None]) -> list[list[str]]:
+    """Tick lateness, the operator's own request counters, Prometheus' CPU, the load."""
+
+    def s(x: float | int | None) -> str:
+        return fmt_seconds(None if x is None else float(x))
+
+    load = f"{n['load1_mean']:.1f} / {n['load1_max']:.1f}" if n["load1_mean"] is not None else "n/a"
+    return [
+        ["tick lateness p50 / p99", f"{s(n['lateness_p50_s'])} / {s(n['lateness_p99_s'])}",
+         f"{n['lateness_ticks']} ticks: how long after it was due each started "
+         "(pdscaler_tick_lateness_seconds buckets)"],
+        ["API requests, operator's count", f"{n['operator_kube_requests_per_s']:.1f}/s",
+         "pdscaler_kube_requests_total (watches, the Lease, Events included)"],
+        ["Prometheus queries, operator's count", f"{n['operator_prometheus_requests_per_s']:.1f}/s",
+         "pdscaler_prometheus_requests_total"],
+        ["Prometheus CPU", f"{100 * float(n['prometheus_cpu_cores'] or 0):.1f}% of one core",
+         "its process_cpu_seconds_total (scrapes and queries)"],
+        ["machine load, 1-min mean / max", load, f"os.getloadavg() at each sample, "
+         f"{os.cpu_count()} cores"],
     ]  # fmt: skip

@@ -35,6 +35,10 @@ PORT_OFFSET = 1000
 GPUS_PER_NODE = 64
 PODS_PER_NODE = 110  # the fake node's pod capacity (deploy/local/gpu-node.yaml)
 START_TIMEOUT_S = 240.0
+#: Pod addresses of the private lab: neither the shared lab's (127.64.0.0/16, whose
+#: engine simulator binds its pods' IPs) nor the quick-start test's (127.91.0.0/16), so
+#: ``bench.overhead.exporter`` can bind every pod IP here.
+POD_CIDR = "127.93.0.0/16"
 
 
 def nodes_for(pods: int, gpus: int) -> int:
@@ -54,6 +58,7 @@ def private_config(pods: int, gpus: int, lab_dir: Path = LAB_DIR) -> LabConfig:
         gpus_per_node=GPUS_PER_NODE,
         startup_delay="2s",
         scrape_interval="15s",
+        pod_cidr=POD_CIDR,
     )
 
 
