@@ -422,8 +422,10 @@ def reconciling(inp: StatusInput) -> Condition:
     message; a pool whose Ready replicas differ from its target (``pool_targets``:
     decode 5 Ready of 6 asked) -> True, ``ScalingInProgress``, ``prefill 4/4 ready,
     decode 5/6 ready``; else False, ``Reconciled``, ``prefill 4/4 ready, decode 6/6
-    ready``. Pods Pending for GPUs keep it True (the work is not done; CapacityLimited
-    says why), as kstatus keeps a Deployment InProgress until its pods are Ready."""
+    ready``. In Recommend mode a pending rollout is not work in flight either (the
+    operator carries none out: ``Reconciled``, saying so), as a paused one is not. Pods
+    Pending for GPUs keep it True (the work is not done; CapacityLimited says why), as
+    kstatus keeps a Deployment InProgress until its pods are Ready."""
     want_p, want_d = pool_targets(inp)
     counts = f"prefill {inp.prefill.ready}/{want_p} ready, decode {inp.decode.ready}/{want_d} ready"
     if _stalled(inp) is not None:
@@ -442,7 +444,8 @@ def reconciling(inp: StatusInput) -> Condition:
             ConditionReason.RECONCILE_PAUSED,
             paused_message(),
         )
-    moving = _MOVING.get(inp.progress.phase)
+    recommend = inp.spec.scaling.mode != "Auto"
+    moving = None if recommend else _MOVING.get(inp.progress.phase)
     if moving is not None:
         message = inp.progress.message or f"rolling out {inp.target_version}"
         return _condition(inp, ConditionType.RECONCILING, True, moving, message)
@@ -450,7 +453,13 @@ def reconciling(inp: StatusInput) -> Condition:
         return _condition(
             inp, ConditionType.RECONCILING, True, ConditionReason.SCALING_IN_PROGRESS, counts
         )
+    if recommend:
+        counts += f"; {MSG_RECOMMEND_ONLY}"
     return _condition(inp, ConditionType.RECONCILING, False, ConditionReason.RECONCILED, counts)
+
+
+#: Reconciled's addition in Recommend mode, where no scale and no rollout is carried out.
+MSG_RECOMMEND_ONLY = "Recommend mode: decisions and rollouts are published, not carried out"
 
 
 #: Stalled's message while it is False.

@@ -81,6 +81,21 @@ def test_a_rollout_is_in_progress_then_current() -> None:
     assert kstatus(as_object(done)) == ("Current", "")
 
 
+def test_a_rollout_recommend_mode_does_not_carry_out_is_no_work_in_flight() -> None:
+    """Recommend mode publishes the rollout (Progressing True) and writes nothing: kstatus
+    must not wait for it for ever; Reconciled says why."""
+    recommend = SPEC.model_copy(
+        update={"scaling": SPEC.scaling.model_copy(update={"mode": "Recommend"})}
+    )
+    moving = st.ProgressFacts(RolloutPhase.PROGRESSING, "v1 -> v2: step 0")
+    s = st.build_status(inp(spec=recommend, progress=moving, **CONVERGED))
+    assert cond(s, "Progressing") == ("True", "RolloutInProgress")
+    assert cond(s, "Reconciling") == ("False", "Reconciled")
+    (c,) = [c for c in s.conditions or [] if c.type == "Reconciling"]
+    assert c.message.endswith(st.MSG_RECOMMEND_ONLY)
+    assert kstatus(as_object(s)) == ("Current", "")
+
+
 def test_a_rolled_back_rollout_is_stalled_failed() -> None:
     """Flux called this Current before: Ready stays True (v1 serves), but the spec's
     version will not serve without a spec change."""
