@@ -11,10 +11,10 @@ engine simulator's vLLM series, names, types and buckets), served at each pod's 
 port (its container port named ``http``; a router's named ``metrics``), found by the
 lab's Prometheus through Kubernetes discovery with the labels of
 ``deploy/prometheus/kubernetes-sd.yaml``, and counters that grow with wall time at a
-fixed rate (``steady``): so ``rate()``, the histogram quantiles, ``up`` and
-``timestamp(up)`` answer as on a serving fleet. What it leaves out: load that moves
-(the policy holds; the tick's decision path is the same, its scaling writes are not
-exercised) and the engines' request path.
+fixed rate per PDDeployment, shared by its pods (``steady``): so ``rate()``, the
+histogram quantiles, ``up`` and ``timestamp(up)`` answer as on a serving fleet.
+What it leaves out: load that moves (the policy holds; the tick's decision path is the
+same, its scaling writes are not exercised) and the engines' request path.
 
 Owns: ``steady`` (the PodStats of a pod ``seconds`` into a steady load, pure),
 ``router_page`` (vllm-router's processed-requests counter, what the ``vllm`` preset's
@@ -23,11 +23,15 @@ arrival query reads), ``PodTargets`` (the pods to serve, from one LIST) and
 pods every ``--poll`` s, bind a site per pod IP and port, serve its page). Must not:
 write to the cluster.
 
-Worked numbers (``PREFILL_RPS`` 1.5 req/s per pool pod, 1,000 prompt and 200 output
-tokens): 60 s into the load a prefill pod has served 90 requests, 90,000 prompt tokens,
-its TTFT histogram holds 90 observations, 81 of them (90%) <= 0.25 s; a decode pod has
-generated 18,000 tokens; the cell's router has counted 2 x 90 = 180 picks (one prefill,
-one decode per request), so the preset's R = rate / 2 = 1.5 req/s per prefill pod.
+Worked numbers (``DEPLOYMENT_RPS`` 0.5 req/s per PDDeployment, 1,000 prompt and 200
+output tokens; its one prefill pod at 500 of the 3,000 tokens/s the chat example says a
+prefill replica does, its decode pod at 100 of 800): 60 s into the load the prefill pod
+has served 30 requests, 30,000 prompt tokens, its TTFT histogram holds 30 observations,
+27 of them (90%) <= 0.25 s; the decode pod has generated 6,000 tokens; the cell's
+routers have counted 2 x 30 = 60 picks between them (one prefill, one decode per
+request), so the preset's R = rate / 2 = 0.5 req/s. A pod's counters advance by its
+share of the PDDeployment's rate at each scrape, so they never go back when a pod is
+added.
 """
 
 from __future__ import annotations
@@ -51,8 +55,8 @@ from pdlab.engine.expo import render_pod
 from pdscaler.naming import LABEL_NAME, LABEL_ROLE
 from pdscaler.sim.engine import TPOT_BUCKETS, TTFT_BUCKETS, PodStats
 
-#: Requests per second each prefill pod serves (and each decode pod completes).
-PREFILL_RPS = 1.5
+#: Requests per second of each PDDeployment, shared by its pods of each role.
+DEPLOYMENT_RPS = 0.5
 PROMPT_TOKENS = 1000.0
 OUTPUT_TOKENS = 200.0
 #: (seconds, share of observations): TTFT p95 ~0.4 s, per-token latency ~30 ms; both
@@ -78,10 +82,9 @@ def _total(shape: Sequence[tuple[float, float]], n: float) -> float:
     return n * sum(v * s for v, s in shape)
 
 
-def steady(role: str, seconds: float) -> PodStats:
-    """The series of a ``role`` pod ``seconds`` into the steady load (module docstring's
-    numbers): counters proportional to ``seconds``, gauges constant."""
-    done = PREFILL_RPS * max(0.0, seconds)
+def steady(role: str, done: float) -> PodStats:
+    """The series of a ``role`` pod that has served ``done`` requests of the steady load
+    (module docstring's numbers): counters proportional to ``done``, gauges constant."""
     if role == "prefill":
         return PodStats(
             request_success=done,
@@ -116,10 +119,10 @@ def steady(role: str, seconds: float) -> PodStats:
     )
 
 
-def router_page(workers: int, seconds: float) -> str:
-    """vllm-router's ``vllm_router_processed_requests_total``: one pick of a prefill and
-    one of a decode worker per request, ``workers`` prefill pods' worth of requests."""
-    picks = PREFILL_RPS * max(0.0, seconds) * max(1, workers)
+def router_page(done: float) -> str:
+    """vllm-router's ``vllm_router_processed_requests_total`` of a router that has routed
+    ``done`` requests: one pick of a prefill and one of a decode worker each."""
+    picks = done
     name = "vllm_router_processed_requests_total"
     return (
         f"# HELP {name} Requests processed per worker.\n# TYPE {name} counter\n"
@@ -164,35 +167,48 @@ def targets_of(pods: Sequence[Any]) -> dict[tuple[str, int], Target]:
     return out
 
 
-class Exporter:
-    """The sites, one per target, and the page of each; ``started`` anchors the
-    counters (one clock for every pod: a pod's counters start from its first scrape's
-    share of the load, which ``rate()`` does not see)."""
+@dataclass
+class Served:
+    """A pod's requests so far, advanced at its share of the rate on each scrape."""
 
-    def __init__(self, started: float) -> None:
-        self.started = started
+    done: float
+    at: float
+
+    def advance(self, now: float, share: float) -> float:
+        self.done += DEPLOYMENT_RPS * share * max(0.0, now - self.at)
+        self.at = now
+        return self.done
+
+
+class Exporter:
+    """The sites, one per target, and the page of each; a pod's counters start at its
+    first scrape (``Served``) and grow by its share of its PDDeployment's rate."""
+
+    def __init__(self) -> None:
         self.sites: dict[tuple[str, int], tuple[Target, web.TCPSite]] = {}
+        self.served: dict[tuple[str, int], Served] = {}
         self.app = web.Application()
         self.app.router.add_get("/metrics", self.metrics)
         self.runner = web.AppRunner(self.app, access_log=None)
-        self.prefill_per_deployment: Mapping[str, int] = {}
+        #: (PDDeployment, role) -> its pods served
+        self.pods_of: Mapping[tuple[str, str], int] = {}
 
     async def metrics(self, request: web.Request) -> web.Response:
         sock = request.transport.get_extra_info("sockname") if request.transport else None
-        entry = self.sites.get((sock[0], sock[1])) if sock else None
+        key = (str(sock[0]), int(sock[1])) if sock else ("", 0)
+        entry = self.sites.get(key)
         if entry is None:
             return web.Response(status=404)
-        t = entry[0]
-        seconds = time.monotonic() - self.started
-        if t.role == "router":
-            text = router_page(self.prefill_per_deployment.get(t.deployment, 1), seconds)
-        else:
-            text = render_pod(steady(t.role, seconds))
+        t, now = entry[0], time.monotonic()
+        served = self.served.setdefault(key, Served(0.0, now))
+        done = served.advance(now, 1.0 / max(1, self.pods_of.get((t.deployment, t.role), 1)))
+        text = router_page(done) if t.role == "router" else render_pod(steady(t.role, done))
         return web.Response(text=text, content_type="text/plain")
 
     async def sync(self, targets: Mapping[tuple[str, int], Target]) -> None:
         for key in [k for k in self.sites if k not in targets]:
             _, site = self.sites.pop(key)
+            self.served.pop(key, None)
             await site.stop()
         for key, t in targets.items():
             if key in self.sites:
@@ -204,16 +220,15 @@ class Exporter:
                 print(f"exporter: cannot bind {t.ip}:{t.port}: {err}", flush=True)
                 continue
             self.sites[key] = (t, site)
-        per: dict[str, int] = {}
+        per: dict[tuple[str, str], int] = {}
         for t in targets.values():
-            if t.role == "prefill":
-                per[t.deployment] = per.get(t.deployment, 0) + 1
-        self.prefill_per_deployment = per
+            per[(t.deployment, t.role)] = per.get((t.deployment, t.role), 0) + 1
+        self.pods_of = per
 
 
 async def serve(kubeconfig: str, namespace: str, poll_s: float) -> None:
     core = Kube.from_kubeconfig(Path(kubeconfig)).core
-    ex = Exporter(time.monotonic())
+    ex = Exporter()
     await ex.runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -42,7 +42,7 @@ from bench.overhead.cluster import (
     reconciled,
 )
 from bench.overhead.figures import Window, breakdown, figures, numbers
-from bench.overhead.private_lab import private_lab
+from bench.overhead.private_lab import cpu_nodes_for, private_lab
 from bench.overhead.process import ProcSampler, cpu_seconds
 from bench.overhead.report import Section
 from bench.overhead.stats import Exposition
@@ -280,8 +280,8 @@ def handlers_after_stop(log: str) -> int:
 def run_scenario(plan: Plan) -> Run:
     """Everything, in the private lab; what was recorded comes back in ``Run``."""
     t0 = time.monotonic()
-    # 2 engine pods (1 GPU each) and up to 2 router pods per PDDeployment
-    with private_lab(pods=4 * plan.pdds, gpus=2 * plan.pdds) as lab:
+    # 2 engine pods (1 GPU each) on GPU nodes, 2 router pods on CPU nodes per PDDeployment
+    with private_lab(pods=2 * plan.pdds, gpus=2 * plan.pdds, routers=2 * plan.pdds) as lab:
         port = free_port()
         log = lab.dir / "operator.log"
         r = Run(
@@ -295,7 +295,8 @@ def run_scenario(plan: Plan) -> Run:
             Child("exporter", exporter_argv(lab.kubeconfig), lab.dir / "exporter.log"),
         )
         r.facts["private lab"] = (
-            f"{lab.config.nodes} fake nodes x {lab.config.gpus_per_node} GPUs, "
+            f"{lab.config.nodes} fake GPU nodes x {lab.config.gpus_per_node} GPUs and "
+            f"{cpu_nodes_for(2 * plan.pdds)} CPU nodes (110 pods each), "
             f"API server {lab.apiserver_url}, up in {time.monotonic() - t0:.0f} s"
         )
         try:
@@ -381,7 +382,7 @@ def measure_with_numbers(
         "each PDDeployment: the chat example (Auto, 1 prefill + 1 decode replica, 1 GPU "
         "each, pods Ready 2 s after creation in kwok); every engine and router pod answers "
         "/metrics at its pod IP through bench.overhead.exporter (the engine simulator's "
-        "vLLM exposition of a steady load, 1.5 requests/s per prefill pod, inside the "
+        "vLLM exposition of a steady load, 0.5 requests/s per PDDeployment, inside the "
         "SLO; vllm-router's processed-requests counter on the routers), scraped every "
         "15 s by the lab's Prometheus through Kubernetes discovery, so the operator's "
         "queries answer with real series (MetricsAvailable and the decisions above); the "

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from bench.overhead.cluster import BenchError
 from pdlab.cluster.config import DEFAULT_PORTS, LabConfig
+from pdlab.cluster.kubeapi import KubeAPI
+from pdlab.cluster.kwok import cpu_node
 from pdlab.cluster.lab import Lab, LabError
 
 LAB_DIR = Path(
@@ -100,11 +102,34 @@ def exclusive(lab_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def cpu_nodes_for(routers: int) -> int:
+    """CPU nodes holding ``routers`` router pods with 20% headroom, 110 pods each: 2,000
+    routers (1,000 PDDeployments) -> 22; at least the lab's one."""
+    return max(1, math.ceil(routers * 1.2 / PODS_PER_NODE))
+
+
+def add_cpu_nodes(lab: Lab, count: int) -> None:
+    """``cpu-node-1`` ... up to ``count`` CPU nodes in all (the lab makes ``cpu-node-0``,
+    110 pods: 400 router pods of 200 PDDeployments would leave most Pending), as
+    ``pdlab.cluster.kwok.cpu_node`` makes them, managed by the lab's kwok."""
+    api = KubeAPI(lab.apiserver_url, lab.pki_dir)
+    for i in range(1, count):
+        node = cpu_node()
+        name = f"cpu-node-{i}"
+        node["metadata"]["name"] = name
+        node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+        status, resp = api.request("POST", "/api/v1/nodes", node)
+        if status not in (200, 201, 409):
+            raise BenchError(f"creating node {name} failed: {status} {resp}")
+
+
 @contextlib.contextmanager
-def private_lab(pods: int, gpus: int, lab_dir: Path = LAB_DIR) -> Iterator[Lab]:
-    """The private lab, up for the block (from a clean slate), then stopped: purged
-    after a good run, its logs and data kept after a failed one (to read why)."""
+def private_lab(pods: int, gpus: int, lab_dir: Path = LAB_DIR, routers: int = 0) -> Iterator[Lab]:
+    """The private lab, up for the block (from a clean slate), with room for
+    ``routers`` router pods, then stopped: purged after a good run, its logs and data
+    kept after a failed one (to read why)."""
     with exclusive(lab_dir), _private_lab(pods, gpus, lab_dir) as lab:
+        add_cpu_nodes(lab, cpu_nodes_for(routers))
         yield lab
 
 
