@@ -2,7 +2,8 @@
 
 Owns: ``section`` (the markdown between ``BEGIN`` and ``END`` in README.md, built
 only from ``diurnal.json`` (first: the benchmark's main case), ``quality.json``,
-``queue.json``, ``step.json`` and ``overhead.md``, each named with the commit it was
+``queue.json``, ``step.json``, ``overhead.md`` and ``overhead.json``, each named with
+the commit it was
 measured at), the request path's sentence between
 ``RP_BEGIN`` and ``RP_END`` (from ``request_path.json``) and ``update`` (rewrite both
 parts of README.md). ``python -m bench.readme`` runs
@@ -29,6 +30,7 @@ from typing import Any
 
 from bench import diurnal_plan, diurnal_report, diurnal_verdicts, provenance, request_path
 from bench.markdown import between, diurnal_span, spread, table, two
+from bench.overhead.report import fleet_sentence
 from bench.quality import MATRIX, REAL_DYNAMO
 from bench.quality_report import cuts_line, judged_cell, simulator
 from bench.quality_verdicts import kind
@@ -441,7 +443,9 @@ def overhead_figures(text: str) -> dict[str, str]:
     return out
 
 
-def overhead_part(text: str | None) -> str:
+def overhead_part(text: str | None, doc: dict[str, Any] | None = None) -> str:
+    """overhead.md's decision and tick figures; the fleet's from ``doc`` (overhead.json,
+    ``bench.overhead.report.fleet_sentence``) when it holds fleets, else overhead.md's."""
     if text is None:
         return "Operator overhead: not measured (no overhead.md)."
     f = overhead_figures(text)
@@ -459,7 +463,9 @@ def overhead_part(text: str | None) -> str:
             else "(not measured)"
         ),
     ]
-    if {"pdds", "cpu", "rss"} <= set(f):
+    if doc is not None and doc.get("fleets"):
+        parts.append("one operator process keeps " + fleet_sentence(doc))
+    elif {"pdds", "cpu", "rss"} <= set(f):
         parts.append(
             f"one operator process keeps {f['pdds']} PDDeployments at a {f['interval']} "
             f"interval with {f['cpu']} and a peak RSS of {f['rss']}"
@@ -492,9 +498,11 @@ def section(results: Path = RESULTS) -> str:
         lines.append("Decision quality: not measured (no quality.json).")
     step = json.loads(spath.read_text(encoding="utf-8")) if spath.exists() else None
     over = opath.read_text(encoding="utf-8") if opath.exists() else None
+    ojson = results / "overhead.json"
+    over_doc = json.loads(ojson.read_text(encoding="utf-8")) if ojson.exists() else None
     qu = results / "queue.json"
     queue = json.loads(qu.read_text(encoding="utf-8")) if qu.exists() else None
-    lines += ["", queue_part(queue) + " " + step_part(step) + " " + overhead_part(over)]
+    lines += ["", queue_part(queue) + " " + step_part(step) + " " + overhead_part(over, over_doc)]
     lines += [
         "",
         "Reproduce: `make bench-diurnal` (the diurnal matrix), `make bench` (the hour "

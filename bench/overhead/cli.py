@@ -24,7 +24,9 @@ Must not: print a figure it did not measure (a section that could not run says
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -94,12 +96,28 @@ def fleets(args: argparse.Namespace, numbers: list[dict[str, Any]]) -> list[Sect
     return out
 
 
+#: The lock that serialises the shared lab's users on a shared machine (taken around lab
+#: test runs: ``flock /tmp/pdscaler-lab.lock pytest tests/lab/...``): the tick section
+#: waits for it, so it never measures beside a lab test (the fleet runs in its own lab).
+LAB_LOCK = Path(os.environ.get("PDSCALER_LAB_LOCK", "/tmp/pdscaler-lab.lock"))
+
+
+def under_lab_lock(measure: Callable[[], Section]) -> Section:
+    """``measure()`` holding ``LAB_LOCK`` (flock, waiting for it)."""
+    with LAB_LOCK.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            return measure()
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def runners(
     args: argparse.Namespace, numbers: list[dict[str, Any]]
 ) -> dict[str, Callable[[], list[Section]]]:
     return {
         "policy": lambda: [policy.measure(calls_per_trace=args.calls)],
-        "tick": lambda: [tick.measure(ticks=args.ticks)],
+        "tick": lambda: [under_lab_lock(lambda: tick.measure(ticks=args.ticks))],
         "process": lambda: fleets(args, numbers),
     }
 

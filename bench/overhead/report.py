@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench import provenance
 from bench.markdown import numeric_columns, table
@@ -82,3 +83,67 @@ def render(
     ]
     body = "\n".join(render_section(s) for s in sections)
     return ("\n".join(head) + "\n" + body).rstrip() + "\n"
+
+
+#: The goal (issue 30): one operator, 1,000 PDDeployments at a 15 s interval, under one
+#: core and one GiB, every tick started within its interval of being due.
+GOAL_PDDS = 1000
+GOAL_CORES = 1.0
+GOAL_RSS_MIB = 1024.0
+
+
+def goal_misses(f: Mapping[str, Any]) -> list[str]:
+    """What a fleet's figures (``figures.numbers``) miss of the goal's bounds:
+    ``{"cpu_cores": 1.31, "rss_mib_peak": 700, "lateness_p99_s": 40, "interval_s": 15}``
+    -> ["CPU 1.31 cores >= 1", "tick lateness p99 40.0 s >= the 15 s interval"]."""
+    out = []
+    if f["cpu_cores"] >= GOAL_CORES:
+        out.append(f"CPU {f['cpu_cores']:.2f} cores >= {GOAL_CORES:g}")
+    if f["rss_mib_peak"] >= GOAL_RSS_MIB:
+        out.append(f"RSS {f['rss_mib_peak']:.0f} MiB >= {GOAL_RSS_MIB:.0f}")
+    late = f.get("lateness_p99_s")
+    if late is None or late >= f["interval_s"]:
+        shown = "not measured" if late is None else f"{late:.1f} s"
+        out.append(f"tick lateness p99 {shown} >= the {f['interval_s']:g} s interval")
+    if f["reconciled"] < f["pdds"]:
+        out.append(f"{f['reconciled']} of {f['pdds']} reconciled")
+    return out
+
+
+def fleet_sentence(doc: Mapping[str, Any]) -> str:
+    """overhead.json's fleets in one sentence (README and docs/operator.md quote it):
+    "200 PDDeployments at a 15 s interval: 0.21 cores (its own CPU seconds), a peak RSS
+    of 180 MiB, 3.1 API requests/s, 240 Prometheus queries/s, ticks started 0.30 s (p50)
+    and 0.48 s (p99) after they were due, machine load 6.8 on 2 cores; ...; the goal at
+    1000 (< 1 core, < 1 GiB, ticks on time): met"."""
+    parts = []
+    goal = None
+    for f in doc.get("fleets") or []:
+        late = (
+            f"ticks started {f['lateness_p50_s']:.2f} s (p50) and {f['lateness_p99_s']:.2f} s "
+            "(p99) after they were due"
+            if f.get("lateness_p99_s") is not None
+            else "tick lateness not measured"
+        )
+        parts.append(
+            f"{f['pdds']} PDDeployments at a {f['interval_s']:g} s interval: "
+            f"{f['cpu_cores']:.2f} cores (its own CPU seconds), a peak RSS of "
+            f"{f['rss_mib_peak']:.0f} MiB, {f['api_requests_per_s']:.1f} API requests/s, "
+            f"{f['prometheus_queries_per_s']:.0f} Prometheus queries/s, {late}, machine load "
+            f"{f['load1_mean']:.1f} on 2 cores"
+        )
+        if f["pdds"] == GOAL_PDDS:
+            goal = goal_misses(f)
+    if not parts:
+        return "the many-PDDeployments run: not measured"
+    verdict = (
+        "not measured"
+        if goal is None
+        else "met"
+        if not goal
+        else "not met (" + ", ".join(goal) + ")"
+    )
+    return (
+        "; ".join(parts)
+        + f"; the goal at {GOAL_PDDS} (< {GOAL_CORES:g} core, < 1 GiB, ticks on time): {verdict}"
+    )
