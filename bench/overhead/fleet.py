@@ -21,6 +21,7 @@ Must not: touch the shared lab, or leave the operator or the private lab running
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -102,6 +103,7 @@ class Run:
     metrics_url: str
     exporter: Child
     facts: dict[str, str] = field(default_factory=dict)
+    profile: dict[str, Any] | None = None
     window: Window | None = None
 
     def apiserver(self) -> Exposition:
@@ -261,6 +263,7 @@ def _measure_running(r: Run) -> Window:
     finally:
         r.child.stop()
         r.exporter.stop()
+    profile_facts(r, w)
     late = handlers_after_stop(r.log.read_text(errors="replace"))
     if late:
         r.facts["create handlers that ran after SIGTERM"] = (
@@ -290,7 +293,7 @@ def run_scenario(plan: Plan) -> Run:
             Kube.from_kubeconfig(lab.kubeconfig),
             KubeAPI(lab.apiserver_url, lab.pki_dir),
             log,
-            Child("operator", operator_argv(NAMESPACE, port), log),
+            Child("operator", sampled_argv(lab.dir / PROFILE, port), log),
             f"http://127.0.0.1:{port}/metrics",
             Child("exporter", exporter_argv(lab.kubeconfig), lab.dir / "exporter.log"),
         )
@@ -322,6 +325,38 @@ def _run_in_lab(r: Run, t0: float) -> None:
     r.exporter.start(env)
     r.child.start(env)
     r.window = _measure_running(r)
+
+
+PROFILE = "operator-profile.json"
+
+
+def sampled_argv(profile: Path, port: int) -> list[str]:
+    """The operator (``pdlab.demo.run.operator_argv``) under ``bench.overhead.sampled``'s
+    stack sampler, its profile written to ``profile`` when it stops."""
+    return [
+        sys.executable, "-m", "bench.overhead.sampled", str(profile), "--",
+        *operator_argv(NAMESPACE, port)[3:],
+    ]  # fmt: skip
+
+
+def profile_facts(r: Run, w: Window) -> None:
+    """Where the operator's busy samples were (by package, by function) and what the
+    sampler itself cost, into the facts and ``r.profile``."""
+    path = r.lab.dir / PROFILE
+    if not path.exists():
+        r.facts["profile"] = "not written (the operator did not exit cleanly)"
+        return
+    prof = json.loads(path.read_text())
+    r.profile = prof
+    top = ", ".join(f"{k} {100 * v:.0f}%" for k, v in list(prof["busy_by_package"].items())[:8])
+    funcs = ", ".join(f"{k} {100 * v:.0f}%" for k, v in list(prof["busy_by_function"].items())[:8])
+    total_cpu = w.sampler.samples[-1].cpu
+    r.facts["where the CPU goes (stack samples at 20 Hz, busy threads only, whole run)"] = (
+        f"by package: {top}; by innermost function: {funcs}; "
+        f"{prof['busy_samples']} busy of {prof['thread_samples']} thread samples; the "
+        f"sampler's own CPU {prof['sampler_cpu_s']:.1f} s of the process's "
+        f"{total_cpu:.0f} s (included in the CPU above)"
+    )
 
 
 def exporter_argv(kubeconfig: Path) -> list[str]:
@@ -400,4 +435,4 @@ def measure_with_numbers(
         figures(w),
         notes=notes,
     )
-    return section, {**numbers(w), "notes": notes}
+    return section, {**numbers(w), "profile": r.profile, "notes": notes}
