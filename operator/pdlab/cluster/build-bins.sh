@@ -25,6 +25,7 @@ if ! need kube-apiserver kube-controller-manager kube-scheduler etcd kwok kwok.i
   echo "[pdlab build] cached: $BIN, $HELM_BIN"
   bash "$here/build-prometheus.sh" || fail "build prometheus"
   bash "$here/fetch-monitoring-crds.sh" || fail "fetch the prometheus-operator CRDs"
+  bash "$here/build-lws.sh" || fail "build the LWS controller"
   exit 0
 fi
 # One build at a time per cache: a second caller waits for the first, then reuses it.
@@ -92,6 +93,9 @@ step "prometheus (with Kubernetes service discovery) and promtool (~5-10 min col
 bash "$here/build-prometheus.sh" || fail "build prometheus"
 step "prometheus-operator CRDs (ServiceMonitor, PodMonitor, PrometheusRule)"
 bash "$here/fetch-monitoring-crds.sh" || fail "fetch the prometheus-operator CRDs"
+
+step "LeaderWorkerSet controller and CRD (sigs.k8s.io/lws, from source; ~3-5 min cold)"
+bash "$here/build-lws.sh" || fail "build the LWS controller"
 
 step "done: $BIN (cold build took $(( $(date +%s) - start ))s)"
 ls -la "$BIN"

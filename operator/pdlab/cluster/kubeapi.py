@@ -26,14 +26,21 @@ class KubeAPI:
         self._ctx = ctx
 
     def request(
-        self, method: str, path: str, body: Any = None, timeout: float = 5.0
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 5.0,
+        content_type: str = "application/json",
     ) -> tuple[int, Any]:
-        """(status, parsed JSON or text). HTTP errors are returned, not raised."""
+        """(status, parsed JSON or text). HTTP errors are returned, not raised.
+
+        ``content_type`` names a PATCH's kind, e.g. "application/merge-patch+json"."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Accept", "application/json")
         if data is not None:
-            req.add_header("Content-Type", "application/json")
+            req.add_header("Content-Type", content_type)
         try:
             with urllib.request.urlopen(req, context=self._ctx, timeout=timeout) as resp:
                 status, raw = resp.status, resp.read()

@@ -87,6 +87,30 @@ def ensure_pki(pki: Path) -> None:
         )
 
 
+def ensure_server_cert(pki: Path, name: str, subject: str, sans: str) -> None:
+    """A serving certificate signed by the lab CA (made once): e.g. the LWS controller's
+    webhook server, ``ensure_server_cert(pki, "lws-webhook", "/CN=lws-webhook",
+    "IP:127.0.0.1")``: the API server, trusting ca.crt, calls it at https://127.0.0.1:..."""
+    _sign(
+        pki,
+        name,
+        subject,
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+        f"extendedKeyUsage=serverAuth\nsubjectAltName={sans}\n",
+    )
+
+
+def ensure_client_cert(pki: Path, name: str, subject: str) -> None:
+    """A client certificate signed by the lab CA (made once), for a component that is not
+    in CLIENTS, e.g. ``ensure_client_cert(pki, "lws", "/O=system:masters/CN=pdlab-lws")``."""
+    _sign(
+        pki,
+        name,
+        subject,
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+
+
 def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
