@@ -182,6 +182,10 @@ CEL_MESSAGES = frozenset(
         MSG_AUTH_HEADER_NAME,
     }
 )
+# Scale to zero (``ScaleToZeroSpec``, ``policy.zero``): the CRD's rules and their twins.
+MSG_ZERO_PREFILL_MIN = "scaleToZero needs prefill.replicas.min 0 (the pool it stops)"
+MSG_ZERO_DECODE_MIN = "scaleToZero needs decode.replicas.min 0 (the pool it stops)"
+CEL_MESSAGES = CEL_MESSAGES | {MSG_ZERO_PREFILL_MIN, MSG_ZERO_DECODE_MIN}
 #: The CRD's CEL check of one custom query template (RE2 and Python agree on it): a
 #: matcher on a label pdscaler scopes with. ``metricsql.scope_problems`` checks more.
 SCOPE_MATCHER_PATTERN = (
@@ -530,6 +534,15 @@ class ScalingSpec(_Model):
         return parse_duration(self.scale_down_stabilization)
 
 
+class ScaleToZeroSpec(_Model):
+    """``scaleToZero: {idleSeconds: 300}``: both pools stop after this many seconds with
+    no request held or in flight at the holding proxy, and start again from the first
+    request it holds (``policy.zero``, ``pdscaler.holder``). Needs both
+    ``replicas.min`` 0."""
+
+    idle_seconds: float = Field(default=300.0, ge=1, le=86400)
+
+
 class RolloutSpec(_Model):
     max_surge_gpus: int = Field(default=8, ge=1, le=MAX_GPUS, alias="maxSurgeGPUs")
     progress_deadline: Duration = "10m"
@@ -631,10 +644,22 @@ class PDDeploymentSpec(_Model):
     metrics: MetricsSpec = MetricsSpec()
     scaling: ScalingSpec = ScalingSpec()
     rollout: RolloutSpec = RolloutSpec()
+    #: stop both pools after an idle period, wake them from the holder's queue
+    scale_to_zero: ScaleToZeroSpec | None = None
     #: not a field: the engine-config of an existing cell of an older identity scheme
     #: that this spec is found to name (set by ``manifests.adopt`` only; None: the
     #: spec's cell is the current scheme's, ``manifests.kv_config``)
     _cell_config: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _zero_needs_min_zero(self) -> PDDeploymentSpec:
+        """``scaleToZero`` stops both pools: each ``replicas.min`` must be 0."""
+        if self.scale_to_zero is not None:
+            if self.prefill.replicas.min != 0:
+                raise ValueError(MSG_ZERO_PREFILL_MIN)
+            if self.decode.replicas.min != 0:
+                raise ValueError(MSG_ZERO_DECODE_MIN)
+        return self
 
     def pool(self, role: Role) -> PoolSpec:
         """The spec of ``role``'s pool: ``pool(Role.DECODE)`` is ``decode``."""

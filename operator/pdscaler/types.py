@@ -47,6 +47,12 @@ class Action(StrEnum):
     HOLD_STABILIZING = "HoldStabilizing"
     HOLD_ROLLOUT = "HoldRolloutInProgress"
     HOLD_AT_LIMIT = "HoldAtLimit"
+    # scale to and from zero (``policy.zero``): both pools woken by requests the holding
+    # proxy holds; both pools stopped after ``scaleToZero.idleSeconds`` with nothing held
+    # or in flight; both at zero with nothing held
+    SCALED_FROM_ZERO = "ScaledFromZero"
+    SCALED_TO_ZERO = "ScaledToZero"
+    HOLD_AT_ZERO = "HoldAtZero"
 
     @property
     def holds(self) -> bool:
@@ -251,6 +257,21 @@ class PoolMetrics:
 
 
 @dataclass(frozen=True)
+class HolderReading:
+    """The holding proxy's gauges (``pdscaler.holder``), summed over its pods (idle: the
+    least of them). ``held``: requests waiting for a Ready router; ``held_prompt_tokens``
+    / ``held_output_tokens``: their estimated tokens; ``in_flight``: forwarded, not
+    finished; ``idle_seconds``: since the last request ended (0 while any is held or in
+    flight). None: unknown (never read as 0)."""
+
+    held: float | None = None
+    held_prompt_tokens: float | None = None
+    held_output_tokens: float | None = None
+    in_flight: float | None = None
+    idle_seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class MetricsSnapshot:
     """What Prometheus said at ``time`` (seconds since the epoch or simulated clock).
 
@@ -268,6 +289,8 @@ class MetricsSnapshot:
     decode: PoolMetrics = field(default_factory=PoolMetrics)
     problems: tuple[str, ...] = ()
     rate_source: RateSource = RateSource.COMPLETIONS
+    #: the holding proxy's gauges (scale to and from zero); None: no holder answered
+    holder: HolderReading | None = None
 
     def pool(self, role: Role) -> PoolMetrics:
         """``role``'s pool signals: ``pool(Role.DECODE)`` is ``decode``."""

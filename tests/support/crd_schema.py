@@ -278,3 +278,17 @@ def rule_error_path(path: str, rule: dict[str, Any]) -> str:
     """Where the API server reports a failing rule: its path plus its ``fieldPath``
     (``spec.prefill.replicas`` + ``.min``)."""
     return (path + str(rule.get("fieldPath", ""))).lstrip(".")  # a root rule: "metadata.name"
+
+
+def _min_zero(pool: str) -> Callable[[dict[str, Any]], bool]:
+    """The twin of scaleToZero's rule on ``pool``: absent, or that pool's min 0."""
+    return lambda s: "scaleToZero" not in s or (s[pool].get("replicas") or {}).get("min") == 0
+
+
+CEL_TWINS.update(
+    {
+        f"!has(self.scaleToZero) || (has(self.{p}.replicas) && has(self.{p}.replicas.min) "
+        f"&& self.{p}.replicas.min == 0)": _min_zero(p)
+        for p in ("prefill", "decode")
+    }
+)

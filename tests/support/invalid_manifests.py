@@ -602,3 +602,20 @@ CASES: list[InvalidCase] = [
         pydantic_error=pdspec.MSG_TEMPLATE_OBJECT,
     ),
 ]
+# scaleToZero stops both pools: each replicas.min must be 0 (issue 29, item 3)
+CASES += [
+    _cel(
+        "scale-to-zero-prefill-min",
+        both(set_("spec.scaleToZero", {"idleSeconds": 60}), set_("spec.decode.replicas.min", 0)),
+        "spec.prefill.replicas.min",
+        pdspec.MSG_ZERO_PREFILL_MIN,
+        "spec",
+    ),
+    _cel(
+        "scale-to-zero-decode-min",
+        both(set_("spec.scaleToZero", {}), set_("spec.prefill.replicas.min", 0)),
+        "spec.decode.replicas.min",
+        pdspec.MSG_ZERO_DECODE_MIN,
+        "spec",
+    ),
+]

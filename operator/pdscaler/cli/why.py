@@ -49,6 +49,7 @@ ACTION_MEANING = {
     Action.HOLD_ROLLOUT: "a version rollout is shifting capacity",
     Action.HOLD_AT_LIMIT: "the pool is at replicas.min / replicas.max or maxGPUs",
     Action.CAPACITY_LIMITED: "the GPU budget (scaling.maxGPUs) or free GPUs cap the pools",
+    Action.HOLD_AT_ZERO: "both pools are at zero and the holding proxy holds no request",
 }
 
 

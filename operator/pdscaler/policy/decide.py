@@ -7,6 +7,8 @@ Must not: do I/O, touch Kubernetes or Prometheus objects, or hold state outside
 
 The steps, each in its own module:
 
+0. ``zero``: at zero replicas, or idle past ``scaleToZero.idleSeconds``, the holding
+   proxy's gauges decide (wake from the held queue, stay, or stop both pools).
 1. ``sanitize``: None/NaN/negative measurements, and finite ones beyond the spec's
    bounds (``sanitize.Bounds``), are unknown. Without R (or with R > 0 but L_p/L_d
    unknown, or R = 0 beside queued or running requests) the policy holds what runs
@@ -90,6 +92,7 @@ from pdscaler.policy.sizing import (
 )
 from pdscaler.policy.stabilize import Record, Stabilized, prune, stabilize, window_record
 from pdscaler.policy.tick import ROLES, Tick
+from pdscaler.policy.zero import zero_decision
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import (
     Decision,
@@ -116,6 +119,9 @@ def decide(inp: TickInput) -> Decision:
     ``ScaledBoth``.
     """
     startup = startup_seconds(inp)
+    woken = zero_decision(inp, startup)  # at zero, or idle past scaleToZero (``zero``)
+    if woken is not None:
+        return woken
     clean = sanitize(inp.metrics, inp.spec)
     if not clean.usable or clean.snapshot is None:
         return hold_unavailable(inp, clean, startup)
