@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pdscaler.metricsql.holder import HOLDER_QUERIES, read_holder
 from pdscaler.metricsql.queries import Key, Query
 from pdscaler.metricsql.templates import DEFAULT_MAX_AGE_SECONDS, PROM_ROLE, ROUTER_ROLE
 from pdscaler.types import MetricsSnapshot, PoolMetrics, RateSource, Role
@@ -276,7 +277,7 @@ def assemble(
     arrivals: Reading | None = None
     kv_capacity: float | None = None
     for q in queries:
-        if q.key in (Key.FRESHNESS, Key.TARGETS_UP, Key.ROUTERS_DOWN):
+        if q.key in (Key.FRESHNESS, Key.TARGETS_UP, Key.ROUTERS_DOWN) or q.key in HOLDER_QUERIES:
             continue
         if q.key == Key.KV_CAPACITY:  # optional: absent means "not reported"
             answer = answers.get(q.key)
@@ -349,4 +350,5 @@ def assemble(
             missing=tuple(missing[Role.DECODE]),
         ),
         problems=tuple(problems),
+        holder=read_holder(answers, now=now, max_age=max_age),
     )

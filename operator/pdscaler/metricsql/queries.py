@@ -87,6 +87,12 @@ class Key(StrEnum):
     # the decode replicas' KV capacity as the engine reports it (read on decode; not
     # one of the pool's required signals: absent, the memory term needs the spec's M)
     KV_CAPACITY = "kv_capacity"
+    # the holding proxy's gauges (``metricsql.holder``): demand at zero replicas
+    HOLDER_HELD = "holder.held"
+    HOLDER_PROMPT = "holder.held_prompt_tokens"
+    HOLDER_OUTPUT = "holder.held_output_tokens"
+    HOLDER_IN_FLIGHT = "holder.in_flight"
+    HOLDER_IDLE = "holder.idle_seconds"
 
 
 @dataclass(frozen=True)
@@ -112,7 +118,8 @@ _POOL_OF: Mapping[Key, Role] = {
 
 
 def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Query]:
-    """Every query of one snapshot, in the order they are run (at most 16).
+    """Every query of one snapshot, in the order they are run (at most 16, and the
+    holder's 5 when both pools may stand at zero).
 
     The first, ``max by (pdscaler_io_role) (timestamp(up{...}))``, gives the time of
     each pool's newest scrape, for the staleness check; the second,
@@ -165,4 +172,8 @@ def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Que
     if preset.kv_capacity is not None:
         kv = Query(Key.KV_CAPACITY, fill(preset.kv_capacity, Role.DECODE), pool=Role.DECODE)
         queries.append(kv)
+    from pdscaler.metricsql.holder import holder_queries, holder_wanted  # it imports Key
+
+    if holder_wanted(spec):  # both pools may stand at zero: ask the holding proxy
+        queries.extend(holder_queries(namespace, name))
     return queries
