@@ -77,6 +77,15 @@ MSG_REPLICAS_MIN_MAX = "replicas.min must be less than or equal to replicas.max"
 MSG_QUERIES_REQUIRED = "metrics.queries is required when metrics.preset is custom"
 MSG_QUERIES_FORBIDDEN = "metrics.queries is only allowed when metrics.preset is custom"
 MSG_INTERVAL_MIN = "scaling.interval must be at least 1s"
+#: Upper bounds of the window fields (issue 30, item 3): what a tick keeps in memory, asks
+#: Prometheus for and persists in the status grows with them. The API server refuses a
+#: longer one (CEL); a stored spec admitted before is read with the bound (``bounded``).
+MAX_WINDOW_S = 3600.0
+MAX_PROGRESS_DEADLINE_S = 86400.0
+MSG_STABILIZATION_MAX = "scaling.scaleDownStabilization must be at most 1h"
+MSG_WINDOW_MAX = "metrics.window must be at most 1h"
+MSG_FLIPS_WINDOW_MAX = "scaling.roleFlips.window must be at most 1h"
+MSG_PROGRESS_DEADLINE_MAX = "rollout.progressDeadline must be at most 24h"
 MSG_BUDGET_FLOOR = (
     "scaling.maxGPUs must be at least prefill.replicas.min * prefill.gpusPerReplica"
     " + decode.replicas.min * decode.gpusPerReplica"
@@ -165,6 +174,10 @@ CEL_MESSAGES = frozenset(
         MSG_QUERIES_REQUIRED,
         MSG_QUERIES_FORBIDDEN,
         MSG_INTERVAL_MIN,
+        MSG_STABILIZATION_MAX,
+        MSG_WINDOW_MAX,
+        MSG_FLIPS_WINDOW_MAX,
+        MSG_PROGRESS_DEADLINE_MAX,
         MSG_BUDGET_FLOOR,
         MSG_FLIPS_GPUS,
         MSG_FLIPS_ROUTER,
@@ -198,6 +211,13 @@ LENIENT: dict[str, Any] = {"lenient": True}
 
 def _lenient(info: ValidationInfo) -> bool:
     return isinstance(info.context, dict) and bool(info.context.get("lenient"))
+
+
+def bounded(text: str, most: float, message: str, info: ValidationInfo) -> None:
+    """Refuse the duration ``text`` over ``most`` seconds with the CRD rule's ``message``,
+    except in the operator's lenient read (the properties clamp it there)."""
+    if not _lenient(info) and parse_duration(text) > most:
+        raise ValueError(message)
 
 
 def parse_duration(text: str) -> float:
@@ -473,16 +493,17 @@ class MetricsSpec(_Model):
     window: Duration = "2m"
 
     @model_validator(mode="after")
-    def _check(self) -> MetricsSpec:
+    def _check(self, info: ValidationInfo) -> MetricsSpec:
         if self.preset == "custom" and self.queries is None:
             raise ValueError(MSG_QUERIES_REQUIRED)
         if self.preset != "custom" and self.queries is not None:
             raise ValueError(MSG_QUERIES_FORBIDDEN)
+        bounded(self.window, MAX_WINDOW_S, MSG_WINDOW_MAX, info)
         return self
 
     @property
     def window_seconds(self) -> float:
-        return parse_duration(self.window)
+        return min(parse_duration(self.window), MAX_WINDOW_S)
 
 
 class RoleFlipsSpec(_Model):
@@ -502,9 +523,14 @@ class RoleFlipsSpec(_Model):
     reconfigure_seconds: float | None = Field(default=None, ge=0, le=3600)
     window: Duration = "60s"
 
+    @model_validator(mode="after")
+    def _check(self, info: ValidationInfo) -> RoleFlipsSpec:
+        bounded(self.window, MAX_WINDOW_S, MSG_FLIPS_WINDOW_MAX, info)
+        return self
+
     @property
     def window_seconds(self) -> float:
-        return parse_duration(self.window)
+        return min(parse_duration(self.window), MAX_WINDOW_S)
 
 
 class ScalingSpec(_Model):
@@ -520,9 +546,10 @@ class ScalingSpec(_Model):
     role_flips: RoleFlipsSpec = RoleFlipsSpec()
 
     @model_validator(mode="after")
-    def _check(self) -> ScalingSpec:
+    def _check(self, info: ValidationInfo) -> ScalingSpec:
         if parse_duration(self.interval) < 1.0:
             raise ValueError(MSG_INTERVAL_MIN)
+        bounded(self.scale_down_stabilization, MAX_WINDOW_S, MSG_STABILIZATION_MAX, info)
         return self
 
     @property
@@ -531,7 +558,7 @@ class ScalingSpec(_Model):
 
     @property
     def scale_down_stabilization_seconds(self) -> float:
-        return parse_duration(self.scale_down_stabilization)
+        return min(parse_duration(self.scale_down_stabilization), MAX_WINDOW_S)
 
 
 class ScaleToZeroSpec(_Model):
@@ -547,9 +574,14 @@ class RolloutSpec(_Model):
     max_surge_gpus: int = Field(default=8, ge=1, le=MAX_GPUS, alias="maxSurgeGPUs")
     progress_deadline: Duration = "10m"
 
+    @model_validator(mode="after")
+    def _check(self, info: ValidationInfo) -> RolloutSpec:
+        bounded(self.progress_deadline, MAX_PROGRESS_DEADLINE_S, MSG_PROGRESS_DEADLINE_MAX, info)
+        return self
+
     @property
     def progress_deadline_seconds(self) -> float:
-        return parse_duration(self.progress_deadline)
+        return min(parse_duration(self.progress_deadline), MAX_PROGRESS_DEADLINE_S)
 
 
 RouterType = Literal["vllm-router", "sglang-router", "external"]

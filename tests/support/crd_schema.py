@@ -148,6 +148,16 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
         s["preset"] == "custom" or "queries" not in s
     ),
     "duration(self.interval) >= duration('1s')": lambda s: parse_duration(s["interval"]) >= 1.0,
+    "duration(self.scaleDownStabilization) <= duration('1h')": lambda s: (
+        parse_duration(s["scaleDownStabilization"]) <= 3600.0
+    ),
+    "!has(self.window) || duration(self.window) <= duration('1h')": lambda s: (
+        "window" not in s or parse_duration(s["window"]) <= 3600.0
+    ),
+    "duration(self.window) <= duration('1h')": lambda s: parse_duration(s["window"]) <= 3600.0,
+    "!has(self.progressDeadline) || duration(self.progressDeadline) <= duration('24h')": lambda s: (
+        "progressDeadline" not in s or parse_duration(s["progressDeadline"]) <= 86400.0
+    ),
     "self.scaling.maxGPUs >= self.prefill.replicas.min * self.prefill.gpusPerReplica + "
     "self.decode.replicas.min * self.decode.gpusPerReplica": _budget_floor,
     "!self.scaling.roleFlips.enabled || "

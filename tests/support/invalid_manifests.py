@@ -537,6 +537,42 @@ CASES: list[InvalidCase] = [
         "spec.scaling",
     ),
     _named("window-spelled-out", _pattern("spec.metrics.window", "2 minutes")),
+    # window fields have an upper bound (issue 30, item 3)
+    _cel(
+        "stabilization-over-an-hour",
+        set_("spec.scaling.scaleDownStabilization", "1000h"),
+        "spec.scaling.scaleDownStabilization",
+        pdspec.MSG_STABILIZATION_MAX,
+        "spec.scaling",
+    ),
+    _cel(
+        "stabilization-just-over-an-hour",
+        set_("spec.scaling.scaleDownStabilization", "1h0m1s"),
+        "spec.scaling.scaleDownStabilization",
+        pdspec.MSG_STABILIZATION_MAX,
+        "spec.scaling",
+    ),
+    _cel(
+        "role-flips-window-over-an-hour",
+        set_("spec.scaling.roleFlips.window", "90m"),
+        "spec.scaling.roleFlips.window",
+        pdspec.MSG_FLIPS_WINDOW_MAX,
+        "spec.scaling.roleFlips",
+    ),
+    _cel(
+        "metrics-window-over-an-hour",
+        set_("spec.metrics.window", "2h"),
+        "spec.metrics.window",
+        pdspec.MSG_WINDOW_MAX,
+        "spec.metrics",
+    ),
+    _cel(
+        "progress-deadline-over-a-day",
+        set_("spec.rollout.progressDeadline", "25h"),
+        "spec.rollout.progressDeadline",
+        pdspec.MSG_PROGRESS_DEADLINE_MAX,
+        "spec.rollout",
+    ),
     _named("stabilization-bad-unit", _pattern("spec.scaling.scaleDownStabilization", "5min")),
     _named("progress-deadline-negative", _pattern("spec.rollout.progressDeadline", "-10m")),
     # enums
