@@ -340,20 +340,24 @@ def sampled_argv(profile: Path, port: int) -> list[str]:
 
 
 def profile_facts(r: Run, w: Window) -> None:
-    """Where the operator's busy samples were (by package, by function) and what the
-    sampler itself cost, into the facts and ``r.profile``."""
+    """Where the operator's CPU went (``bench.overhead.sampled``: by package, by function,
+    by the pdscaler code that led there) and what the sampler itself cost, into the
+    facts and ``r.profile``."""
     path = r.lab.dir / PROFILE
     if not path.exists():
         r.facts["profile"] = "not written (the operator did not exit cleanly)"
         return
     prof = json.loads(path.read_text())
     r.profile = prof
-    top = ", ".join(f"{k} {100 * v:.0f}%" for k, v in list(prof["busy_by_package"].items())[:8])
-    funcs = ", ".join(f"{k} {100 * v:.0f}%" for k, v in list(prof["busy_by_function"].items())[:8])
+
+    def top(key: str, n: int = 8) -> str:
+        return ", ".join(f"{k} {100 * v:.0f}%" for k, v in list(prof[key].items())[:n])
+
     total_cpu = w.sampler.samples[-1].cpu
-    r.facts["where the CPU goes (stack samples at 20 Hz, busy threads only, whole run)"] = (
-        f"by package: {top}; by innermost function: {funcs}; "
-        f"{prof['busy_samples']} busy of {prof['thread_samples']} thread samples; the "
+    r.facts["where the CPU goes (thread CPU charged to its stack at 10 Hz, whole run)"] = (
+        f"by package: {top('cpu_by_package')}; by innermost function: "
+        f"{top('cpu_by_function')}; by the pdscaler code that led there: "
+        f"{top('cpu_by_pdscaler_caller')}; {prof['charged_cpu_s']:.0f} CPU-s charged; the "
         f"sampler's own CPU {prof['sampler_cpu_s']:.1f} s of the process's "
         f"{total_cpu:.0f} s (included in the CPU above)"
     )

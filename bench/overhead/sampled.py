@@ -3,16 +3,18 @@
 what it saw to ``OUT`` (JSON) when the process exits (SIGTERM included: kopf stops and
 returns).
 
-Owns: ``Sampler`` (every ``1/hz`` s, each other thread's Python stack from
-``sys._current_frames``; a stack whose innermost frame is a wait, in threading,
-selectors, socket, ssl, queue or asyncio's loop, counts as idle, the rest as busy),
-``busy_by`` (busy samples per package and per innermost function, pure) and the
-sampler's own CPU (``time.thread_time`` of its thread: the bench subtracts it from the
-operator's). Must not: change what the operator does (a daemon thread reading frames).
+Owns: ``Sampler`` (every ``1/hz`` s, each other thread's CPU seconds since the last
+sample, from ``/proc/self/task/<tid>/stat``, charged to its stack now, from
+``sys._current_frames``: by the innermost frame's package and function, and by the
+innermost pdscaler frame; a thread waiting costs nothing, so waits are not counted as
+work), ``share`` (the charges as fractions, pure) and the sampler's own CPU
+(``time.thread_time`` of its thread, reported: it is inside the operator's CPU). Must
+not: change what the operator does (a daemon thread reading frames and ``/proc``).
 
-Worked numbers: 20 Hz for 120 s is 2,400 samples per thread; with 8 tick threads mostly
-waiting for Prometheus and one kopf loop, a busy share of 40% "pdscaler.metricsql" means
-that package was the innermost busy frame's in 40% of the busy samples.
+Worked numbers: a tick thread that used 30 ms of CPU between two samples and now sits in
+``json/decoder.py:raw_decode`` called from ``prometheus/client.py:query`` charges 30 ms to
+``json``, ``decoder.py:raw_decode`` and ``prometheus/client.py:query``; 10 Hz is 1,200
+samples per thread in 120 s, and the shares are of every charged second.
 """
 
 from __future__ import annotations
@@ -24,14 +26,14 @@ import runpy
 import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-IDLE_FILES = ("threading.py", "selectors.py", "socket.py", "ssl.py", "queue.py")
-IDLE_FUNCS = frozenset({"wait", "select", "_worker", "sleep", "_run_once", "poll", "acquire"})
-HZ = 20.0
+from bench.overhead.process import parse_stat_cpu
+
+HZ = 10.0
 
 
 def package_of(filename: str) -> str:
@@ -49,62 +51,84 @@ def package_of(filename: str) -> str:
     return name.parent.name if name.parent.name not in ("", "python3.11") else name.stem
 
 
-def idle(frame: FrameType) -> bool:
-    """The innermost frame waits (a lock, a socket, a selector, the executor's queue)."""
-    code = frame.f_code
-    return code.co_filename.endswith(IDLE_FILES) or code.co_name in IDLE_FUNCS
+def caller_in_pdscaler(frame: FrameType | None) -> str:
+    """The innermost frame of pdscaler's own code on the stack, ``tick.py:compute``
+    (``-`` when none: kopf's loop, a client's own thread)."""
+    while frame is not None:
+        parts = Path(frame.f_code.co_filename).parts
+        if "pdscaler" in parts:
+            return f"{'/'.join(parts[parts.index('pdscaler') + 1 :])}:{frame.f_code.co_name}"
+        frame = frame.f_back
+    return "-"
 
 
-def busy_by(stacks: Iterable[tuple[str, str, int]]) -> tuple[Counter[str], Counter[str]]:
-    """(busy samples per package, per ``file:function``) from innermost frames given as
-    (filename, function, line): ``[("/x/operator/pdscaler/tick.py", "compute", 3)]`` ->
-    ({"pdscaler.tick.py"...}) as ``package_of`` names them."""
-    packages: Counter[str] = Counter()
-    functions: Counter[str] = Counter()
-    for filename, func, _line in stacks:
-        packages[package_of(filename)] += 1
-        functions[f"{Path(filename).name}:{func}"] += 1
-    return packages, functions
+def thread_cpu(native_id: int) -> float:
+    """CPU seconds (user + system) of one thread of this process, from
+    ``/proc/self/task/<tid>/stat`` (0.0 once it is gone)."""
+    try:
+        return parse_stat_cpu(Path(f"/proc/self/task/{native_id}/stat").read_text())
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def share(weights: Mapping[str, float], top: int) -> dict[str, float]:
+    """The ``top`` largest as fractions of the total: {"a": 3, "b": 1} -> {"a": 0.75,
+    "b": 0.25}."""
+    total = sum(weights.values()) or 1.0
+    ordered = sorted(weights.items(), key=lambda kv: -kv[1])[:top]
+    return {k: round(v / total, 4) for k, v in ordered}
 
 
 class Sampler:
+    """Every ``1/hz`` s, each other thread's CPU seconds since the last sample (its
+    ``/proc`` task stat) charged to the stack it is on now: its innermost frame's package
+    and function, and the innermost pdscaler frame that led there. A thread that used no
+    CPU (waiting on a socket, a lock, a sleep) is charged nothing."""
+
     def __init__(self, hz: float = HZ) -> None:
         self.period = 1.0 / hz
-        self.samples = 0
-        self.idle = 0
-        self.busy: list[tuple[str, str, int]] = []
         self.cpu_s = 0.0
+        self.charged = 0.0
+        self.by_package: defaultdict[str, float] = defaultdict(float)
+        self.by_function: defaultdict[str, float] = defaultdict(float)
+        self.by_caller: defaultdict[str, float] = defaultdict(float)
+        self._last: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def charge(self, frame: FrameType, seconds: float) -> None:
+        code = frame.f_code
+        self.by_package[package_of(code.co_filename)] += seconds
+        self.by_function[f"{Path(code.co_filename).name}:{code.co_name}"] += seconds
+        self.by_caller[caller_in_pdscaler(frame)] += seconds
+        self.charged += seconds
+
     def _run(self) -> None:
         me = threading.get_ident()
         while not self._stop.wait(self.period):
+            natives = {t.ident: t.native_id for t in threading.enumerate()}
             for ident, frame in sys._current_frames().items():
-                if ident == me:
+                native = natives.get(ident)
+                if ident == me or native is None:
                     continue
-                self.samples += 1
-                if idle(frame):
-                    self.idle += 1
-                else:
-                    code = frame.f_code
-                    self.busy.append((code.co_filename, code.co_name, frame.f_lineno))
+                cpu = thread_cpu(native)
+                used = cpu - self._last.get(native, cpu)
+                self._last[native] = cpu
+                if used > 0:
+                    self.charge(frame, used)
             self.cpu_s = time.thread_time()
 
     def report(self) -> dict[str, object]:
-        packages, functions = busy_by(self.busy)
-        n = max(1, len(self.busy))
         return {
             "hz": 1.0 / self.period,
-            "thread_samples": self.samples,
-            "idle_samples": self.idle,
-            "busy_samples": len(self.busy),
+            "charged_cpu_s": round(self.charged, 2),
             "sampler_cpu_s": round(self.cpu_s, 3),
-            "busy_by_package": {k: round(v / n, 4) for k, v in packages.most_common(15)},
-            "busy_by_function": {k: round(v / n, 4) for k, v in functions.most_common(20)},
+            "cpu_by_package": share(self.by_package, 12),
+            "cpu_by_function": share(self.by_function, 15),
+            "cpu_by_pdscaler_caller": share(self.by_caller, 12),
         }
 
 

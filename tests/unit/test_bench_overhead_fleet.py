@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import threading
+import time
 import urllib.request
 from types import SimpleNamespace
 from typing import Any
@@ -30,7 +32,7 @@ from bench.overhead.figures import Scrapes, Window, numbers
 from bench.overhead.private_lab import POD_CIDR, cpu_nodes_for, private_config
 from bench.overhead.process import ProcSample, ProcSampler
 from bench.overhead.report import fleet_sentence, goal_misses
-from bench.overhead.sampled import busy_by, package_of
+from bench.overhead.sampled import Sampler, package_of, share
 from bench.overhead.stats import Exposition, histogram_quantile
 from pdlab.cluster.config import DEFAULT_POD_CIDR
 from pdscaler.sim.engine import TPOT_BUCKETS, TTFT_BUCKETS
@@ -216,18 +218,34 @@ def test_sizes_parse_and_bad_ones_exit_2(capsys: pytest.CaptureFixture[str]) -> 
     assert "--pdds" in capsys.readouterr().err
 
 
-def test_the_sampler_groups_busy_frames_by_package() -> None:
+def _spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_the_sampler_charges_thread_cpu_to_the_stack_that_used_it() -> None:
+    """A thread spinning 0.6 CPU-s beside one sleeping: the spinner's function gets
+    (nearly) all the charged CPU, the sleeper none."""
     assert package_of("/v/lib/python3.11/site-packages/kubernetes/client/api_client.py") == (
         "kubernetes"
     )
     assert package_of("/r/operator/pdscaler/metricsql/answers.py") == "pdscaler.metricsql"
-    assert package_of("/usr/lib/python3.11/json/decoder.py") == "json"
-    packages, functions = busy_by(
-        [
-            ("/r/operator/pdscaler/metricsql/answers.py", "parse", 1),
-            ("/r/operator/pdscaler/metricsql/answers.py", "parse", 2),
-            ("/v/site-packages/urllib3/response.py", "read", 3),
-        ]
-    )
-    assert packages == {"pdscaler.metricsql": 2, "urllib3": 1}
-    assert functions["answers.py:parse"] == 2
+    assert share({"a": 3.0, "b": 1.0, "c": 0.0}, 2) == {"a": 0.75, "b": 0.25}
+    sampler = Sampler(hz=20)
+    sampler.start()
+    threads = [
+        threading.Thread(target=_spin, args=(0.6,)),
+        threading.Thread(target=time.sleep, args=(0.8,)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    time.sleep(0.2)
+    report = sampler.report()
+    functions = report["cpu_by_function"]
+    assert isinstance(functions, dict)
+    assert sampler.charged > 0.3
+    assert functions.get("test_bench_overhead_fleet.py:_spin", 0.0) > 0.8
+    assert "threading.py:sleep" not in functions
