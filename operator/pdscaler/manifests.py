@@ -56,6 +56,7 @@ from fractions import Fraction
 from typing import Any
 
 from pdscaler import naming, router
+from pdscaler.holding import holding_objects
 from pdscaler.objects import SPEC_HASH_ANNOTATION, Manifest, Meta, owner_reference, stamp
 from pdscaler.spec import PDDeploymentSpec, PoolSpec
 from pdscaler.types import Role
@@ -624,7 +625,8 @@ def desired_objects(meta: Meta, spec: PDDeploymentSpec, cells: list[CellTarget])
             out.append(routers)
     if routed:
         out.extend(router.router_identity(meta))
-        out.append(front_service(meta, spec.router.port))
+        front = front_service(meta, spec.router.port)
+        out.extend(holding_objects(meta, spec, front))  # scaleToZero: the holder in front
     return out
 
 
