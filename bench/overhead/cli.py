@@ -129,6 +129,23 @@ def document(
     return {provenance.KEY: stamp, "command": command, "machine": facts, "fleets": numbers}
 
 
+REPO = RESULTS.parents[2]
+
+
+def shown_command(args_list: Sequence[str]) -> str:
+    """The command line as the results print it, naming no machine path: an ``--out``
+    inside the repository relative to it, elsewhere ``<scratch dir>/<name>``:
+    ["--out", "/tmp/x/overhead.md"] -> "python -m bench.overhead --out <scratch
+    dir>/overhead.md"."""
+    shown = [shlex.quote(a) for a in args_list]
+    for k, arg in enumerate(args_list[:-1]):
+        if arg == "--out":
+            path = Path(args_list[k + 1]).resolve()
+            inside = path.is_relative_to(REPO)
+            shown[k + 1] = str(path.relative_to(REPO)) if inside else f"<scratch dir>/{path.name}"
+    return " ".join(["python -m bench.overhead", *shown]).strip()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run, print, write; exit 0 (2 on bad arguments). Sections that could not be
     measured are reported as such and do not fail the run."""
@@ -153,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         print(f"bench.overhead: measuring {name} ...", flush=True)
         sections.extend(run[name]())
-    command = " ".join(["python -m bench.overhead", *map(shlex.quote, args_list)]).strip()
+    command = shown_command(args_list)
     text = render(facts, sections, command, stamp)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

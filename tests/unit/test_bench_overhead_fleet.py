@@ -249,3 +249,13 @@ def test_the_sampler_charges_thread_cpu_to_the_stack_that_used_it() -> None:
     assert sampler.charged > 0.3
     assert functions.get("test_bench_overhead_fleet.py:_spin", 0.0) > 0.8
     assert "threading.py:sleep" not in functions
+
+
+def test_the_command_line_shown_names_no_machine_path() -> None:
+    assert cli.shown_command(["--out", "/tmp/x1/overhead.md", "--pdds", "200"]) == (
+        "python -m bench.overhead --out <scratch dir>/overhead.md --pdds 200"
+    )
+    inside = str(cli.RESULTS)
+    assert cli.shown_command(["--out", inside]) == (
+        "python -m bench.overhead --out bench/results/overhead.md"
+    )
