@@ -71,11 +71,13 @@ from pdscaler.prometheus.client import (
     DEFAULT_TIMEOUT_SECONDS,
     KEEP_IDLE_CONNECTIONS,
     KEEP_IDLE_SECONDS,
+    ByteBudget,
+    OverBudgetError,
     PrometheusClient,
     PrometheusStats,
 )
 from pdscaler.prometheus.errors import MetricsUnavailableError, shown_url
-from pdscaler.prometheus.snapshot import read_snapshot, run_queries
+from pdscaler.prometheus.snapshot import SNAPSHOT_BUDGET_BYTES, read_snapshot, run_queries
 
 __all__ = [
     "DEFAULT_ALLOWED_URLS",
@@ -84,8 +86,11 @@ __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
     "KEEP_IDLE_CONNECTIONS",
     "KEEP_IDLE_SECONDS",
+    "SNAPSHOT_BUDGET_BYTES",
+    "ByteBudget",
     "Credentials",
     "MetricsUnavailableError",
+    "OverBudgetError",
     "PrometheusClient",
     "PrometheusStats",
     "SecretCache",

@@ -2,13 +2,15 @@
 (``metricsql``), run through a ``PrometheusClient``, read back by ``metricsql.assemble``.
 
 Owns: running a snapshot's queries (the first alone as a probe, the rest concurrently)
-and the one error a snapshot raises. Must not: read the clock (``now`` is passed in).
+within one byte budget (``SNAPSHOT_BUDGET_BYTES``) and the one error a snapshot raises.
+Must not: read the clock (``now`` is passed in).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from pdscaler.metricsql import (
@@ -19,33 +21,46 @@ from pdscaler.metricsql import (
     assemble,
     build_queries,
 )
-from pdscaler.prometheus.client import PrometheusClient
+from pdscaler.prometheus.client import ByteBudget, OverBudgetError, PrometheusClient
 from pdscaler.prometheus.errors import MetricsUnavailableError
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsErrorReason, MetricsSnapshot
 
+#: The bytes the answers of one snapshot may take together (``ByteBudget``): 18 queries
+#: of up to 4 MiB each could make one tick parse 72 MiB; past this budget the remaining
+#: answers are not read and the snapshot is incomplete (MetricsIncomplete, the decision
+#: holds). A preset's answers for a few hundred pods are a few hundred KiB.
+SNAPSHOT_BUDGET_BYTES = 8 * 2**20
+
 
 def run_queries(
-    client: PrometheusClient, queries: Sequence[Query], at: float
+    client: PrometheusClient,
+    queries: Sequence[Query],
+    at: float,
+    budget: ByteBudget | None = None,
 ) -> dict[Key, dict[str, Any]]:
     """Every query's answer. The first query runs alone, as a probe: a server that fails
     it (unreachable, too slow, too large, a redirect) costs one connection and one body
     cap, not one per query. The others then run concurrently (one thread each), so a
     snapshot takes at most two timeouts. If any fails, raises the error of the first
     failing query in ``queries`` order (deterministic), its key prefixed to a query
-    failure's message."""
+    failure's message. An answer that did not fit ``budget`` is left out (its key is
+    missing from the result)."""
     if not queries:
         return {}
 
-    def one(q: Query) -> dict[str, Any]:
+    def one(q: Query) -> dict[str, Any] | None:
         try:
-            return client.query(q.promql, at)
+            return client.query(q.promql, at, budget)
+        except OverBudgetError:
+            return None
         except MetricsUnavailableError as err:
             if err.reason == MetricsErrorReason.QUERY_FAILED:
                 raise MetricsUnavailableError(err.reason, f"{q.key}: {err.message}") from None
             raise
 
-    answers: dict[Key, dict[str, Any]] = {queries[0].key: one(queries[0])}
+    first = one(queries[0])
+    answers: dict[Key, dict[str, Any]] = {} if first is None else {queries[0].key: first}
     rest = queries[1:]
     if not rest:
         return answers
@@ -55,7 +70,9 @@ def run_queries(
         err = future.exception()
         if err is not None:
             raise err
-        answers[q.key] = future.result()
+        answer = future.result()
+        if answer is not None:
+            answers[q.key] = answer
     return answers
 
 
@@ -67,6 +84,7 @@ def read_snapshot(
     now: float,
     *,
     max_age: float = DEFAULT_MAX_AGE_SECONDS,
+    budget_bytes: int = SNAPSHOT_BUDGET_BYTES,
 ) -> MetricsSnapshot:
     """The metrics of PDDeployment ``namespace/name`` at ``now``: the queries of its
     preset (``metricsql.build_queries``), evaluated at ``now``, read by
@@ -81,5 +99,12 @@ def read_snapshot(
         queries = build_queries(spec, namespace, name)
     except InvalidQueryError as err:
         raise MetricsUnavailableError(MetricsErrorReason.INVALID_QUERY, str(err)) from None
-    answers = run_queries(client, queries, at=now)
-    return assemble(queries, answers, now=now, max_age=max_age)
+    budget = ByteBudget(budget_bytes)
+    answers = run_queries(client, queries, at=now, budget=budget)
+    snapshot = assemble(queries, answers, now=now, max_age=max_age)
+    if not budget.exhausted:
+        return snapshot
+    left = ", ".join(str(q.key) for q in queries if q.key not in answers)
+    why = f"answers over the snapshot's {budget_bytes}-byte budget, not read: {left}"
+    # incomplete as a whole: a tenant whose answers are this large is held, not sized
+    return replace(snapshot, request_rate=None, problems=(why, *snapshot.problems))
