@@ -38,7 +38,7 @@ class Padded(QuietHandler):
     pad: ClassVar[int] = 0
     served: ClassVar[list[int]] = []
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 (http.server)
         form = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())
         key = BY_PROMQL[form["query"][0]]
         doc: dict[str, Any] = {**ANSWERS[key], "pad": "x" * self.pad}
