@@ -106,11 +106,18 @@ def test_pod_monitor_gives_the_labels_the_presets_select_on() -> None:
                    and r.get("action") == "keep"]  # fmt: skip
         return re.fullmatch(rule["regex"], role) is not None
 
-    roles = ("prefill", "decode", "router", "frontend")  # frontend: a stack's own (Dynamo's)
-    assert [keeps(engines, r) for r in roles] == [True, True, False, True]  # router http: no
-    assert [keeps(routers, r) for r in roles] == [False, False, True, False]
+    # frontend: a stack's own (Dynamo's); holder: the holding proxy (scaleToZero)
+    roles = ("prefill", "decode", "router", "frontend", "holder")
+    assert [keeps(engines, r) for r in roles] == [True, True, False, True, False]  # router http: no
+    assert [keeps(routers, r) for r in roles] == [False, False, True, False, True]
     exprs = {e["key"]: e for e in pm["spec"]["selector"]["matchExpressions"]}
-    assert exprs["pdscaler.io/role"]["values"] == ["prefill", "decode", "router", "frontend"]
+    assert exprs["pdscaler.io/role"]["values"] == [
+        "prefill",
+        "decode",
+        "router",
+        "holder",
+        "frontend",
+    ]
     assert pm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}  # the default scope
     wide = template(*ALL_ON, "--set", "clusterWide=true", monitoring=True)
     assert one(wide, "PodMonitor")["spec"]["namespaceSelector"] == {"any": True}

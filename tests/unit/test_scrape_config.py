@@ -58,6 +58,8 @@ def target(role: str, port: str, scrape: str = "", phase: str = "Running") -> di
         (target("router", "http"), False),  # its serving port is not a metrics endpoint
         (target("router", "metrics", scrape="true"), True),
         (target("router", "metrics", phase="Pending"), False),
+        (target("holder", "metrics"), True),  # the holding proxy's gauges (scaleToZero)
+        (target("holder", "http"), False),  # its serving port: the requests it holds
         (target("", "http"), False),  # not a pdscaler pod
         (target("frontend", "metrics"), False),
         (target("frontend", "http"), True),  # a stack's own frontend, e.g. Dynamo's
