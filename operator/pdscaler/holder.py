@@ -38,8 +38,10 @@ import contextlib
 import json
 import logging
 import math
+import os
 import time
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -261,8 +263,10 @@ class Holder:
         ready_path: str = "/readiness",
         probe_interval: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        proxy: tuple[str, int] | None = None,
     ) -> None:
         self.upstream = upstream
+        self.proxy = proxy
         self.limits = limits
         self.ready_path = ready_path
         self.probe_interval = probe_interval
@@ -271,19 +275,31 @@ class Holder:
         self._ready = asyncio.Event()
         self.metrics = HolderMetrics(self.gate, self._ready.is_set, clock)
 
+    # --------------------------------------------------------------- upstream
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the upstream, or to the HTTP proxy in front of it."""
+        return await asyncio.open_connection(*(self.proxy or self.upstream))
+
+    def target(self, path: str) -> str:
+        """The request target: ``path``, or the absolute URL through a proxy
+        (``http://chat-routers.serving.svc:8000/readiness``)."""
+        if self.proxy is None:
+            return path
+        return f"http://{self.upstream[0]}:{self.upstream[1]}{path}"
+
     # --------------------------------------------------------------- readiness
 
     async def probe(self) -> bool:
         """One readiness probe: ``GET ready_path`` on the upstream answers 2xx."""
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(*self.upstream), timeout=2.0
-            )
+            reader, writer = await asyncio.wait_for(self.connect(), timeout=2.0)
         except (OSError, TimeoutError):
             return False
         try:
             host = f"{self.upstream[0]}:{self.upstream[1]}"
-            req = f"GET {self.ready_path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            path = self.target(self.ready_path)
+            req = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
             writer.write(req.encode())
             await writer.drain()
             line = await asyncio.wait_for(reader.readline(), timeout=2.0)
@@ -355,14 +371,14 @@ class Holder:
     async def forward(self, req: Request, writer: asyncio.StreamWriter) -> None:
         """Send ``req`` upstream on a fresh connection and stream the answer back."""
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+            up_reader, up_writer = await self.connect()
         except OSError as err:
             self.metrics.requests.labels("upstream_error").inc()
             writer.write(response(502, "Bad Gateway", str(err).encode(), []))
             return
         try:
             headers = [(k, v) for k, v in req.headers if k.lower() not in HOP_BY_HOP]
-            head = [f"{req.method} {req.target} HTTP/1.1"]
+            head = [f"{req.method} {self.target(req.target)} HTTP/1.1"]
             head += [f"{k}: {v}" for k, v in headers]
             head.append("Connection: close")
             up_writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + req.body)
@@ -434,6 +450,22 @@ def parse_upstream(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def proxy_from_env(host: str, env: Mapping[str, str] | None = None) -> tuple[str, int] | None:
+    """The HTTP proxy for ``host`` from ``http_proxy`` (None: none, or ``host`` matches
+    ``no_proxy``), as urllib reads them: ``http_proxy=http://127.0.0.1:4123`` ->
+    ("127.0.0.1", 4123). The lab's cluster DNS stand-in is such a proxy."""
+    env = os.environ if env is None else env
+    skip = (env.get("no_proxy") or env.get("NO_PROXY") or "").split(",")
+    for entry in (e.strip().lstrip(".") for e in skip):
+        if entry and (host == entry or host.endswith("." + entry)):
+            return None
+    url = env.get("http_proxy") or env.get("HTTP_PROXY")
+    if not url:
+        return None
+    parsed = urllib.parse.urlsplit(url)
+    return (parsed.hostname or "127.0.0.1", parsed.port or 80)
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m pdscaler.holder --upstream chat-router.serving.svc:8000``."""
     p = argparse.ArgumentParser(prog="pdscaler-holder", description=__doc__.split("\n")[0])
@@ -451,7 +483,8 @@ def main(argv: list[str] | None = None) -> None:
 
     async def run() -> None:
         limits = Limits(args.max_held, args.max_wait, args.retry_after)
-        holder = Holder(args.upstream, limits, args.ready_path, args.probe_interval)
+        proxy = proxy_from_env(args.upstream[0])
+        holder = Holder(args.upstream, limits, args.ready_path, args.probe_interval, proxy=proxy)
         front, metrics, probing = await holder.start(args.host, args.port, args.metrics_port)
         async with front, metrics:
             await asyncio.gather(front.serve_forever(), metrics.serve_forever(), probing)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from pdscaler.holder import Gate, Holder, Limits, Tokens, estimate_tokens
+from pdscaler.holder import Gate, Holder, Limits, Tokens, estimate_tokens, proxy_from_env
 
 
 def test_gate_bounds_the_queue_and_counts_idle_time() -> None:
@@ -59,6 +59,7 @@ class Upstream:
     ready: bool = False
     release: asyncio.Event = field(default_factory=asyncio.Event)
     bodies: list[bytes] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = (await reader.readuntil(b"\r\n\r\n")).decode()
@@ -67,7 +68,9 @@ class Upstream:
             if line.lower().startswith("content-length:"):
                 length = int(line.split(":")[1])
         body = await reader.readexactly(length) if length else b""
-        if head.startswith("GET /readiness"):
+        first = head.split("\r\n")[0]
+        self.lines.append(first)
+        if first.startswith("GET ") and first.split(" ")[1].endswith("/readiness"):
             status = "200 OK" if self.ready else "503 Service Unavailable"
             writer.write(f"HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n".encode())
         else:
@@ -82,10 +85,18 @@ class Upstream:
 
 
 @asynccontextmanager
-async def running(limits: Limits, upstream: Upstream) -> AsyncIterator[tuple[Holder, int, int]]:
+async def running(
+    limits: Limits, upstream: Upstream, via_proxy: bool = False
+) -> AsyncIterator[tuple[Holder, int, int]]:
     up = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
     port = up.sockets[0].getsockname()[1]
-    holder = Holder(("127.0.0.1", port), limits, probe_interval=0.05)
+    if via_proxy:  # the stand-in plays the HTTP proxy in front of a Service name
+        proxy = ("127.0.0.1", port)
+        holder = Holder(
+            ("chat-routers.serving.svc", 8000), limits, probe_interval=0.05, proxy=proxy
+        )
+    else:
+        holder = Holder(("127.0.0.1", port), limits, probe_interval=0.05)
     front, metrics, probing = await holder.start("127.0.0.1", 0, 0)
     try:
         yield holder, front.sockets[0].getsockname()[1], metrics.sockets[0].getsockname()[1]
@@ -216,3 +227,29 @@ def test_wait_bound_answers_503_with_retry_after_and_leaves_the_queue() -> None:
             assert upstream.bodies == []
 
     asyncio.run(scenario())
+
+
+def test_through_an_http_proxy_the_targets_are_absolute() -> None:
+    """As with the lab's cluster DNS stand-in (``http_proxy``): the probe and the
+    forwarded request name the Service in an absolute URL."""
+
+    async def scenario() -> None:
+        upstream = Upstream(ready=True)
+        upstream.release.set()
+        async with running(Limits(), upstream, via_proxy=True) as (_, port, _m):
+            await asyncio.sleep(0.2)
+            answer = await post(port)
+            assert answer.startswith(b"HTTP/1.1 200 OK")
+        base = "http://chat-routers.serving.svc:8000"
+        assert f"GET {base}/readiness HTTP/1.1" in upstream.lines
+        assert f"POST {base}/v1/completions HTTP/1.1" in upstream.lines
+
+    asyncio.run(scenario())
+
+
+def test_proxy_from_env() -> None:
+    env = {"http_proxy": "http://127.0.0.1:4123", "no_proxy": "localhost,.internal"}
+    assert proxy_from_env("chat-routers.serving.svc", env) == ("127.0.0.1", 4123)
+    assert proxy_from_env("a.internal", env) is None
+    assert proxy_from_env("localhost", env) is None
+    assert proxy_from_env("chat-routers.serving.svc", {}) is None
