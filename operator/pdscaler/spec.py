@@ -199,6 +199,38 @@ CEL_MESSAGES = frozenset(
 MSG_ZERO_PREFILL_MIN = "scaleToZero needs prefill.replicas.min 0 (the pool it stops)"
 MSG_ZERO_DECODE_MIN = "scaleToZero needs decode.replicas.min 0 (the pool it stops)"
 CEL_MESSAGES = CEL_MESSAGES | {MSG_ZERO_PREFILL_MIN, MSG_ZERO_DECODE_MIN}
+# Pools pdscaler does not own (``PoolSpec.scale_target_ref``, docs/design.md §1.1): the
+# CRD's rules and their twins (``PDDeploymentSpec._scale_targets``).
+MSG_TARGETS_TOGETHER = (
+    "prefill.scaleTargetRef and decode.scaleTargetRef must be given together (pdscaler"
+    " sizes both pools of a pair it does not own, or owns both)"
+)
+MSG_TARGETS_ENGINE = (
+    "engine is required unless prefill and decode have scaleTargetRef, and must not be set"
+    " with them (pdscaler does not render those pools' pods)"
+)
+MSG_TARGETS_TEMPLATE = (
+    "template must not be set with scaleTargetRef: pdscaler writes only the target's /scale"
+)
+MSG_TARGETS_ROUTER = (
+    "router.type, image, args, resources and template must not be set with scaleTargetRef:"
+    " pdscaler deploys no router for pools it does not own"
+)
+MSG_TARGETS_FLIPS = (
+    "scaling.roleFlips.enabled needs pools pdscaler owns (a flip relabels pods; with"
+    " scaleTargetRef pdscaler writes only /scale)"
+)
+MSG_TARGETS_VERSION_LABEL = "versionLabel is only allowed with scaleTargetRef"
+CEL_MESSAGES = CEL_MESSAGES | {
+    MSG_TARGETS_TOGETHER,
+    MSG_TARGETS_ENGINE,
+    MSG_TARGETS_TEMPLATE,
+    MSG_TARGETS_ROUTER,
+    MSG_TARGETS_FLIPS,
+    MSG_TARGETS_VERSION_LABEL,
+}
+#: The router fields that make sense only when pdscaler deploys the router.
+TARGET_FORBIDDEN_ROUTER_FIELDS = ("type", "image", "args", "resources", "template")
 #: The CRD's CEL check of one custom query template (RE2 and Python agree on it): a
 #: matcher on a label pdscaler scopes with. ``metricsql.scope_problems`` checks more.
 SCOPE_MATCHER_PATTERN = (
@@ -306,6 +338,20 @@ class ProfilePoint(_Model):
     tokens_per_second: float = Field(gt=0)
 
 
+class ScaleTargetRef(_Model):
+    """An object pdscaler does not own whose ``/scale`` subresource it sizes (the HPA's
+    ``scaleTargetRef``): ``{apiVersion: apps/v1, kind: Deployment, name: chat-decode}``,
+    a StatefulSet, a LeaderWorkerSet, a Dynamo DynamoGraphDeploymentScalingAdapter or
+    any custom resource with ``/scale``. pdscaler reads its pods through the ``/scale``
+    selector and writes only ``spec.replicas`` of ``/scale`` (``pdscaler.targets``)."""
+
+    api_version: str = Field(
+        min_length=1, max_length=253, pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9a-z]+$"
+    )
+    kind: str = Field(min_length=1, max_length=63, pattern=r"^[A-Z][A-Za-z0-9]*$")
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
 class PoolSpec(_Model):
     """A pool: pod template, capacity facts of one replica, and bounds.
 
@@ -328,6 +374,8 @@ class PoolSpec(_Model):
     target_utilization: float = Field(default=0.7, gt=0, le=1)
     kv_cache_tokens: int | None = Field(default=None, ge=1, le=MAX_KV_CACHE_TOKENS)
     profile: list[ProfilePoint] = Field(default_factory=list, max_length=MAX_PROFILE_POINTS)
+    #: set: the pool is this object, sized through its ``/scale`` (pdscaler owns nothing)
+    scale_target_ref: ScaleTargetRef | None = None
 
     _template_parts_are_objects = field_validator("template")(_pod_template_parts)
 
@@ -666,8 +714,13 @@ def reserved_router_flag(arg: str) -> bool:
     )
 
 
+#: The ``engine`` of a spec whose pools are scale targets (it has none).
+UNMANAGED_ENGINE = EngineSpec(image="unmanaged", version="unmanaged")
+
+
 class PDDeploymentSpec(_Model):
-    engine: EngineSpec
+    #: ``engine`` (None only with scaleTargetRef: read through the ``engine`` property)
+    engine_spec: EngineSpec | None = Field(default=None, alias="engine")
     prefill: PoolSpec
     decode: PoolSpec
     router: RouterSpec = RouterSpec()
@@ -676,12 +729,48 @@ class PDDeploymentSpec(_Model):
     metrics: MetricsSpec = MetricsSpec()
     scaling: ScalingSpec = ScalingSpec()
     rollout: RolloutSpec = RolloutSpec()
+    #: with scaleTargetRef: the pod label naming the engine version and configuration
+    #: (``app.kubernetes.io/version``); unset: the first container's image and args
+    version_label: str | None = Field(default=None, min_length=1, max_length=317)
     #: stop both pools after an idle period, wake them from the holder's queue
     scale_to_zero: ScaleToZeroSpec | None = None
     #: not a field: the engine-config of an existing cell of an older identity scheme
     #: that this spec is found to name (set by ``manifests.adopt`` only; None: the
     #: spec's cell is the current scheme's, ``manifests.kv_config``)
     _cell_config: str | None = PrivateAttr(default=None)
+
+    @property
+    def engine(self) -> EngineSpec:
+        """``engine``; with scaleTargetRef (no engine) ``UNMANAGED_ENGINE``, which names
+        no image pdscaler would run: it renders no pod of those pools."""
+        return self.engine_spec if self.engine_spec is not None else UNMANAGED_ENGINE
+
+    @property
+    def scale_targets(self) -> bool:
+        """Both pools are objects pdscaler does not own (``scaleTargetRef``)."""
+        return self.prefill.scale_target_ref is not None
+
+    @model_validator(mode="after")
+    def _scale_targets(self) -> PDDeploymentSpec:
+        """The CRD's rules of the scaleTargetRef mode: both pools or neither; then no
+        engine, template, router fields or role flips, else an engine; versionLabel only
+        with it."""
+        targets = (self.prefill.scale_target_ref, self.decode.scale_target_ref)
+        if (targets[0] is None) != (targets[1] is None):
+            raise ValueError(MSG_TARGETS_TOGETHER)
+        if (self.engine_spec is None) != (targets[0] is not None):
+            raise ValueError(MSG_TARGETS_ENGINE)
+        if self.version_label is not None and targets[0] is None:
+            raise ValueError(MSG_TARGETS_VERSION_LABEL)
+        if targets[0] is None:
+            return self
+        if any("template" in p.model_fields_set for p in (self.prefill, self.decode)):
+            raise ValueError(MSG_TARGETS_TEMPLATE)
+        if set(TARGET_FORBIDDEN_ROUTER_FIELDS) & self.router.model_fields_set:
+            raise ValueError(MSG_TARGETS_ROUTER)
+        if self.scaling.role_flips.enabled:
+            raise ValueError(MSG_TARGETS_FLIPS)
+        return self
 
     @model_validator(mode="after")
     def _zero_needs_min_zero(self) -> PDDeploymentSpec:

@@ -260,6 +260,34 @@ CEL_TWINS.update(
     }
 )
 
+_ROUTER_FIELDS = ("type", "image", "args", "resources", "template")
+CEL_TWINS.update(
+    {
+        "has(self.prefill.scaleTargetRef) == has(self.decode.scaleTargetRef)": lambda s: (
+            ("scaleTargetRef" in s["prefill"]) == ("scaleTargetRef" in s["decode"])
+        ),
+        "has(self.engine) != has(self.prefill.scaleTargetRef)": lambda s: (
+            ("engine" in s) != ("scaleTargetRef" in s["prefill"])
+        ),
+        "!has(self.prefill.scaleTargetRef) || !(has(self.router.type) || has(self.router.image) "
+        "|| has(self.router.args) || has(self.router.resources) || has(self.router.template))": (
+            lambda s: (
+                "scaleTargetRef" not in s["prefill"]
+                or not any(k in s["router"] for k in _ROUTER_FIELDS)
+            )
+        ),
+        "!has(self.prefill.scaleTargetRef) || !self.scaling.roleFlips.enabled": lambda s: (
+            "scaleTargetRef" not in s["prefill"] or not s["scaling"]["roleFlips"]["enabled"]
+        ),
+        "!has(self.versionLabel) || has(self.prefill.scaleTargetRef)": lambda s: (
+            "versionLabel" not in s or "scaleTargetRef" in s["prefill"]
+        ),
+        "!has(self.scaleTargetRef) || !has(self.template)": lambda s: (
+            "scaleTargetRef" not in s or "template" not in s
+        ),
+    }
+)
+
 
 def _at(value: Any, path: str) -> Any:
     """The part of ``value`` at a schema path (``spec.prefill.replicas``), None if absent."""

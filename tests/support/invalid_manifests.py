@@ -638,6 +638,82 @@ CASES: list[InvalidCase] = [
         pydantic_error=pdspec.MSG_TEMPLATE_OBJECT,
     ),
 ]
+
+
+def _targets(manifest: Manifest) -> None:
+    """The chat example turned to pools pdscaler does not own (valid): both pools
+    ``scaleTargetRef`` to Deployments, no engine, templates or router fields."""
+    for role in ("prefill", "decode"):
+        pool = manifest["spec"][role]
+        pool.pop("template", None)
+        pool["scaleTargetRef"] = {"apiVersion": "apps/v1", "kind": "Deployment", "name": role}
+    manifest["spec"].pop("engine")
+    for key in pdspec.TARGET_FORBIDDEN_ROUTER_FIELDS:
+        manifest["spec"]["router"].pop(key, None)
+
+
+# scaleTargetRef (pools pdscaler does not own): both or neither, then nothing pdscaler
+# would render (engine, templates, router) and no role flips
+CASES += [
+    _cel(
+        "scale-target-on-one-pool",
+        both(
+            set_("spec.decode.scaleTargetRef", {"apiVersion": "v1", "kind": "X", "name": "d"}),
+            drop("spec.decode.template"),
+        ),
+        "spec.decode.scaleTargetRef",
+        pdspec.MSG_TARGETS_TOGETHER,
+        "spec",
+    ),
+    _cel(
+        "scale-targets-with-engine",
+        both(_targets, set_("spec.engine", {"image": "i", "version": "v1"})),
+        "spec.engine",
+        pdspec.MSG_TARGETS_ENGINE,
+        "spec",
+    ),
+    _cel("engine-missing", drop("spec.engine"), "spec.engine", pdspec.MSG_TARGETS_ENGINE, "spec"),
+    _cel(
+        "scale-target-with-template",
+        both(_targets, set_("spec.prefill.template", {"spec": {}})),
+        "spec.prefill.template",
+        pdspec.MSG_TARGETS_TEMPLATE,
+        "spec",
+    ),
+    _cel(
+        "scale-targets-with-router-image",
+        both(_targets, set_("spec.router.image", "r:1")),
+        "spec.router",
+        pdspec.MSG_TARGETS_ROUTER,
+        "spec",
+    ),
+    _cel(
+        "scale-targets-with-role-flips",
+        both(_targets, set_("spec.scaling.roleFlips", {"enabled": True})),
+        "spec.scaling.roleFlips.enabled",
+        pdspec.MSG_TARGETS_FLIPS,
+        "spec",
+    ),
+    _cel(
+        "version-label-without-targets",
+        set_("spec.versionLabel", "app.kubernetes.io/version"),
+        "spec.versionLabel",
+        pdspec.MSG_TARGETS_VERSION_LABEL,
+        "spec",
+    ),
+]
+CASES += [
+    _named(
+        f"scale-target-{field.lower()}-pattern",
+        InvalidCase(
+            **{
+                **_pattern(f"spec.decode.scaleTargetRef.{field}", value).__dict__,
+                "mutate": both(_targets, set_(f"spec.decode.scaleTargetRef.{field}", value)),
+            }
+        ),
+    )
+    for field, value in (("apiVersion", "apps/V1"), ("kind", "deployment"), ("name", "Decode"))
+]
 # scaleToZero stops both pools: each replicas.min must be 0 (issue 29, item 3)
 CASES += [
     _cel(
