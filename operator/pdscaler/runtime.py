@@ -73,6 +73,13 @@ PROMETHEUS_TIMEOUT_SECONDS = 5.0  # the total deadline of one query
 #: ticks fail at once with the same error instead of each holding a tick thread for a
 #: whole deadline (per PDDeployment, so one tenant's slow query pauses no one else).
 PROMETHEUS_PAUSE_SECONDS = 30.0
+#: A snapshot that took at least this fraction of the query deadline (4 s of 5 s: its
+#: queries ran close to the deadline, e.g. heavy custom queries) is used, then its
+#: PDDeployment is paused as above, the pause doubled for each such snapshot in a row
+#: (30, 60, 120, 240 s at most): one tenant's slow queries cannot hold the tick threads
+#: every interval. A fast snapshot resets the doubling.
+SLOW_SNAPSHOT_FRACTION = 0.8
+MAX_PAUSE_DOUBLINGS = 3
 
 Obj = dict[str, Any]
 
@@ -144,6 +151,8 @@ class Runtime:
     _paused: dict[tuple[str, str], tuple[float, str, MetricsUnavailableError]] = field(
         default_factory=dict
     )
+    #: (namespace, name) -> its slow snapshots in a row (``SLOW_SNAPSHOT_FRACTION``)
+    _slow: dict[tuple[str, str], int] = field(default_factory=dict)
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -267,7 +276,10 @@ class Runtime:
         if paused is not None:
             raise paused[2]
         try:
-            return read_snapshot(client, spec, namespace, name, now)
+            started = self.monotonic()
+            snap = read_snapshot(client, spec, namespace, name, now)
+            self._back_off_if_slow(key, client.url, self.monotonic() - started)
+            return snap
         except MetricsUnavailableError as err:
             if err.reason == MetricsErrorReason.UNAUTHORIZED and prom.auth is not None:
                 self.secrets().refresh(namespace, prom.auth.secret_names())  # rotated?
@@ -276,6 +288,26 @@ class Runtime:
                     until = self.monotonic() + self.prometheus_pause
                     self._paused[key] = (until, client.url, err)
             raise
+
+    def _back_off_if_slow(self, key: tuple[str, str], url: str, took: float) -> None:
+        """Pause PDDeployment ``key`` after a snapshot that took ``took`` seconds, at
+        least ``SLOW_SNAPSHOT_FRACTION`` of the deadline: ``prometheus_pause`` doubled
+        per slow snapshot in a row; its ticks meanwhile fail at once, saying why
+        ("the last snapshot took 4.6s of the 5s deadline ...")."""
+        with self._guard:
+            slow = took >= SLOW_SNAPSHOT_FRACTION * self.prometheus_timeout
+            if not slow or self.prometheus_pause <= 0:
+                self._slow.pop(key, None)
+                return
+            row = self._slow.get(key, 0) + 1
+            self._slow[key] = row
+            pause = self.prometheus_pause * 2 ** min(row - 1, MAX_PAUSE_DOUBLINGS)
+            err = MetricsUnavailableError(
+                MetricsErrorReason.UNREACHABLE,
+                f"{url}: the last snapshot took {took:.1f}s of the"
+                f" {self.prometheus_timeout:g}s deadline; not read again for {pause:g}s",
+            )
+            self._paused[key] = (self.monotonic() + pause, url, err)
 
     def _drop_auth_client(self, key: tuple[str, str]) -> None:
         """Drop and close PDDeployment ``key``'s client with credentials, if it has one."""
@@ -319,6 +351,7 @@ class Runtime:
         self.failing_since.pop((namespace, name), None)
         with self._guard:
             self._paused.pop((namespace, name), None)
+            self._slow.pop((namespace, name), None)
             self._locks.pop((namespace, name), None)
             client = self._set_url((namespace, name), None)
         if client is not None:
