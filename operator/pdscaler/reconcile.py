@@ -35,7 +35,7 @@ from typing import Any
 
 import pydantic
 
-from pdscaler import status, tick
+from pdscaler import status, targets_tick, tick
 from pdscaler.kube import (
     KubeError,
 )
@@ -150,6 +150,9 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
         rt._forget_uid(previous)
     rt.uids[(namespace, name)] = uid
     owner = Meta(name=name, namespace=namespace, uid=uid)
+    if spec.scale_targets:  # pools pdscaler does not own: /scale only (targets_tick)
+        _scale_targets(rt, pdd, owner, spec, unknown, now)
+        return "scale targets"
     observed = rt.kube.observe(namespace, name, tick.wanted_objects(owner, spec))
     metrics, metrics_error, metrics_reason = _read_metrics(rt, spec, namespace, name, now)
     return pdd, tick.TickFacts(
@@ -168,6 +171,30 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
         unknown_fields=unknown,
         paused=paused(pdd),
     )
+
+
+def _scale_targets(
+    rt: Runtime, pdd: Obj, owner: Meta, spec: PDDeploymentSpec, unknown: tuple[str, ...], now: float
+) -> None:
+    """The tick of a PDDeployment whose pools are scale targets (``targets_tick``); then
+    its Events and status, as ``_apply`` publishes and writes them."""
+    metrics = _read_metrics(rt, spec, owner.namespace, owner.name, now)
+    meta = pdd["metadata"]
+    done = targets_tick.run(
+        rt,
+        owner,
+        spec,
+        pdd.get("status"),
+        int(meta.get("generation") or 0),
+        metrics,
+        unknown,
+        paused(pdd),
+    )
+    for event in done.events:
+        if event.once is None or event.once not in rt.warned:
+            _publish(rt, pdd, event)
+    _write_status(rt, pdd, done.status, done.status_changed)
+    rt.memory[owner.uid] = done.memory
 
 
 #: A tick longer than 2 intervals plus this hung (an API server stopped mid-request):

@@ -164,6 +164,13 @@ class ConditionReason(StrEnum):
     # refuses (a CRD older than its validation), or a rollout rolled back at its deadline
     INVALID_SPEC = "InvalidSpec"
     ROLLOUT_ROLLED_BACK = "RolledBack"
+    # scaleTargetRef (pools pdscaler does not own, ``targets``): the target is already
+    # driven by an HPA or a KEDA ScaledObject; it is missing, has no /scale or selector,
+    # or its pods lack pdscaler's labels. Progressing: the pair's Ready pods run more than
+    # one version or engine configuration (pdscaler holds both pools)
+    SCALE_TARGET_CONFLICT = "ScaleTargetConflict"
+    SCALE_TARGET_INVALID = "ScaleTargetInvalid"
+    MIXED_VERSIONS = "MixedVersions"
     NOT_STALLED = "NotStalled"
     # Paused
     PAUSED_BY_ANNOTATION = "PausedByAnnotation"

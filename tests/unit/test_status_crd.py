@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from pdscaler import status as st
+from pdscaler import targets
 from pdscaler.spec import RouterSpec
 from pdscaler.types import (
     Action,
@@ -153,8 +154,15 @@ def test_each_condition_is_written_with_a_reason_documented_for_its_type() -> No
         replace(inp(), paused=True),
     ]
     refused = st.refused_status(None, 4, 1000.0, "spec.router.args: refused")
+    # pools pdscaler does not own (targets.with_check): a refused target, a mixed pair
+    checks = [
+        targets.Check(refused=(ConditionReason.SCALE_TARGET_CONFLICT, "driven by an HPA")),
+        targets.Check(refused=(ConditionReason.SCALE_TARGET_INVALID, "not found")),
+        targets.Check(mixed="decode runs 2 engine configurations"),
+    ]
+    checked = [targets.with_check(st.build_status(inp()), c, 1000.0, 4, None) for c in checks]
     seen: set[str] = set()
-    for built in [*(st.build_status(case) for case in cases), refused]:
+    for built in [*(st.build_status(case) for case in cases), refused, *checked]:
         for c in built.conditions or []:
             assert c.reason in by_type[c.type], (c.type, c.reason)
             seen.add(c.reason)
