@@ -14,7 +14,8 @@ the tick loop (``TickLoop``) that calls ``reconcile.run_tick``.
   While this replica is not the leader (``leader()`` False) it ticks nothing: no reads,
   no computing, no writes; it keeps watching, and on becoming the leader it forgets
   the in-process policy memory (restored from the status, as after a restart) and
-  ticks every PDDeployment at once. Each pass beats ``telemetry.Health`` (``/healthz``).
+  ticks every PDDeployment at once. Each pass beats ``liveness.Health`` (``/healthz``),
+  which hears when a tick is queued, starts on a thread and is done (progress).
 * ``@kopf.on.login``: the service account in a pod, else ``$KUBECONFIG``;
 * ``@kopf.on.startup`` / ``@kopf.on.cleanup``: settings; start / stop the loop.
 
@@ -50,9 +51,9 @@ from typing import Any
 import kopf
 
 from pdscaler import logcontext, reconcile
+from pdscaler.liveness import Health
 from pdscaler.runtime import Runtime
 from pdscaler.spec import GROUP, PLURAL, VERSION
-from pdscaler.telemetry import Health
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 ANNOTATION_PREFIX = "pdscaler.io"
@@ -175,7 +176,7 @@ class TickLoop:
                 if not leading or key in self.running or entry.due > now:
                     continue
                 due, entry.due = entry.due, float("inf")  # set again when the tick is done
-                self.health.tick_started(key, now)
+                self.health.tick_queued(key, now)  # not running until a thread takes it
                 self.running[key] = self.pool.submit(self._run_tick, key, due)
                 submitted.append(key)
         self.health.beat(now, longest)
@@ -186,8 +187,10 @@ class TickLoop:
         pass, then the queue for a tick thread: 0.3 s when idle, the interval's worth
         when the threads cannot keep up), except for a tick due at once (a new
         generation, a new leader: ``due`` -inf)."""
+        started = self.clock()
+        self.health.tick_started(key, started)
         if math.isfinite(due):
-            self.on_late(self.clock() - due)
+            self.on_late(started - due)
         try:
             with logcontext.object_tick(*key):  # its log lines carry namespace, name, tick
                 try:
@@ -201,7 +204,7 @@ class TickLoop:
                 entry = self.table.get(key)
                 if entry is not None and entry.due == float("inf"):
                     entry.due = done + max(self.interval(*key), MIN_INTERVAL_SECONDS)
-            self.health.tick_done(key)
+            self.health.tick_done(key, done)
 
     def run(self) -> None:
         while not self._stop.is_set():

@@ -185,6 +185,7 @@ class Runtime:
         rt.telemetry.track_requests(
             lambda: rt.kube.request_counts.snapshot(), lambda: (stats.queries, stats.connections)
         )
+        rt.telemetry.track_retries(lambda: rt.kube.retry_snapshot())
         return rt
 
     def prometheus(

@@ -46,10 +46,14 @@ PDDeployment (``namespace``, ``name`` labels):
   (reads, watches, writes, the Lease), ``pdscaler_prometheus_requests_total`` (queries)
   and ``pdscaler_prometheus_connections_total`` (connections opened): read from the
   clients' own counters at scrape time (``track_requests``);
+* ``pdscaler_kube_retries_total{verb,resource,reason}``: requests the API client sent
+  again (``reason``: the answer's status, ``connect`` or ``read``), read from its own
+  counter at scrape time (``track_retries``): a brown-out shows here, not only as slow
+  ticks;
 
 and a small HTTP server for them plus a liveness probe (``/healthz``: 200 while the
-``healthy`` callback says so; ``Health`` is the tick loop's: alive iff it beat
-recently and no tick has been running too long). Each ``Telemetry`` has its own
+``healthy`` callback says so: ``liveness.verdict`` of the tick loop's and the elector's
+progress). Each ``Telemetry`` has its own
 registry, so tests can make several. Must not: decide anything or talk to
 Kubernetes. Every per-PDDeployment series is dropped when the PDDeployment goes
 (``forget``). Example: a tick that scaled decode 4 -> 6 on chat adds one to
@@ -312,6 +316,11 @@ class Telemetry:
         ``prometheus()`` -> (queries, connections opened); both read at scrape time."""
         self.registry.register(_RequestCollector(kube, prometheus))
 
+    def track_retries(self, kube: Callable[[], Mapping[tuple[str, str, str], int]]) -> None:
+        """Export ``pdscaler_kube_retries_total``: ``kube()`` -> {(verb, resource,
+        reason): requests sent again}, read at scrape time."""
+        self.registry.register(_RetryCollector(kube))
+
     def record_tick(
         self,
         namespace: str,
@@ -459,6 +468,22 @@ class _RequestCollector(Collector):
         )
 
 
+class _RetryCollector(Collector):
+    def __init__(self, kube: Callable[[], Mapping[tuple[str, str, str], int]]) -> None:
+        self.kube = kube
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "pdscaler_kube_retries",
+            "Requests the API client sent again after a 429, a 5xx or a connection error "
+            "(reason: the status, connect or read).",
+            labels=["verb", "resource", "reason"],
+        )
+        for labels, count in sorted(self.kube().items()):
+            family.add_metric(list(labels), float(count))
+        yield family
+
+
 class _SentCollector(Collector):
     def __init__(self, count: Callable[[], int]) -> None:
         self.count = count
@@ -501,52 +526,6 @@ def _model(m: ModelOutputs) -> dict[tuple[str, str], float | None]:
         ("startup", ""): m.startup_seconds,
         ("forecast", ""): m.forecast_rate,
     }
-
-
-class Health:
-    """Liveness of the tick loop, with explicit (monotonic) times.
-
-    Alive iff the loop beat (one pass over the PDDeployments, or an idle pass when
-    there are none, or a follower's pass) within ``stale_after`` seconds AND no tick
-    has been running for ``stale_after`` or longer. ``stale_after`` is ``factor`` x
-    the longest ``scaling.interval`` the loop reports (at least ``floor``): 3 x 15 s =
-    45 s by default. Example: beat at 100, a tick of chat started at 101 and still
-    running: alive at 140, dead at 146 (the tick is 45 s old); the loop dead since 100
-    (no beat): dead at 145.
-    """
-
-    def __init__(self, factor: float = 3.0, floor: float = 15.0) -> None:
-        self.factor = factor
-        self.floor = floor
-        self.interval = floor
-        self.last_beat: float | None = None
-        self.running: dict[tuple[str, str], float] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def stale_after(self) -> float:
-        return self.factor * max(self.interval, self.floor)
-
-    def beat(self, now: float, interval: float | None = None) -> None:
-        with self._lock:
-            self.last_beat = now
-            if interval is not None:
-                self.interval = interval
-
-    def tick_started(self, key: tuple[str, str], now: float) -> None:
-        with self._lock:
-            self.running[key] = now
-
-    def tick_done(self, key: tuple[str, str]) -> None:
-        with self._lock:
-            self.running.pop(key, None)
-
-    def alive(self, now: float) -> bool:
-        with self._lock:
-            limit = self.stale_after
-            if self.last_beat is None or now - self.last_beat >= limit:
-                return False
-            return all(now - started < limit for started in self.running.values())
 
 
 class MetricsServer:

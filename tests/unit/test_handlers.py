@@ -1,6 +1,6 @@
 """The kopf glue: no handler needs a finalizer (so none is added, and kopf removes the
 stale one), kopf's peering is not used, the tick loop ticks only while this replica
-leads, and liveness follows the loop (``telemetry.Health``)."""
+leads, and liveness follows the loop (``liveness.Health``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import kopf
 import pytest
 
 from pdscaler import handlers
-from pdscaler.telemetry import Health
+from pdscaler.liveness import Health
 
 
 def test_no_handler_requires_a_finalizer() -> None:
@@ -155,7 +155,7 @@ def test_health_follows_the_loop() -> None:
     h.beat(140.0, 15.0)
     assert h.alive(145.9)
     assert not h.alive(146.0)
-    h.tick_done(("serving", "chat"))
+    h.tick_done(("serving", "chat"), 146.0)
     assert h.alive(146.0)
 
 

@@ -15,7 +15,7 @@ import pytest
 from pdscaler import logcontext
 from pdscaler.cli.run import LogFormat, configure_logging
 from pdscaler.handlers import TickLoop
-from pdscaler.telemetry import Health
+from pdscaler.liveness import Health
 
 
 @pytest.fixture

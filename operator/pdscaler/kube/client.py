@@ -5,10 +5,16 @@ Owns: ``load_api_client`` (the kubeconfig or in-cluster ``ApiClient``), the path
 kinds the operator reads and writes, and ``Client``, the transport every request goes
 through: ``_call`` counts it by verb and resource (``request_counts``, ``request_kind``)
 and, except the Lease's, paces it by a token bucket (``limiter``, ``TokenBucket``) and
-retries it with exponential backoff and jitter (``backoff``) on 429, 5xx and connection
-errors; ``_watch`` opens a WATCH stream for the caches (``cache.Informer``). A non-2xx
-answer is a ``KubeError``. Must not: know what is read or written (``reads`` and
-``writes`` do), or keep any object.
+retries it with exponential backoff and jitter (``backoff``) when that is safe
+(``retry_reason``: a read on 429, 5xx and connection errors; a write only when it
+provably did not reach the server: 429, or no connection), within ``RETRY_ATTEMPTS``
+tries and ``RETRY_BUDGET_SECONDS``, each retry counted in ``retry_counts``
+(``pdscaler_kube_retries_total``); ``_watch`` opens a WATCH stream for the caches
+(``cache.Informer``). The client library's own silent retries are off (``send_once``):
+urllib3 re-sent each request up to 3 more times inside one try, after the fence's
+check, PUT and DELETE included (16 sends for one read of a tick). A non-2xx answer is
+a ``KubeError``. Must not: know what is read or written (``reads`` and ``writes`` do),
+or keep any object.
 
     backoff(3, 0.2, 5.0, rng=lambda: 1.0)   # 0.8: the third try waits 0.2 * 2**2
 """
@@ -38,7 +44,11 @@ Obj = dict[str, Any]
 APPLY_PATCH = "application/apply-patch+yaml"
 MERGE_PATCH = "application/merge-patch+json"
 JSON = "application/json"
-REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read
+#: connect, read timeouts of one try of a tick's request (the watch has its own)
+REQUEST_TIMEOUT = (5.0, 15.0)
+#: one try of a Lease request: the elector's round (GET + PUT) stays inside the 10 s
+#: renew deadline, and a stuck API server costs a round, not the fence's whole term
+LEASE_TIMEOUT = (2.0, 4.0)
 
 log = logging.getLogger("pdscaler.kube")
 
@@ -52,6 +62,62 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 RETRY_ATTEMPTS = 4  # tries in all, the first included
 RETRY_BASE_SECONDS = 0.2
 RETRY_CAP_SECONDS = 5.0
+#: No try starts this many seconds after the first did: one request of a tick takes at
+#: most the budget plus one try's timeouts (15 + 20 s) instead of 4 x 35 s + backoffs.
+RETRY_BUDGET_SECONDS = 15.0
+#: Methods a failed answer or a broken connection may re-send: only reads. A write is
+#: re-sent only when it provably was not processed (429, or no connection made).
+IDEMPOTENT_METHODS = frozenset({"GET"})
+
+
+def retry_reason(method: str, err: BaseException) -> str | None:
+    """Why ``method`` may be sent again after ``err`` (the ``reason`` label of
+    ``pdscaler_kube_retries_total``), None when it must not be.
+
+    >>> retry_reason("GET", KubeError(503, "ServiceUnavailable", ""))
+    '503'
+    >>> retry_reason("PUT", KubeError(503, "ServiceUnavailable", "")) is None
+    True
+    >>> retry_reason("DELETE", KubeError(429, "TooManyRequests", ""))
+    '429'
+    >>> retry_reason("PATCH", urllib3.exceptions.NewConnectionError(None, "refused"))
+    'connect'
+    >>> retry_reason("PUT", urllib3.exceptions.ProtocolError("reset")) is None
+    True
+    """
+    if isinstance(err, KubeError):
+        if err.status == 429 or (err.status in RETRY_STATUSES and method in IDEMPOTENT_METHODS):
+            return str(err.status)
+        return None
+    connect = (
+        urllib3.exceptions.NewConnectionError,
+        urllib3.exceptions.ConnectTimeoutError,
+        ConnectionRefusedError,
+    )
+    if isinstance(err, connect):
+        return "connect"  # nothing reached the server: any method may try again
+    if isinstance(err, urllib3.exceptions.HTTPError | OSError) and method in IDEMPOTENT_METHODS:
+        return "read"
+    return None
+
+
+def send_once(api: Any) -> None:
+    """Turn off the client library's silent retries on ``api`` (an ``ApiClient``): each
+    ``pool_manager.request`` sends the request once (``retries=False``), so every
+    re-send is ``Client._call``'s: bounded, counted and, for a fenced write, checked
+    against the fence again. Idempotent; a stand-in without a pool is left alone."""
+    rest = getattr(api, "rest_client", None)
+    pool = getattr(rest, "pool_manager", None)
+    if pool is None or getattr(pool, "_pdscaler_send_once", False):
+        return
+    send = pool.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        kwargs["retries"] = False
+        return send(method, url, *args, **kwargs)
+
+    pool.request = request
+    pool._pdscaler_send_once = True
 
 
 def backoff(
@@ -184,7 +250,10 @@ def load_api_client(
     # one connection per concurrent tick, plus kopf's handlers: the default of 10 makes
     # urllib3 drop connections ("Connection pool is full") under a fleet's load
     configuration.connection_pool_maxsize = 32
-    return k8s_client.ApiClient(configuration)
+    configuration.retries = False  # Client._call retries, bounded and counted
+    api = k8s_client.ApiClient(configuration)
+    send_once(api)
+    return api
 
 
 PATHS = {
@@ -230,7 +299,9 @@ def _retry_after(response: Any) -> float | None:
 class Client:
     """The transport of one operator process (thread-safe): ``api`` (the client
     library's ``ApiClient``: host, TLS, credentials), ``limiter``, ``request_counts``,
-    ``retries`` and ``reads`` (GETs and LISTs sent)."""
+    ``retries`` (and ``retry_counts`` by verb, resource and reason) and ``reads`` (GETs
+    and LISTs sent). ``request_timeout`` and ``lease_timeout`` are one try's (connect,
+    read) timeouts."""
 
     def __init__(
         self,
@@ -245,8 +316,15 @@ class Client:
         #: client-side rate limit of reads and writes (qps <= 0: none)
         self.limiter = TokenBucket(qps, burst)
         self.retries = 0  # requests sent again after a 429, 5xx or connection error
+        #: (verb, resource, reason) -> requests sent again (pdscaler_kube_retries_total)
+        self.retry_counts: dict[tuple[str, str, str], int] = {}
+        self._retry_lock = threading.Lock()
+        self.request_timeout = REQUEST_TIMEOUT
+        self.lease_timeout = LEASE_TIMEOUT
         self.sleep: Callable[[float], None] = time.sleep
         self.rng: Callable[[], float] = random.random
+        self.monotonic: Callable[[], float] = time.monotonic
+        send_once(self.api)
 
     def _call(
         self,
@@ -259,11 +337,13 @@ class Client:
         limited: bool = True,
     ) -> Obj:
         """``_request``, counted in ``request_counts``; when ``limited`` (every request
-        but the Lease's), after a token of ``limiter`` and retried on 429, 5xx and
-        connection errors: ``RETRY_ATTEMPTS`` tries in all, waiting an exponential
-        backoff with jitter (or the answer's Retry-After, at most the backoff's cap)."""
+        but the Lease's), after a token of ``limiter`` and, when ``retry_reason`` says it
+        is safe, retried: ``RETRY_ATTEMPTS`` tries in all, none started more than
+        ``RETRY_BUDGET_SECONDS`` after the first, waiting an exponential backoff with
+        jitter (or the answer's Retry-After, at most the backoff's cap) in between."""
         kind = request_kind(method, path, query)
         attempt = 0
+        first = self.monotonic()
         while True:
             attempt += 1
             if limited:
@@ -271,21 +351,35 @@ class Client:
             self.request_counts.add(*kind)
             try:
                 return self._request(method, path, query, body, content_type)
-            except KubeError as err:
-                if not limited or err.status not in RETRY_STATUSES or attempt >= RETRY_ATTEMPTS:
+            except (KubeError, urllib3.exceptions.HTTPError, OSError) as err:
+                reason = retry_reason(method, err) if limited else None
+                if reason is None or attempt >= RETRY_ATTEMPTS:
                     raise
                 wait = backoff(attempt, RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, self.rng)
-                if err.retry_after is not None:
-                    wait = min(max(err.retry_after, 0.0), RETRY_CAP_SECONDS)
-                why = f"{err.status} {err.reason}"
-            except (urllib3.exceptions.HTTPError, OSError) as err:
-                if not limited or attempt >= RETRY_ATTEMPTS:
+                after = err.retry_after if isinstance(err, KubeError) else None
+                if after is not None:
+                    wait = min(max(after, 0.0), RETRY_CAP_SECONDS)
+                if self.monotonic() + wait - first > RETRY_BUDGET_SECONDS:
                     raise
-                wait = backoff(attempt, RETRY_BASE_SECONDS, RETRY_CAP_SECONDS, self.rng)
-                why = type(err).__name__
-            self.retries += 1
+                why = (
+                    f"{err.status} {err.reason}"
+                    if isinstance(err, KubeError)
+                    else type(err).__name__
+                )
+            self._count_retry(kind, reason)
             log.info("%s %s: %s; try %d in %.2fs", method, path, why, attempt + 1, wait)
             self.sleep(wait)
+
+    def _count_retry(self, kind: tuple[str, str], reason: str) -> None:
+        with self._retry_lock:
+            self.retries += 1
+            key = (*kind, reason)
+            self.retry_counts[key] = self.retry_counts.get(key, 0) + 1
+
+    def retry_snapshot(self) -> dict[tuple[str, str, str], int]:
+        """``retry_counts`` now (a copy; ``pdscaler_kube_retries_total``)."""
+        with self._retry_lock:
+            return dict(self.retry_counts)
 
     def _watch(
         self, path: str, query: Mapping[str, str]
@@ -347,8 +441,9 @@ class Client:
         if query:
             url += "?" + urlencode(query)
         headers = self._headers(method, path, {"Accept": JSON, "Content-Type": content_type}, body)
+        timeout = self.lease_timeout if "/coordination.k8s.io/" in path else self.request_timeout
         response = self.api.call_api(
-            method, url, header_params=headers, body=body, _request_timeout=REQUEST_TIMEOUT
+            method, url, header_params=headers, body=body, _request_timeout=timeout
         )
         raw = response.read()  # type: ignore[no-untyped-call]
         text = raw.decode("utf-8", errors="replace") if raw else ""
