@@ -262,13 +262,21 @@ def _note_unobserved(keys: list[Key]) -> None:
         rt.failing_since.setdefault(key, now)
 
 
+def _tick(namespace: str, name: str) -> None:
+    """One tick, its writes pinned to the leadership term it began in (a tick that
+    hung while this replica lost and took back the Lease writes nothing)."""
+    rt = runtime()
+    with rt.kube.pinned():
+        reconcile.run_tick(rt, namespace, name)
+
+
 def loop() -> TickLoop:
     """The process's tick loop (made on first use, started by the startup handler)."""
     global _loop
     with _lock:
         if _loop is None:
             _loop = TickLoop(
-                tick=lambda ns, n: reconcile.run_tick(runtime(), ns, n),
+                tick=_tick,
                 interval=lambda ns, n: runtime().interval(ns, n),
                 leader=is_leader,
                 health=_health,

@@ -1,11 +1,16 @@
 """The leader elector: runs ``lease.py``'s decisions against ``kube``'s Lease calls.
 
 Owns: one loop (a daemon thread) that every ``retry_period`` GETs the Lease, notes when
-its content changed (``lease.observe``), decides (``lease.decide``) and writes (POST
-to create, PUT with the resourceVersion it read to take or renew: a concurrent writer
-gets 409 and this round is lost), plus ``may_write`` (the fence every tick write checks,
-through ``kube.FencedKube``) and ``release`` on shutdown. Must not: decide anything
-``lease.py`` does, or talk to the API server except through ``Kube``.
+its content changed (``lease.observe``, dated when the GET's answer ARRIVED: a follower
+whose read took 20 s must not count those 20 s against the holder's term), decides
+(``lease.decide``) and writes (POST to create, PUT with the resourceVersion it read to
+take or renew: a concurrent writer gets 409 and this round is lost), plus ``may_write``
+(the fence every tick write checks, through ``kube.FencedKube``), ``term`` (the token of
+the term this replica holds, checked by ``FencedKube`` against the one a tick started
+in), ``facts`` (its rounds' progress, for ``/healthz``) and ``release`` on shutdown.
+Each Lease request has its own short timeout (``kube.LEASE_TIMEOUT``, 2 + 4 s), so a
+round against a stopped API server ends within the renew deadline. Must not: decide
+anything ``lease.py`` does, or talk to the API server except through ``Kube``.
 
 Example::
 
@@ -25,6 +30,7 @@ from datetime import UTC, datetime
 
 from pdscaler import lease
 from pdscaler.kube import Kube, KubeError
+from pdscaler.liveness import ELECTOR_FACTOR, ElectorFacts
 
 log = logging.getLogger("pdscaler.leader")
 
@@ -55,7 +61,14 @@ class Elector:
         self.on_change = on_change
         self.seen: lease.Seen | None = None
         self.last_renew: float | None = None
-        self.last_step: float | None = None
+        self.last_step: float | None = None  # the round in progress started (or the last)
+        self.last_step_end: float | None = None
+        self.in_round = False
+        self.since = clock()
+        #: what this replica's term is: (times it became the leader here, holder,
+        #: leaseTransitions, acquireTime) of the Lease it took or created
+        self._term: tuple[int, str, int, str] | None = None
+        self._epoch = 0
         self._leading = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -69,6 +82,27 @@ class Elector:
             last = self.last_renew
         return lease.may_write(last, self.clock(), self.timings)
 
+    def term(self) -> tuple[int, str, int, str] | None:
+        """The token of the term this replica holds now (None: it may not write). A
+        renewal keeps it; taking the Lease again (after anyone else held it, or after
+        this replica's fence closed) gives a new one, so a write of a tick that began
+        in an earlier term is refused (``FencedKube``). Example: a takes the Lease
+        (transitions 3) -> (1, "a", 3, "2026-...Z"); b takes it, a takes it back ->
+        (2, "a", 5, ...)."""
+        with self._lock:
+            term = self._term
+        return term if self.may_write() else None
+
+    def facts(self) -> ElectorFacts:
+        """The rounds' progress for ``liveness.verdict``: stuck after 4 x
+        leaseDuration (60 s) in one round or without one."""
+        return ElectorFacts(
+            round_started=self.last_step if self.in_round else None,
+            last_round_end=self.last_step_end,
+            since=self.since,
+            limit=ELECTOR_FACTOR * self.timings.lease_duration,
+        )
+
     def holder(self) -> str:
         """The holder in the Lease as last read ("" when none / not read yet)."""
         seen = self.seen
@@ -79,14 +113,23 @@ class Elector:
     def step(self) -> lease.Move:
         """One round: GET, decide, write. Returns the move tried (WAIT: none, or the
         write lost a race). Raises on API errors other than 404/409."""
-        now = self.clock()
-        self.last_step = now
+        self.last_step = self.clock()
+        self.in_round = True
+        try:
+            return self._round()
+        finally:
+            self.in_round = False
+            self.last_step_end = self.clock()
+
+    def _round(self) -> lease.Move:
         raw = self.kube.get_lease(self.namespace, self.name)
+        now = self.clock()  # after the read: what it returned was current no earlier
         record = lease.Record.from_lease(raw) if raw is not None else None
         self.seen = lease.observe(self.seen, record, now)
         move = lease.decide(self.identity, self.seen, now, self.timings)
         if move is not lease.Move.WAIT:
             want = lease.desired(self.identity, record, move, self.wall(), self.timings)
+            open_before = self.may_write()  # a renewal after a closed fence: a new term
             sent = self.clock()
             try:
                 if move is lease.Move.CREATE:
@@ -101,9 +144,18 @@ class Elector:
                 log.info("lease %s: %s lost a race (%s)", self.name, move, err.reason)
                 self._note_leading()
                 return lease.Move.WAIT
-            self.seen = lease.Seen(lease.Record.from_lease(out), sent)
+            written = lease.Record.from_lease(out)
+            self.seen = lease.Seen(written, sent)
             with self._lock:
                 self.last_renew = sent
+                if move is not lease.Move.RENEW or not open_before or self._term is None:
+                    self._epoch += 1
+                    self._term = (
+                        self._epoch,
+                        written.holder,
+                        written.transitions,
+                        written.acquire_time or "",
+                    )
             if move is not lease.Move.RENEW:
                 log.info("lease %s/%s acquired by %s", self.namespace, self.name, self.identity)
         self._note_leading()
@@ -111,6 +163,9 @@ class Elector:
 
     def _note_leading(self) -> None:
         leading = self.may_write()
+        if not leading:
+            with self._lock:
+                self._term = None  # the fence closed: a renewal after it is a new term
         if leading != self._leading:
             self._leading = leading
             log.info(
@@ -150,6 +205,7 @@ class Elector:
         with self._lock:
             held = self.last_renew is not None
             self.last_renew = None
+            self._term = None
         self._note_leading()
         if release and held:
             self.release()

@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import kopf
 import typer
@@ -38,9 +38,6 @@ from kopf._core.actions.loggers import ObjectJsonFormatter
 from pdscaler import lease, logcontext
 from pdscaler.cli.common import OneLineCommand, fail
 from pdscaler.kube import DEFAULT_BURST, DEFAULT_QPS
-
-if TYPE_CHECKING:
-    from pdscaler.leader import Elector
 
 DEFAULT_METRICS_PORT = 8080
 DEFAULT_METRICS_BIND = "127.0.0.1"
@@ -282,6 +279,7 @@ def run_operator(
             qps=plain.limiter.qps,
             burst=plain.limiter.burst,
             cache=plain.cache,
+            term=elector.term,
         )
         runtime.kube.request_counts = elector.kube.request_counts  # one count for both
     handlers.install(runtime)
@@ -300,7 +298,9 @@ def run_operator(
             runtime.telemetry,
             metrics_port,
             host=metrics_host,
-            healthy=lambda: health.alive(time.monotonic()) and _elector_alive(elector),
+            healthy=lambda: health.alive(
+                time.monotonic(), elector.facts() if elector is not None else None
+            ),
         ).start()
         logging.getLogger("pdscaler").info(
             "metrics and /healthz on %s:%d", metrics_host, server.port
@@ -324,14 +324,6 @@ def run_operator(
             stop_caches()
         if server is not None:
             server.stop()
-
-
-def _elector_alive(elector: Elector | None) -> bool:
-    """The elector made a round within two lease durations (or there is none)."""
-    if elector is None:
-        return True
-    last = elector.last_step
-    return last is None or time.monotonic() - last < 2 * elector.timings.lease_duration
 
 
 def register(app: typer.Typer) -> None:

@@ -22,9 +22,10 @@ swallow errors other than NotFound on reads and on deletes.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -83,6 +84,11 @@ class Kube(Reads):
             params.pop("fieldManager")
         self.audit.add(WriteRecord(time.time(), verb, kind, namespace, name))
         return self._call(method, path, params, body, content_type)
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """A tick's writes in one leadership term (``FencedKube``; none here)."""
+        yield
 
     # --------------------------------------------------------------------- writes
 
