@@ -7,6 +7,13 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The leader election's Lease: leaderElection.leaseName, else <fullname>-leader, so
+two releases in one namespace never share one (release pdscaler: pdscaler-leader, the
+name every release used before). */}}
+{{- define "pdscaler.leaseName" -}}
+{{- .Values.leaderElection.leaseName | default (printf "%s-leader" (include "pdscaler.fullname" .)) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "pdscaler.labels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
