@@ -28,7 +28,14 @@ log = logging.getLogger("pdscaler.kube")
 #: wait for them) resume: with 30 s, the first tick came 25 s after a 25 s outage ended.
 WATCH_BACKOFF_BASE_SECONDS = 0.5
 WATCH_BACKOFF_CAP_SECONDS = 4.0
-WATCH_TIMEOUT_SECONDS = 240  # the API server ends a watch after this (then re-watched)
+#: The API server ends each watch after this (then it is re-watched from the last
+#: resourceVersion: cheap, no list), and the client gives up on a watch that delivered
+#: no byte for this plus ``client.WATCH_READ_SLACK_SECONDS`` (10 s): a half-open connection (open,
+#: delivering nothing: a proxy or a network path that stopped forwarding) is found
+#: within 40 s and the cache is listed again, where 240 + 30 s let ticks act on a cache
+#: 270 s stale (pods long gone read as Ready). Costs one WATCH per kind and namespace
+#: every 30 s (6 kinds: 0.2 requests a second per namespace).
+WATCH_TIMEOUT_SECONDS = 30
 
 
 def _newer_or_same(obj: Mapping[str, Any], than: Mapping[str, Any] | None) -> bool:

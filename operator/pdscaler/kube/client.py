@@ -49,6 +49,9 @@ REQUEST_TIMEOUT = (5.0, 15.0)
 #: one try of a Lease request: the elector's round (GET + PUT) stays inside the 10 s
 #: renew deadline, and a stuck API server costs a round, not the fence's whole term
 LEASE_TIMEOUT = (2.0, 4.0)
+#: A watch that delivered no byte for its timeoutSeconds plus this is given up on (a
+#: half-open connection: ``cache.WATCH_TIMEOUT_SECONDS``).
+WATCH_READ_SLACK_SECONDS = 10.0
 
 log = logging.getLogger("pdscaler.kube")
 
@@ -321,6 +324,7 @@ class Client:
         self._retry_lock = threading.Lock()
         self.request_timeout = REQUEST_TIMEOUT
         self.lease_timeout = LEASE_TIMEOUT
+        self.watch_read_slack = WATCH_READ_SLACK_SECONDS
         self.sleep: Callable[[float], None] = time.sleep
         self.rng: Callable[[], float] = random.random
         self.monotonic: Callable[[], float] = time.monotonic
@@ -384,12 +388,17 @@ class Client:
     def _watch(
         self, path: str, query: Mapping[str, str]
     ) -> tuple[Callable[[], None], Iterator[Obj]]:
-        """Open a WATCH of ``path``: (a function that closes it, its events). Raises
-        ``KubeError`` when the API server refuses it."""
+        """Open a WATCH of ``path``: (a function that closes it, its events); reading
+        it raises a timeout once no byte came for ``timeoutSeconds`` +
+        ``watch_read_slack`` s. Raises ``KubeError`` when the API server refuses it."""
         self.request_counts.add(*request_kind("GET", path, query))
         url = self.api.configuration.host + path + "?" + urlencode(query)
         headers = self._headers("GET", path, {"Accept": JSON})
-        timeout = (REQUEST_TIMEOUT[0], float(query.get("timeoutSeconds", "300")) + 30.0)
+        # no byte for the server's timeout plus the slack: a half-open connection
+        timeout = (
+            REQUEST_TIMEOUT[0],
+            float(query.get("timeoutSeconds", "300")) + self.watch_read_slack,
+        )
         response = self.api.call_api("GET", url, header_params=headers, _request_timeout=timeout)
         raw: Any = getattr(response, "response", response)
         if not 200 <= response.status <= 299:
