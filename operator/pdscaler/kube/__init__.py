@@ -73,7 +73,7 @@ from pdscaler.kube.reads import (
     CacheNotSyncedError,
     Reads,
 )
-from pdscaler.kube.writes import Kube
+from pdscaler.kube.writes import Kube, StaleCacheError
 
 __all__ = [
     "ABSENT_TTL_SECONDS",
@@ -103,6 +103,7 @@ __all__ = [
     "Obj",
     "Reads",
     "RequestCounts",
+    "StaleCacheError",
     "TokenBucket",
     "WriteAudit",
     "WriteRecord",

@@ -258,6 +258,14 @@ class Informer:
         self._thread.start()
         return self
 
+    def resync(self) -> None:
+        """Drop the watch and list again (the cache disagreed with a direct read)."""
+        with self._lock:
+            self.resource_version = None
+        close = self._closer
+        if close is not None:
+            close()
+
     def stop(self) -> None:
         self._stop.set()
         self._ready.set()

@@ -204,6 +204,13 @@ class Reads(Client):
                 409, "AlreadyExists", f'{kind} "{name}" was created by someone else meanwhile'
             )
 
+    def resync(self, namespace: str, kind: str) -> None:
+        """Make the namespace's cache of ``kind`` list again (its watch is dropped)."""
+        with self._informers_lock:
+            inf = self._informers.get(namespace, {}).get(kind)
+        if inf is not None:
+            inf.resync()
+
     def release(self, namespace: str) -> None:
         """Stop and drop the namespace's informers (no PDDeployment is left there)."""
         with self._informers_lock:

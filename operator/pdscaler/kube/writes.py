@@ -46,6 +46,7 @@ from pdscaler.kube.client import (
     name_of,
 )
 from pdscaler.kube.reads import Reads
+from pdscaler.observe import is_ready
 from pdscaler.plan import Action, Observed, Verb
 from pdscaler.spec import GROUP, KIND, VERSION
 
@@ -218,7 +219,11 @@ class Kube(Reads):
         )
 
     def execute(self, namespace: str, action: Action, observed: Observed) -> None:
-        """Carry out one planned action (WARN is not a write and does nothing here)."""
+        """Carry out one planned action (WARN is not a write and does nothing here).
+        With the caches, an action that lowers or deletes a Deployment is first checked
+        against the pods as the API server has them now (``_check_pods_current``)."""
+        if self.cache and _lowers(action, observed):
+            self._check_pods_current(namespace, observed)
         if action.verb in (Verb.CREATE, Verb.UPDATE, Verb.SCALE):
             assert action.body is not None
             if action.verb is Verb.CREATE:
@@ -230,6 +235,29 @@ class Kube(Reads):
             self.relabel_pod(namespace, action.name, action.labels or {}, action.annotations or {})
         elif action.verb is Verb.DELETE:
             self.delete(action.kind, namespace, action.name, _uid_of(observed, action))
+
+    def _check_pods_current(self, namespace: str, observed: Observed) -> None:
+        """``StaleCacheError`` (and the namespace's pod cache listed again) when a pod
+        of the tick's PDDeployment that it read from the cache as Ready (and not
+        terminating) is gone or not Ready in a LIST now: a half-open watch must not
+        make the operator shrink a cell for pods that are gone. Pods the cache has not
+        seen yet do not count (they only add capacity). One LIST, only on a tick that
+        lowers or deletes a Deployment."""
+        owners = {
+            (o.get("metadata", {}).get("labels") or {}).get(naming.LABEL_NAME)
+            for o in (*observed.deployments, *observed.pods)
+        } - {None, ""}
+        if len(owners) != 1:
+            return
+        (owner,) = owners
+        now = _serving(self.list("Pod", namespace, {naming.LABEL_NAME: str(owner)}))
+        gone = sorted(_serving(observed.pods) - now)
+        if gone:
+            self.resync(namespace, "Pod")
+            raise StaleCacheError(
+                f"pods of {namespace}/{owner} cached as Ready are gone or not Ready now "
+                f"({', '.join(gone[:5])}); not acting on them"
+            )
 
     # ---------------------------------------------------------------------- Lease
 
@@ -264,6 +292,35 @@ class Kube(Reads):
         }
         query = {"fieldManager": naming.FIELD_MANAGER}
         return self._call("PUT", lease_path(namespace, name), query, body, limited=False)
+
+
+class StaleCacheError(RuntimeError):
+    """The cache a tick read disagrees with the API server where a write would act on
+    it: the tick fails (nothing more is written) and the next one reads again."""
+
+
+def _lowers(action: Action, observed: Observed) -> bool:
+    """A Deployment deleted, or given fewer replicas than it has."""
+    if action.kind != "Deployment":
+        return False
+    if action.verb is Verb.DELETE:
+        return True
+    if action.verb not in (Verb.SCALE, Verb.UPDATE) or action.body is None:
+        return False
+    want = (action.body.get("spec") or {}).get("replicas")
+    for d in observed.deployments:
+        if name_of(d) == action.name and want is not None:
+            return int(want) < int((d.get("spec") or {}).get("replicas") or 0)
+    return False
+
+
+def _serving(pods: Any) -> set[str]:
+    """Names of the Ready pods that are not terminating."""
+    return {
+        name_of(p)
+        for p in pods
+        if is_ready(p) and not (p.get("metadata") or {}).get("deletionTimestamp")
+    }
 
 
 def _now_rfc3339() -> str:
