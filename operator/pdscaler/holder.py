@@ -16,10 +16,12 @@ tokens pass one by one), and its gauges on a separate metrics port:
 * ``pdscaler_holder_idle_seconds``: since the last request ended, 0 while any is held or
   in flight (the policy scales to zero only past ``scaleToZero.idleSeconds``);
 * ``pdscaler_holder_upstream_ready`` (0/1), ``pdscaler_holder_requests_total{outcome}``
-  (forwarded, queue_full, wait_timeout, upstream_error) and
+  (forwarded, queue_full, wait_timeout, not_held, upstream_error) and
   ``pdscaler_holder_hold_seconds`` (how long forwarded requests were held).
 
-Must not: read the Kubernetes API or Prometheus (the routers and pdscaler do), or buffer
+Only POST requests are held (inference); a GET while no router is Ready (a health check,
+a stray scrape, ``/v1/models``) is answered 503 at once and wakes nothing. Must not: read
+the Kubernetes API or Prometheus (the routers and pdscaler do), or buffer
 a response (it streams). Run as ``python -m pdscaler.holder --upstream HOST:PORT``.
 
 Worked example (limits 64 held, 120 s): both pools at zero, 3 requests arrive; the
@@ -50,6 +52,9 @@ log = logging.getLogger("pdscaler.holder")
 
 #: Headers hop-by-hop (RFC 9110 7.6.1): not forwarded; the holder sets its own.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade"})
+#: Methods whose requests are held (inference: completions, chat, embeddings); any other
+#: is answered 503 at once while no router is Ready, and is no demand.
+HELD_METHODS = frozenset({"POST"})
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
 CHARS_PER_TOKEN = 4
@@ -345,8 +350,15 @@ class Holder:
     async def serve_one(self, req: Request, writer: asyncio.StreamWriter) -> None:
         """Hold ``req`` until the upstream is ready (within the limits), then forward."""
         arrived = self.clock()
+        if not self._ready.is_set() and req.method not in HELD_METHODS:
+            # a GET (a health check, a scrape, /v1/models) is no demand: never held
+            self.metrics.requests.labels("not_held").inc()
+            why = f"no replica is ready; only {', '.join(sorted(HELD_METHODS))} requests are held"
+            writer.write(unavailable(self.limits.retry_timeout(), why))
+            return
         if not self._ready.is_set():
             tokens = estimate_tokens(req.body)
+            log.info("holding %s %s (%d held)", req.method, req.target, self.gate.held)
             if not self.gate.admit(tokens):
                 self.metrics.requests.labels("queue_full").inc()
                 why = f"no replica is ready and {self.limits.max_held} requests are held"

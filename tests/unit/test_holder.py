@@ -253,3 +253,20 @@ def test_proxy_from_env() -> None:
     assert proxy_from_env("a.internal", env) is None
     assert proxy_from_env("localhost", env) is None
     assert proxy_from_env("chat-routers.serving.svc", {}) is None
+
+
+def test_a_get_at_zero_is_not_held_and_is_no_demand() -> None:
+    async def scenario() -> None:
+        upstream = Upstream(ready=False)
+        async with running(Limits(max_wait=30), upstream) as (_, port, mport):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(), timeout=2)
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 503")
+            assert b"Retry-After: 15" in answer
+            seen = await scrape(mport)
+            assert seen["pdscaler_holder_held_requests"] == 0.0
+            assert seen['pdscaler_holder_requests_total{outcome="not_held"}'] == 1.0
+
+    asyncio.run(scenario())
