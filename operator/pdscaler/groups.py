@@ -50,6 +50,86 @@ MSG_GPU_RESOURCE = (
     "or amd.com/gpu"
 )
 MSG_GROUP_GPUS = "gpusPerReplica counts the whole group: it must be a multiple of podsPerReplica"
+MSG_FLIP_SHAPE = (
+    "scaling.roleFlips.enabled needs prefill and decode of the same group shape: equal"
+    " podsPerReplica and gpuResource (a replica changes pool as it is)"
+)
+MAX_PODS_PER_REPLICA = 64
+_RESOURCE_CEL = f"matches('{GPU_RESOURCE_PATTERN}')"
+
+
+def _effective(pool: str) -> str:
+    """CEL: a pool's GPU resource, its own, else the spec's, else nvidia.com/gpu."""
+    return (
+        f"(has(self.{pool}.gpuResource) ? self.{pool}.gpuResource :"
+        f" (has(self.gpuResource) ? self.gpuResource : '{DEFAULT_GPU_RESOURCE}'))"
+    )
+
+
+#: The CRD's additions for group replicas, as data: the pool's properties and rules
+#: (``spec.prefill``/``spec.decode``), the spec's. Each rule has its twin here
+#: (``GroupShape``, ``flip_problem``) raising the same message; tests/lab/test_lab_lws.py
+#: has a real API server apply them (a throwaway CRD) and refuse what the twins refuse.
+POOL_PROPERTIES: dict[str, Any] = {
+    "podsPerReplica": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_PODS_PER_REPLICA,
+        "default": 1,
+        "description": (
+            "Pods of one replica (a leader and podsPerReplica-1 workers). Above 1 the"
+            " cell's pool is a LeaderWorkerSet: one replica is one group, Ready when all"
+            " its pods are; gpusPerReplica counts the whole group."
+        ),
+    },
+    "gpuResource": {
+        "type": "string",
+        "maxLength": 253,
+        "description": "The GPU resource this pool's pods ask for (default spec.gpuResource).",
+    },
+}
+POOL_RULES: list[dict[str, str]] = [
+    {
+        "rule": "self.gpusPerReplica % self.podsPerReplica == 0",
+        "message": MSG_GROUP_GPUS,
+        "fieldPath": ".gpusPerReplica",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": f"!has(self.gpuResource) || self.gpuResource.{_RESOURCE_CEL}",
+        "message": MSG_GPU_RESOURCE,
+        "fieldPath": ".gpuResource",
+        "reason": "FieldValueInvalid",
+    },
+]
+SPEC_PROPERTIES: dict[str, Any] = {
+    "gpuResource": {
+        "type": "string",
+        "maxLength": 253,
+        "description": (
+            "The GPU resource pods ask for and the budget counts: nvidia.com/gpu when"
+            " unset; amd.com/gpu and others. A pool's gpuResource overrides it."
+        ),
+    },
+}
+SPEC_RULES: list[dict[str, str]] = [
+    {
+        "rule": f"!has(self.gpuResource) || self.gpuResource.{_RESOURCE_CEL}",
+        "message": MSG_GPU_RESOURCE,
+        "fieldPath": ".gpuResource",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": (
+            "!self.scaling.roleFlips.enabled ||"
+            " (self.prefill.podsPerReplica == self.decode.podsPerReplica &&"
+            f" {_effective('prefill')} == {_effective('decode')})"
+        ),
+        "message": MSG_FLIP_SHAPE,
+        "fieldPath": ".scaling.roleFlips.enabled",
+        "reason": "FieldValueInvalid",
+    },
+]
 
 
 @dataclass(frozen=True)
@@ -65,9 +145,9 @@ class GroupShape:
         if self.pods < 1 or self.gpus < 1:
             raise ValueError(f"a group has at least 1 pod and 1 GPU: {self}")
         if self.gpus % self.pods:
-            raise ValueError(f"{MSG_GROUP_GPUS} ({self.gpus} GPUs, {self.pods} pods)")
+            raise ValueError(MSG_GROUP_GPUS)
         if not re.match(GPU_RESOURCE_PATTERN, self.resource):
-            raise ValueError(f"{MSG_GPU_RESOURCE} (got {self.resource!r})")
+            raise ValueError(MSG_GPU_RESOURCE)
 
     @property
     def grouped(self) -> bool:
@@ -92,6 +172,20 @@ def groups_within(budget_gpus: int, shape: GroupShape) -> int:
     """Whole groups a GPU budget holds (a part of a group is no replica):
     groups_within(60, GroupShape(2, 16)) == 3."""
     return max(0, budget_gpus) // shape.gpus
+
+
+def gpu_resource(spec_value: str | None, pool_value: str | None) -> str:
+    """A pool's GPU resource: its own, else the spec's, else nvidia.com/gpu:
+    gpu_resource("amd.com/gpu", None) == "amd.com/gpu"."""
+    return pool_value or spec_value or DEFAULT_GPU_RESOURCE
+
+
+def flip_problem(prefill: GroupShape, decode: GroupShape) -> str | None:
+    """The twin of the CRD's rule on role flips: None when a replica can change pool as
+    it is (the same pods and GPU resource; equal gpusPerReplica is the CRD's older rule),
+    else the rule's message."""
+    same = (prefill.pods, prefill.resource) == (decode.pods, decode.resource)
+    return None if same else MSG_FLIP_SHAPE
 
 
 def same_shape(a: GroupShape, b: GroupShape) -> bool:

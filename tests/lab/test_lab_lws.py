@@ -10,11 +10,15 @@ scale-subresource client (pdscaler, an HPA) would size it.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
-from pdlab.cluster.kubeclient import Kube
+from kubernetes.client.exceptions import ApiException
+
+from pdlab.cluster.kubeclient import Kube, crd_established
 from pdlab.cluster.kwok import (
     GPU_RESOURCE,
     GPU_TAINT,
@@ -30,7 +34,8 @@ from pdlab.cluster.lws import (
     ensure_lws,
 )
 from pdscaler import groups
-from support.labkit import list_pods, wait_for
+from support.labkit import list_pods, not_found, wait_for
+from support.throwaway_crd import namespaced_crd
 
 GROUP, VERSION, PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 SHAPE = groups.GroupShape(pods=2, gpus=4)
@@ -134,3 +139,165 @@ def test_lws_group_of_two_comes_up_and_scales_one_to_three(
     print(
         f"lws manager pid {info.pid} ready in {started:.1f}s; 1 -> 3 groups Ready in {scaled:.1f}s"
     )
+
+
+# ----- the CRD rules of group replicas, in a real API server --------------------------------
+CHECK_GROUP, CHECK_PLURAL = "groups.pdlab.pdscaler.io", "groupchecks"
+
+
+def check_crd() -> dict[str, Any]:
+    """A throwaway CRD with exactly the group fields and rules groups.py holds for the
+    PDDeployment CRD (pools with gpusPerReplica as the CRD has it, roleFlips.enabled)."""
+    pool = {
+        "type": "object",
+        "properties": {
+            "gpusPerReplica": {"type": "integer", "minimum": 1, "default": 1},
+            **groups.POOL_PROPERTIES,
+        },
+        "x-kubernetes-validations": groups.POOL_RULES,
+    }
+    flips = {
+        "type": "object",
+        "default": {},
+        "properties": {"enabled": {"type": "boolean", "default": False}},
+    }
+    spec = {
+        "type": "object",
+        "required": ["prefill", "decode"],
+        "properties": {
+            **groups.SPEC_PROPERTIES,
+            "prefill": pool,
+            "decode": pool,
+            "scaling": {"type": "object", "default": {}, "properties": {"roleFlips": flips}},
+        },
+        "x-kubernetes-validations": groups.SPEC_RULES,
+    }
+    root = {"type": "object", "properties": {"spec": spec}}
+    return namespaced_crd(CHECK_GROUP, CHECK_PLURAL, "GroupCheck", root)
+
+
+def twin(spec: dict[str, Any]) -> str | None:
+    """What groups.py's twins say of ``spec``: None (valid) or the message."""
+    shapes = {}
+    for role in ("prefill", "decode"):
+        pool = spec[role]
+        resource = groups.gpu_resource(spec.get("gpuResource"), pool.get("gpuResource"))
+        try:
+            shapes[role] = groups.GroupShape(
+                pool.get("podsPerReplica", 1), pool.get("gpusPerReplica", 1), resource
+            )
+        except ValueError as err:
+            return str(err)
+    if spec.get("scaling", {}).get("roleFlips", {}).get("enabled"):
+        return groups.flip_problem(shapes["prefill"], shapes["decode"])
+    return None
+
+
+CASES: list[tuple[dict[str, Any], str | None, str | None]] = [
+    # (spec, the field the API server names, the message) -- None, None: accepted
+    (
+        {"prefill": {"gpusPerReplica": 8}, "decode": {"podsPerReplica": 2, "gpusPerReplica": 16}},
+        None,
+        None,
+    ),
+    (
+        {
+            "gpuResource": "amd.com/gpu",
+            "prefill": {},
+            "decode": {"podsPerReplica": 4, "gpusPerReplica": 32},
+        },
+        None,
+        None,
+    ),
+    (
+        {"prefill": {}, "decode": {"podsPerReplica": 2, "gpusPerReplica": 15}},
+        "spec.decode.gpusPerReplica",
+        groups.MSG_GROUP_GPUS,
+    ),
+    (
+        {"gpuResource": "gpu", "prefill": {}, "decode": {}},
+        "spec.gpuResource",
+        groups.MSG_GPU_RESOURCE,
+    ),
+    (
+        {"prefill": {"gpuResource": "AMD.com/gpu"}, "decode": {}},
+        "spec.prefill.gpuResource",
+        groups.MSG_GPU_RESOURCE,
+    ),
+    (
+        {
+            "prefill": {"gpusPerReplica": 16},
+            "decode": {"podsPerReplica": 2, "gpusPerReplica": 16},
+            "scaling": {"roleFlips": {"enabled": True}},
+        },
+        "spec.scaling.roleFlips.enabled",
+        groups.MSG_FLIP_SHAPE,
+    ),
+    (
+        {
+            "prefill": {"podsPerReplica": 2, "gpusPerReplica": 16},
+            "decode": {"podsPerReplica": 2, "gpusPerReplica": 16, "gpuResource": "amd.com/gpu"},
+            "scaling": {"roleFlips": {"enabled": True}},
+        },
+        "spec.scaling.roleFlips.enabled",
+        groups.MSG_FLIP_SHAPE,
+    ),
+    (
+        {
+            "gpuResource": "amd.com/gpu",
+            "prefill": {"podsPerReplica": 2, "gpusPerReplica": 16},
+            "decode": {"podsPerReplica": 2, "gpusPerReplica": 16, "gpuResource": "amd.com/gpu"},
+            "scaling": {"roleFlips": {"enabled": True}},
+        },
+        None,
+        None,
+    ),
+]
+
+
+def test_group_fields_rules_in_a_real_api_server(kube: Kube, namespace: str) -> None:
+    """The rules groups.py holds for the CRD, applied by the lab's API server: each
+    invalid spec refused naming its field and the rule's message, each valid one accepted,
+    and the Python twins saying the same of every case."""
+    body = check_crd()
+    name = body["metadata"]["name"]
+    with contextlib.suppress(ApiException):
+        kube.apiext.delete_custom_resource_definition(name)
+    wait_for(
+        lambda: not_found(lambda: kube.apiext.read_custom_resource_definition(name)),
+        30,
+        "old CRD gone",
+    )
+    kube.apiext.create_custom_resource_definition(cast(Any, body))
+    try:
+        wait_for(lambda: crd_established(kube, name), 30, f"{name} Established")
+        for i, (spec, field, message) in enumerate(CASES):
+            obj = {
+                "apiVersion": f"{CHECK_GROUP}/v1",
+                "kind": "GroupCheck",
+                "metadata": {"name": f"c{i}"},
+                "spec": spec,
+            }
+
+            def create(obj: dict[str, Any] = obj) -> Any:
+                return kube.custom.create_namespaced_custom_object(
+                    CHECK_GROUP, "v1", namespace, CHECK_PLURAL, obj, dry_run="All"
+                )
+
+            # the CRD's schema may take a moment to be served after Established
+            refused = None
+            try:
+                wait_for(create, 10, "the check CRD served") if i == 0 else create()
+            except ApiException as err:
+                refused = err
+            assert twin(spec) == message, spec
+            if field is None:
+                assert refused is None, (spec, refused and refused.body)
+                continue
+            assert refused is not None, spec
+            assert refused.status == 422
+            text = str(json.loads(refused.body or "{}")["message"])
+            assert f"{field}: Invalid value" in text, text
+            assert str(message) in text, text
+    finally:
+        kube.apiext.delete_custom_resource_definition(name)

@@ -207,3 +207,21 @@ def test_the_router_discovers_leaders_only() -> None:
 def test_status_ready_groups_from_the_controller() -> None:
     assert groups.lws_ready_groups({"status": {"readyReplicas": 2, "replicas": 3}}) == 2
     assert groups.lws_ready_groups({}) == 0
+
+
+def test_gpu_resource_pool_then_spec_then_nvidia() -> None:
+    assert groups.gpu_resource(None, None) == "nvidia.com/gpu"
+    assert groups.gpu_resource("amd.com/gpu", None) == "amd.com/gpu"
+    assert groups.gpu_resource("amd.com/gpu", "nvidia.com/gpu") == "nvidia.com/gpu"
+
+
+def test_flip_problem_is_the_crd_rules_twin() -> None:
+    """The same message as the CRD's rule (tests/lab/test_lab_lws.py checks the rule)."""
+    assert groups.flip_problem(GroupShape(2, 16), GroupShape(2, 16)) is None
+    assert groups.flip_problem(GroupShape(1, 16), GroupShape(2, 16)) == groups.MSG_FLIP_SHAPE
+    amd = GroupShape(2, 16, "amd.com/gpu")
+    assert groups.flip_problem(GroupShape(2, 16), amd) == groups.MSG_FLIP_SHAPE
+    rules = [r["message"] for r in groups.SPEC_RULES + groups.POOL_RULES]
+    assert groups.MSG_FLIP_SHAPE in rules
+    assert groups.MSG_GROUP_GPUS in rules
+    assert groups.MSG_GPU_RESOURCE in rules
