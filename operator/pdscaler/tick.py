@@ -238,7 +238,10 @@ def _with_routers(
 ) -> list[CellTarget]:
     """The rollout's cells with their routers (``router.allot``: one total split over the
     serving cells in proportion to their Ready prefill); a retiring cell keeps its
-    prefill pods until its router pods are gone (``router.hold_prefill``)."""
+    prefill pods until its router pods are gone (``router.hold_prefill``). With
+    ``scaleToZero`` the front Service selects the holding proxy, so a cell's last routers
+    need not stay for it (``router.keep_front`` would keep them, and with them the
+    prefill, for ever at zero)."""
     routers_ready = observe.ready_routers(observed.pods)
     present = observe.present_routers(observed.pods)
     targets = list(step.targets())
@@ -255,6 +258,8 @@ def _with_routers(
     for target, (replicas, _, _), wanted in zip(targets, have, counts, strict=True):
         here = routers_ready.get(target.rev, 0)
         count = router.keep_front(wanted, here, sum(routers_ready.values()) - here)
+        if spec.scale_to_zero is not None:  # the holder fronts the cell: routers may all go
+            count = wanted
         prefill = router.hold_prefill(target.prefill, replicas, present.get(target.rev, 0))
         out.append(dataclasses.replace(target, prefill=prefill, router=count))
     return out

@@ -7,6 +7,9 @@ Owns: ``zero_decision``, which ``decide`` asks first (None: the models decide):
 * **wake**: both pools at zero replicas and requests held -> both pools from zero in
   the same decision (decode with prefill), the first replicas sized from the held queue
   (``wake_sizes``), ``ScaledFromZero``;
+* **still waking**: requests held and a pool without a Ready replica -> at least the
+  wake sizes (``Hold``, or ``ScaledFromZero`` when it raises one): the models, seeing no
+  engine or a rate of 0, would stop the cell before it serves;
 * **stay**: both pools at zero, both ``replicas.min`` 0, the holder read and nothing
   held -> 0 / 0, ``HoldAtZero``, the sentence saying for how long nothing arrived;
 * **sleep**: ``scaleToZero.idleSeconds`` set, nothing held and nothing in flight at the
@@ -117,11 +120,31 @@ def zero_decision(inp: TickInput, startup: float) -> Decision | None:
             zero = dict.fromkeys(ROLES, 0)
             return _decision(inp, startup, zero, Action.HOLD_AT_ZERO, "Held at zero", why)
         return None
+    if holder is not None and (holder.held or 0) > 0 and not all(inp.pool(r).ready for r in ROLES):
+        return _still_waking(inp, startup, holder)
     why_sleep = may_sleep(inp, holder)
     if why_sleep is None:
         return None
     zero = dict.fromkeys(ROLES, 0)
     return _decision(inp, startup, zero, Action.SCALED_TO_ZERO, "Scaled to zero", why_sleep)
+
+
+def _still_waking(inp: TickInput, startup: float, holder: HolderReading) -> Decision:
+    """Requests still held and a pool with no Ready replica yet (the wake in progress):
+    at least the wake sizes, whatever the models would say of a cell without engines or
+    with a rate of 0 (they would stop it before it serves). 1 held, decode 1 asked and
+    starting, prefill 0 (the rollout starts decode first) -> 1 / 1."""
+    held = holder.held or 0.0
+    wake = wake_sizes(
+        inp.spec, held, holder.held_prompt_tokens or 0.0, holder.held_output_tokens or 0.0
+    )
+    sizes = {r: max(inp.pool(r).replicas, wake[r]) for r in ROLES}
+    changed = any(sizes[r] != inp.pool(r).replicas for r in ROLES)
+    action = Action.SCALED_FROM_ZERO if changed else Action.HOLD
+    ready = ", ".join(f"{r.value} {inp.pool(r).ready}/{inp.pool(r).replicas} ready" for r in ROLES)
+    why = f"{held:g} requests held while the pools start ({ready})"
+    verb = "Scaled from zero" if changed else "Held"
+    return _decision(inp, startup, sizes, action, verb, why)
 
 
 def _decision(
