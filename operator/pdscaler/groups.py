@@ -1,6 +1,6 @@
 """Replicas bigger than one node: a pool replica as a group of pods (a LeaderWorkerSet).
 
-Owns the pure parts of ``spec.<pool>.podsPerReplica`` > 1 (docs/design.md §4, "group
+Owns the pure parts of ``spec.<pool>.podsPerReplica`` > 1 (docs/design.md §4.4, "group
 replicas"): the shape of a group (``GroupShape``: pods, GPUs of the whole group, the GPU
 resource name), the GPUs each pod asks for, rendering a cell's pool as a
 ``leaderworkerset.x-k8s.io/v1`` LeaderWorkerSet from the pool Deployment
