@@ -67,6 +67,7 @@ from pdscaler.policy.kvbound import (
     kv_demand,
     memory_rate,
     memory_sizes,
+    observed_floor,
     with_memory,
 )
 from pdscaler.policy.limits import (
@@ -192,7 +193,10 @@ def size(
     burst = burst_factor(inp, facts[Role.PREFILL], attribution)
     room, headroom = headroom_target(ratio.n_prefill, burst)
     held = room if headroom > 0 else None  # no head-room: sizing is exactly as without it
-    wants = size_pools(inp, facts, attribution, ratio, recent, rate, forecast, startup, held)
+    kv_floor = observed_floor(facts[Role.DECODE].kv_usage, facts[Role.DECODE].ready)
+    wants = size_pools(
+        inp, facts, attribution, ratio, recent, rate, forecast, startup, held, kv_floor
+    )
     window, stabilized = stabilize_pools(inp, facts, wants, gaps)
     cap, split = apply_limits(inp, ratio, attribution, wants, stabilized, headroom)
     split = keep_gapped(inp, split, gaps)
@@ -218,6 +222,7 @@ def size(
         decode_bound=bound,
         burst_factor=burst,
         headroom=headroom,
+        kv_floor=kv_floor,
         priors=priors,
         flip=flip,
     )
@@ -364,6 +369,7 @@ def size_pools(
     forecast: float,
     startup: float,
     prefill_room: int | None = None,
+    kv_floor: int = 0,
 ) -> dict[Role, Want]:
     """Step 4c, ``sizing``: what each pool asks for, unbounded, at the arrival ``rate``
     (the proportional step's pressure) and the ``forecast`` (the drain). A pool the
@@ -373,9 +379,12 @@ def size_pools(
     replica, R 3.5, T_s 10 s, deadline 60 s, 100 queued on 5 ready: backlog 102.5 ->
     9 replicas (ratio target at u 0.7: 8). ``prefill_room``: prefill's target with its
     burst head-room (``headroom.headroom_target``), which it grows to even when not
-    short (19.05 at h 1.55 -> 30 from 20)."""
+    short (19.05 at h 1.55 -> 30 from 20). ``kv_floor``: decode's target is at least the
+    replicas its observed KV usage needs (``kvbound.observed_floor``: 8 ready at 90% ->
+    12 where the ratio model asks 5)."""
     spec, mem = inp.spec, inp.memory
     targets = ratio_targets(ratio.n_prefill, ratio.n_decode)
+    targets[Role.DECODE] = max(targets[Role.DECODE], kv_floor)
     if prefill_room is not None:
         targets[Role.PREFILL] = max(targets[Role.PREFILL], prefill_room)
     since = inp.now - mem.last_scale_time if mem.last_scale_time is not None else None

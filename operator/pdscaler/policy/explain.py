@@ -12,8 +12,9 @@ it gets here), read clocks or do I/O.
 
 from __future__ import annotations
 
-from pdscaler.models import DecodeBound
+from pdscaler.models import DecodeBound, ceil_replicas
 from pdscaler.policy import reasons
+from pdscaler.policy.kvbound import KV_TARGET
 from pdscaler.policy.stabilize import HELD_DATA, HELD_ROLLOUT, HELD_WINDOW
 from pdscaler.policy.tick import ROLES, Tick
 from pdscaler.types import Action, Role
@@ -43,6 +44,7 @@ def infeasible(tick: Tick) -> list[str]:
 def explain(tick: Tick) -> tuple[Action, Role | None, str]:
     """(action, pool, sentence) of the tick."""
     notes = _limit_notes(tick) + infeasible(tick) + _set_aside(tick) + _headroom(tick)
+    notes += _kv_floor(tick)
     if tick.flip is not None:
         f = tick.flip
         deadline = tick.inp.spec.slo.recovery_seconds
@@ -60,6 +62,16 @@ def _headroom(tick: Tick) -> list[str]:
     """The note for the prefill replicas held as burst head-room (docs/models.md §2c)."""
     held = tick.headroom_held
     return [reasons.burst_headroom(held, tick.burst_factor)] if held > 0 else []
+
+
+def _kv_floor(tick: Tick) -> list[str]:
+    """The note when decode's observed KV usage, not its models, sizes it
+    (``kvbound.observed_floor`` above the ratio and memory target)."""
+    d = tick.facts[Role.DECODE]
+    modelled = ceil_replicas(tick.ratio.n_decode)
+    if tick.kv_floor <= modelled or d.kv_usage is None:
+        return []
+    return [reasons.kv_in_use(tick.kv_floor, d.kv_usage, d.ready, KV_TARGET)]
 
 
 def _set_aside(tick: Tick) -> list[str]:

@@ -236,6 +236,14 @@ def burst_headroom(replicas: int, factor: float) -> str:
     )
 
 
+def kv_in_use(replicas: int, usage: float, ready: int, target: float) -> str:
+    """``KV in use holds decode at 12 (90% of 8 ready replicas' cache, target 60%)``."""
+    return (
+        f"KV in use holds decode at {replicas} ({usage:.0%} of {ready} ready replicas' "
+        f"cache, target {target:.0%})"
+    )
+
+
 def flipped(
     source: Role, target: Role, count: int, seconds: float, startup: float, deadline: float
 ) -> str:

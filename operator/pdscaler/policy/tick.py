@@ -46,6 +46,8 @@ class Tick:
     #: prefill's burst head-room factor after this tick, and the replicas it asked for
     burst_factor: float = 1.0
     headroom: int = 0
+    #: decode replicas its observed KV usage needs (``kvbound.observed_floor``; 0: none)
+    kv_floor: int = 0
     #: each pool's capacity prior at this tick's mix (the profile read, or the constant)
     priors: dict[Role, float] = field(default_factory=dict)
     #: ready replicas changing role on this tick (``policy.flips``), counted in ``final``
