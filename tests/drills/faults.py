@@ -22,10 +22,13 @@ stopped.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import re
 import signal
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -277,3 +280,77 @@ class TickSampler(Sampling):
                 if name not in out and n > before.get(name, 0.0):
                     out[name] = t - since
         return out
+
+
+# ------------------------------------------------------------ fault proxies (D16-D19)
+
+
+def full_windows() -> bool:
+    """``make drill`` (``$PDSCALER_DRILL_OUT`` set) runs the issue's full windows;
+    ``make test`` the shortened ones."""
+    return bool(os.environ.get("PDSCALER_DRILL_OUT"))
+
+
+class SlowProxy:
+    """An HTTP proxy on a free loopback port that answers every request ``delay`` s
+    late (then forwards it to ``upstream`` and relays the answer): a browned-out
+    Prometheus. ``delay`` may be changed while it runs; ``requests`` counts what it
+    relayed. Use as a context manager (``url`` while open)."""
+
+    def __init__(self, upstream: str, delay: float) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.delay = delay
+        self.requests = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _relay(self) -> None:
+                time.sleep(proxy.delay)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() in ("content-type", "accept", "authorization")
+                }
+                req = urllib.request.Request(
+                    proxy.upstream + self.path, data=body, headers=headers, method=self.command
+                )
+                try:
+                    with urllib.request.urlopen(req, timeout=30) as r:
+                        code, data, ctype = r.status, r.read(), r.headers.get("Content-Type")
+                except urllib.error.HTTPError as err:
+                    code, data, ctype = err.code, err.read(), err.headers.get("Content-Type")
+                proxy.requests += 1
+                self.send_response(code)
+                self.send_header("Content-Type", ctype or "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._relay()
+
+            def do_POST(self) -> None:
+                self._relay()
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> SlowProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+#: ``python -m drills.frozen_ticks run ...``: the operator with a switch that freezes
+#: every tick that starts from then on (SIGUSR1): ticks that truly stop.
+FROZEN_TICKS_MODULE = "drills.frozen_ticks"
