@@ -75,7 +75,11 @@ def run(
     if verdict.refused is not None:
         decision = targets.held(decision, reads, verdict.refused[1])
     elif verdict.mixed is not None:
-        decision = targets.held(decision, reads, verdict.mixed)
+        # the condition says what is held back (the lastDecision of a steady hold stays)
+        wanted = f"the policy wants prefill {decision.prefill}, decode {decision.decode}"
+        why = f"{verdict.mixed}; {wanted}"
+        verdict = dataclasses.replace(verdict, mixed=why)
+        decision = targets.held(decision, reads, why)
     auto = spec.scaling.mode == "Auto" and not paused
     if not auto:  # nothing is scaled: the policy must not believe capacity is coming
         kept = dataclasses.replace(decision.memory, last_scale_time=memory.last_scale_time)
