@@ -88,6 +88,11 @@ def test_workload_role_is_exactly_what_the_operator_uses() -> None:
             "patch",
             "delete",
         },
+        # scaleTargets.kinds (each kind's /scale and reads, read here without helm as X;
+        # rendered: test_chart_scale_targets) and the coexistence check's reads
+        ("X", "X"): {"get", "list", "watch", "update", "patch"},
+        ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "watch"},
+        ("keda.sh", "scaledobjects"): {"get", "list", "watch"},
     }
 
 
