@@ -11,6 +11,7 @@ scale-subresource client (pdscaler, an HPA) would size it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from collections import Counter
@@ -33,7 +34,10 @@ from pdlab.cluster.lws import (
     WORKER_INDEX_LABEL,
     ensure_lws,
 )
-from pdscaler import groups
+from pdscaler import groups, manifests, naming
+from pdscaler.objects import Meta
+from pdscaler.spec import PDDeploymentSpec
+from pdscaler.types import Role
 from support.labkit import list_pods, not_found, wait_for
 from support.throwaway_crd import namespaced_crd
 
@@ -301,3 +305,63 @@ def test_group_fields_rules_in_a_real_api_server(kube: Kube, namespace: str) -> 
             assert str(message) in text, text
     finally:
         kube.apiext.delete_custom_resource_definition(name)
+
+
+# ----- a cell's pool rendered as a LeaderWorkerSet, on the real controller ------------------
+def rendered_decode_lws(namespace: str, shape: groups.GroupShape, decode: int) -> dict[str, Any]:
+    """The decode pool of PDDeployment ``moe`` (v1) as groups.leader_worker_set renders it
+    from manifests.pool_deployment, without its owner reference (no PDDeployment exists
+    here: the garbage collector would delete the set)."""
+    spec = PDDeploymentSpec.model_validate(
+        {
+            "engine": {"image": "vllm/vllm-openai", "version": "v1"},
+            "prefill": {"tokensPerSecond": 9000, "gpusPerReplica": 2},
+            "decode": {
+                "tokensPerSecond": 4000,
+                "gpusPerReplica": shape.gpus,
+                "template": {"metadata": {"annotations": {STARTUP_DELAY_ANNOTATION: "1s"}}},
+            },
+        }
+    )
+    meta = Meta(name="moe", namespace=namespace, uid="none")
+    cell = manifests.spec_cell(spec, prefill=1, decode=decode)
+    dep = manifests.pool_deployment(meta, spec, cell, Role.DECODE)
+    lws = groups.leader_worker_set(dep, shape)
+    del lws["metadata"]["ownerReferences"]
+    return lws
+
+
+def test_rendered_pool_runs_on_the_lws_controller(lab: Lab, kube: Kube, namespace: str) -> None:
+    """What pdscaler renders for a 2-pods-per-replica decode pool passes LWS's webhooks
+    and comes up as groups; the router's leader selector finds exactly the groups'
+    leaders (LWS's worker-index 0); 1 -> 3 groups through /scale, 2 GPUs a pod."""
+    ensure_lws(lab)
+    shape = groups.GroupShape(pods=2, gpus=4)
+    body = rendered_decode_lws(namespace, shape, decode=1)
+    name = body["metadata"]["name"]
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    labels_of_pool = body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
+    rev = labels_of_pool[naming.LABEL_REVISION]
+    selector = groups.leader_selector(naming.pool_selector("moe", Role.DECODE, rev), shape)
+    query = ",".join(f"{k}={v}" for k, v in selector.items())
+
+    def ready(want: int) -> list[dict[str, Any]]:
+        pods = pod_dicts(kube, namespace, name)
+        count = groups.count_groups(pods, shape)
+        return pods if (count.ready, count.forming) == (want, 0) else []
+
+    for want in (1, 3):
+        if want == 3:
+            kube.custom.patch_namespaced_custom_object_scale(
+                GROUP, VERSION, namespace, PLURAL, name, {"spec": {"replicas": 3}}
+            )
+        pods = wait_for(functools.partial(ready, want), 90, f"{want} Ready groups of 2")
+        leaders: list[Any] = list_pods(kube, namespace, query)
+        leader_names = sorted(str(p.metadata.name) for p in leaders)
+        assert leader_names == groups.ready_leaders(pods, shape)
+        assert len(leader_names) == want
+        by_lws = sorted(p["metadata"]["name"] for p in pods if labels(p)[WORKER_INDEX_LABEL] == "0")
+        assert leader_names == by_lws
+        limits = [p["spec"]["containers"][0]["resources"]["limits"] for p in pods]
+        assert limits == [{GPU_RESOURCE: "2"}] * shape.pods_for(want)
+        assert sum(int(x[GPU_RESOURCE]) for x in limits) == shape.gpus_for(want)
