@@ -27,7 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pdscaler import observe
 from pdscaler.objects import SPEC_HASH_ANNOTATION, Manifest, stamp
+from pdscaler.types import PoolObservation
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -336,3 +338,71 @@ def lws_ready_groups(lws: Mapping[str, Any]) -> int:
     """The controller's own count of Ready groups (``status.readyReplicas``: a group
     whose leader and every worker are Ready), 0 before it wrote status."""
     return int((lws.get("status") or {}).get("readyReplicas") or 0)
+
+
+def _group_key(pod: Mapping[str, Any], index: int, shape: GroupShape) -> str:
+    key = _labels(pod).get(LWS_GROUP_INDEX_LABEL) if shape.grouped else None
+    return key if key is not None else f"pod-{index}"
+
+
+def _group_startup(members: list[Mapping[str, Any]]) -> float | None:
+    """Earliest pod creation -> latest Ready transition of a Ready group (the group
+    serves from its last pod's Ready on); None if a time is missing."""
+    created = [
+        observe.parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in members
+    ]
+    ready_at = []
+    for pod in members:
+        conds = (pod.get("status") or {}).get("conditions") or []
+        ready_at += [
+            observe.parse_time(c.get("lastTransitionTime"))
+            for c in conds
+            if c.get("type") == "Ready"
+        ]
+    if not created or not ready_at or None in created or None in ready_at:
+        return None
+    start = min(t for t in created if t is not None)
+    end = max(t for t in ready_at if t is not None)
+    return end - start if end >= start else None
+
+
+def group_observation(
+    replicas: int, pods: Iterable[Mapping[str, Any]], shape: GroupShape
+) -> PoolObservation:
+    """One grouped pool as the tick sees it, every count in groups (the twin of
+    ``observe.pool_observation`` for one-pod replicas): ``replicas`` is the
+    LeaderWorkerSets' desired groups; ``ready`` the groups with all pods Ready;
+    ``unschedulable`` the groups with a pod the scheduler could not place (a group
+    needs every pod placed); ``startup_samples`` a Ready group's first pod creation to
+    its last pod Ready, oldest first (the start-up learned per pool is a group's);
+    ``terminating`` the groups with a pod being deleted (they still hold their GPUs).
+
+    2 groups of 2, one Ready 40 s after its first pod was created, one with a pod
+    Pending Unschedulable: ready 1, unschedulable 1, startup_samples (40.0,)."""
+    by_group: dict[str, list[Mapping[str, Any]]] = {}
+    for i, pod in enumerate(pods):
+        by_group.setdefault(_group_key(pod, i, shape), []).append(pod)
+    ready: list[tuple[float, float]] = []
+    unschedulable = terminating = 0
+    for members in by_group.values():
+        if any(observe.terminating(p) for p in members):
+            terminating += 1
+            continue
+        if any(observe.is_unschedulable(p) for p in members):
+            unschedulable += 1
+        if len(members) >= shape.pods and all(observe.is_ready(p) for p in members):
+            took = _group_startup(members)
+            created = min(
+                observe.parse_time((p.get("metadata") or {}).get("creationTimestamp")) or 0.0
+                for p in members
+            )
+            ready.append((created, took if took is not None else -1.0))
+    ready.sort()
+    samples = tuple(t for _, t in ready if t >= 0)
+    return PoolObservation(
+        replicas=replicas,
+        ready=len(ready),
+        unschedulable=unschedulable,
+        startup_samples=samples[-observe.MAX_STARTUP_SAMPLES :],
+        terminating=terminating,
+    )

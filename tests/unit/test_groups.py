@@ -225,3 +225,38 @@ def test_flip_problem_is_the_crd_rules_twin() -> None:
     assert groups.MSG_FLIP_SHAPE in rules
     assert groups.MSG_GROUP_GPUS in rules
     assert groups.MSG_GPU_RESOURCE in rules
+
+
+def timed(group: str, worker: int, created: str, ready_at: str | None, **status: Any) -> Any:
+    """A group pod created at ``created`` (seconds past 17:00), Ready at ``ready_at``."""
+    p = pod(group, worker, ready_at is not None)
+    p["metadata"]["creationTimestamp"] = f"2026-12-05T17:00:{created}Z"
+    if ready_at is not None:
+        p["status"]["conditions"][0]["lastTransitionTime"] = f"2026-12-05T17:00:{ready_at}Z"
+    p["status"].update(status)
+    return p
+
+
+def test_group_observation_counts_groups() -> None:
+    """Group 0: created :00 and :02, Ready :30 and :40 -> one sample of 40 s; group 1: a
+    worker Pending Unschedulable -> unschedulable 1, not Ready; group 2 a pod being
+    deleted -> terminating 1. Four groups wanted."""
+    unsched = {"phase": "Pending"}
+    pods = [timed("0", 0, "00", "30"), timed("0", 1, "02", "40")]
+    pods += [timed("1", 0, "05", "35"), timed("1", 1, "05", None, **unsched)]
+    pods[-1]["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    ]
+    going = timed("2", 1, "01", "20")
+    going["metadata"]["deletionTimestamp"] = "2026-12-05T17:00:50Z"
+    pods += [timed("2", 0, "01", "20"), going]
+    obs = groups.group_observation(4, pods, GroupShape(2, 16))
+    assert (obs.replicas, obs.ready, obs.unschedulable, obs.terminating) == (4, 1, 1, 1)
+    assert obs.startup_samples == (40.0,)
+
+
+def test_group_observation_samples_oldest_first() -> None:
+    pods = [timed("1", 0, "10", "15"), timed("1", 1, "10", "16")]
+    pods += [timed("0", 0, "00", "20"), timed("0", 1, "00", "21")]
+    obs = groups.group_observation(2, pods, GroupShape(2, 16))
+    assert obs.startup_samples == (21.0, 6.0)
