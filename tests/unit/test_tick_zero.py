@@ -17,16 +17,17 @@ from support.tick_world import INTERVAL, OWNER, snapshot
 ZERO = {"min": 0, "max": 8}
 
 
-def zero_spec() -> PDDeploymentSpec:
-    return PDDeploymentSpec.model_validate(
-        {
-            "engine": {"image": "img", "version": "v1"},
-            "prefill": {"tokensPerSecond": 3000, "replicas": ZERO},
-            "decode": {"tokensPerSecond": 800, "replicas": ZERO},
-            "scaling": {"interval": "5s", "maxGPUs": 16, "scaleDownStabilization": "10s"},
-            "scaleToZero": {"idleSeconds": 30},
-        }
-    )
+def zero_spec(scale_to_zero: bool = True) -> PDDeploymentSpec:
+    doc: dict[str, Any] = {
+        "engine": {"image": "img", "version": "v1"},
+        "prefill": {"tokensPerSecond": 3000, "replicas": ZERO},
+        "decode": {"tokensPerSecond": 800, "replicas": ZERO},
+        "scaling": {"interval": "5s", "maxGPUs": 16, "scaleDownStabilization": "10s"},
+        "scaleToZero": {"idleSeconds": 30},
+    }
+    if not scale_to_zero:
+        del doc["scaleToZero"]
+    return PDDeploymentSpec.model_validate(doc)
 
 
 def replicas(cluster: SimCluster) -> dict[str, int]:
@@ -39,8 +40,15 @@ def replicas(cluster: SimCluster) -> dict[str, int]:
     return out
 
 
-def run(cluster: SimCluster, start: float, ticks: int, state: dict[str, Any],
-        holder: HolderReading, rate: float) -> list[tick.TickEffects]:  # fmt: skip
+def run(
+    cluster: SimCluster,
+    start: float,
+    ticks: int,
+    state: dict[str, Any],
+    holder: HolderReading,
+    rate: float,
+    s2z: bool = True,
+) -> list[tick.TickEffects]:
     out = []
     for i in range(ticks):
         now = start + i * INTERVAL
@@ -48,7 +56,7 @@ def run(cluster: SimCluster, start: float, ticks: int, state: dict[str, Any],
         metrics = replace(snapshot(now, rate), holder=holder)
         fx = tick.compute(
             tick.TickFacts(
-                now=now, owner=OWNER, generation=1, spec=zero_spec(),
+                now=now, owner=OWNER, generation=1, spec=zero_spec(s2z),
                 observed=cluster.observed(), metrics=metrics,
                 raw_status=state.get("status"), memory=state.get("memory"),
                 rollout=state.get("rollout"),
@@ -92,3 +100,18 @@ def test_idle_cell_goes_to_zero_routers_and_prefill_included_then_wakes() -> Non
     assert [(f.decision.prefill, f.decision.decode) for f in fx] == [(1, 1)] * 4
     assert replicas(cluster)["prefill"] == 1
     assert replicas(cluster)["decode"] == 1
+
+
+def test_without_scale_to_zero_the_holder_objects_go() -> None:
+    cluster = SimCluster(startup_seconds=10.0)
+    state: dict[str, Any] = {}
+    busy = HolderReading(held=0, held_prompt_tokens=0, held_output_tokens=0,
+                         in_flight=1, idle_seconds=0)  # fmt: skip
+    run(cluster, 0.0, 4, state, busy, rate=1.0)
+    assert "chat-holder" in cluster.deployments
+    assert "chat-routers" in cluster.services
+    assert cluster.services["chat"]["spec"]["selector"]["pdscaler.io/role"] == "holder"
+    run(cluster, 4 * INTERVAL, 2, state, busy, rate=1.0, s2z=False)
+    assert "chat-holder" not in cluster.deployments
+    assert "chat-routers" not in cluster.services
+    assert cluster.services["chat"]["spec"]["selector"]["pdscaler.io/role"] == "router"
