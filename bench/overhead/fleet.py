@@ -322,6 +322,7 @@ def _run_in_lab(r: Run, t0: float) -> None:
         "PDSCALER_PROMETHEUS_URL": r.lab.prometheus_url,
     }
     r.log.unlink(missing_ok=True)
+    (r.lab.dir / PROFILE).unlink(missing_ok=True)  # never read a previous run's
     r.exporter.start(env)
     r.child.start(env)
     r.window = _measure_running(r)
@@ -372,13 +373,12 @@ def exporter_argv(kubeconfig: Path) -> list[str]:
 
 
 def diagnosis(reconciled_count: int) -> str:
-    """Why a fleet stalls at the executor's size (read in kopf 1.45's source)."""
+    """Why PDDeployments were left without a first tick (the tick loop, handlers.py)."""
     return (
-        "cause: kopf runs a synchronous daemon (`handlers.every_interval`) in a thread of "
-        "its executor for the object's whole life, and the executor has "
-        "`settings.execution.max_workers` threads (8 with the operator's settings), so "
-        f"{reconciled_count} daemons hold every thread and later handlers (create, resume)"
-        " and daemons wait for one forever"
+        f"cause: {reconciled_count} had their first tick; a new PDDeployment is due at once "
+        "but waits, with every due tick, for one of the operator's 8 tick threads "
+        "(handlers.TICK_WORKERS): when ticks take longer than 8 / (PDDeployments / "
+        "interval) seconds the queue only grows (the tick lateness above)"
     )
 
 

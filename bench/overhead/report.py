@@ -103,11 +103,18 @@ def goal_misses(f: Mapping[str, Any]) -> list[str]:
         out.append(f"RSS {f['rss_mib_peak']:.0f} MiB >= {GOAL_RSS_MIB:.0f}")
     late = f.get("lateness_p99_s")
     if late is None or late >= f["interval_s"]:
-        shown = "not measured" if late is None else f"{late:.1f} s"
+        shown = "not measured" if late is None else _late(f, "lateness_p99_s")
         out.append(f"tick lateness p99 {shown} >= the {f['interval_s']:g} s interval")
     if f["reconciled"] < f["pdds"]:
         out.append(f"{f['reconciled']} of {f['pdds']} reconciled")
     return out
+
+
+def _late(f: Mapping[str, Any], key: str) -> str:
+    """ "0.36 s"; "at least 60.00 s" at the histogram's top finite bound (a floor)."""
+    top = f.get("lateness_top_s")
+    floor = top is not None and f[key] >= top
+    return ("at least " if floor else "") + f"{f[key]:.2f} s"
 
 
 def fleet_sentence(doc: Mapping[str, Any]) -> str:
@@ -120,8 +127,8 @@ def fleet_sentence(doc: Mapping[str, Any]) -> str:
     goal = None
     for f in doc.get("fleets") or []:
         late = (
-            f"ticks started {f['lateness_p50_s']:.2f} s (p50) and {f['lateness_p99_s']:.2f} s "
-            "(p99) after they were due"
+            f"ticks started {_late(f, 'lateness_p50_s')} (p50) and "
+            f"{_late(f, 'lateness_p99_s')} (p99) after they were due"
             if f.get("lateness_p99_s") is not None
             else "tick lateness not measured"
         )

@@ -27,13 +27,14 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
 from bench.overhead.process import parse_stat_cpu
 
 HZ = 10.0
+DUMP_EVERY_S = 15.0
 
 
 def package_of(filename: str) -> str:
@@ -93,6 +94,9 @@ class Sampler:
         self.by_function: defaultdict[str, float] = defaultdict(float)
         self.by_caller: defaultdict[str, float] = defaultdict(float)
         self._last: dict[int, float] = {}
+        #: called after each sample (``main`` writes the report every ``DUMP_EVERY_S``:
+        #: an operator killed after SIGTERM's grace leaves its last report)
+        self.on_tick: Callable[[], None] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
 
@@ -120,6 +124,8 @@ class Sampler:
                 if used > 0:
                     self.charge(frame, used)
             self.cpu_s = time.thread_time()
+            if self.on_tick is not None:
+                self.on_tick()
 
     def report(self) -> dict[str, object]:
         return {
@@ -141,6 +147,14 @@ def main(argv: Sequence[str]) -> None:
     def dump() -> None:
         Path(out).write_text(json.dumps({"pid": os.getpid(), **sampler.report()}, indent=1))
 
+    last = [time.monotonic()]
+
+    def every() -> None:
+        if time.monotonic() - last[0] >= DUMP_EVERY_S:
+            last[0] = time.monotonic()
+            dump()
+
+    sampler.on_tick = every
     atexit.register(dump)
     sampler.start()
     sys.argv = ["pdscaler", *rest]

@@ -185,7 +185,7 @@ def test_the_goal_names_each_bound_missed() -> None:
     assert goal_misses(_fleet(1000, 1.31, 1100, 40.0)) == [
         "CPU 1.31 cores >= 1",
         "RSS 1100 MiB >= 1024",
-        "tick lateness p99 40.0 s >= the 15 s interval",
+        "tick lateness p99 40.00 s >= the 15 s interval",
     ]
     assert goal_misses({**_fleet(1000, 0.5, 100, None), "reconciled": 900}) == [
         "tick lateness p99 not measured >= the 15 s interval",
@@ -203,7 +203,7 @@ def test_the_fleet_sentence_says_every_size_and_the_verdict() -> None:
     )
     assert text.endswith(
         "the goal at 1000 (< 1 core, < 1 GiB, ticks on time): not met (CPU 1.31 cores >= 1, "
-        "tick lateness p99 40.0 s >= the 15 s interval)"
+        "tick lateness p99 40.00 s >= the 15 s interval)"
     )
     assert fleet_sentence({"fleets": [_fleet(200, 0.2, 100, 0.4)]}).endswith(": not measured")
     assert fleet_sentence({}) == "the many-PDDeployments run: not measured"
@@ -259,3 +259,12 @@ def test_the_command_line_shown_names_no_machine_path() -> None:
     assert cli.shown_command(["--out", inside]) == (
         "python -m bench.overhead --out bench/results/overhead.md"
     )
+
+
+def test_a_lateness_at_the_top_bucket_is_a_floor() -> None:
+    """1,000 PDDeployments that fell behind: every tick over 60 s late reads p99 60 s by
+    PromQL's rule; the results say 'at least' (the 1,000 run's first report said 60.00)."""
+    f = {**_fleet(1000, 0.2, 434, 60.0), "lateness_top_s": 60.0}
+    assert "ticks started at least 30.00 s" not in fleet_sentence({"fleets": [f]})
+    assert "and at least 60.00 s (p99)" in fleet_sentence({"fleets": [f]})
+    assert "tick lateness p99 at least 60.00 s >= the 15 s interval" in goal_misses(f)
