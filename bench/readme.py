@@ -464,7 +464,7 @@ def overhead_part(text: str | None, doc: dict[str, Any] | None = None) -> str:
         ),
     ]
     if doc is not None and doc.get("fleets"):
-        parts.append("one operator process keeps " + fleet_sentence(doc))
+        parts.append("one operator process with " + fleet_sentence(doc))
     elif {"pdds", "cpu", "rss"} <= set(f):
         parts.append(
             f"one operator process keeps {f['pdds']} PDDeployments at a {f['interval']} "

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from bench import readme, reliability
+from bench.overhead.report import fleet_sentence
 
 REPO = Path(readme.__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -117,10 +118,13 @@ def deadline() -> str:
 
 
 def overhead_fleet() -> str:
-    o = OVERHEAD
+    """overhead.json's fleets (200 and 1,000 PDDeployments, real series), the sentence
+    README's results section says too (``bench.overhead.report.fleet_sentence``)."""
+    doc = json.loads((RESULTS / "overhead.json").read_text())
+    assert doc["fleets"], "overhead.json holds no measured fleet"
     return (
-        "[bench/results/overhead.md](../bench/results/overhead.md) §3: "
-        f"{o['pdds']} at a {o['interval']} interval with {o['cpu']} and a peak RSS of {o['rss']}"
+        "[bench/results/overhead.json](../bench/results/overhead.json), measured with real "
+        f"series at commit {doc['measured_at']['commit']}: {fleet_sentence(doc)}"
     )
 
 

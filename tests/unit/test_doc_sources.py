@@ -35,7 +35,7 @@ def results(name: str) -> dict[str, Any]:
 
 
 def test_every_results_file_here_names_its_commit_and_date() -> None:
-    for name in ("install-size.json", "speed.json", "quality.json"):
+    for name in ("install-size.json", "speed.json", "quality.json", "overhead.json"):
         stamp = results(name)["measured_at"]
         assert re.fullmatch(r"[0-9a-f]{7}(\+dirty)?", stamp["commit"]), (name, stamp)
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", stamp["date"]), (name, stamp)
