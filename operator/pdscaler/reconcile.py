@@ -195,6 +195,13 @@ def _scale_targets(
             _publish(rt, pdd, event)
     _write_status(rt, pdd, done.status, done.status_changed)
     rt.memory[owner.uid] = done.memory
+    # the operator's metrics, as for owned pools (desired, ready, decisions, targets)
+    before = {role: pool.replicas for role, pool in done.pools.items()}
+    seconds = rt.clock() - now
+    rt.telemetry.record_tick(
+        owner.namespace, owner.name, done.decision, before, done.pools, metrics[0], seconds
+    )
+    rt.telemetry.record_targets(owner.namespace, owner.name, spec, done.status)
 
 
 #: A tick longer than 2 intervals plus this hung (an API server stopped mid-request):

@@ -23,7 +23,15 @@ from pdscaler.policy import decide
 from pdscaler.runtime import Runtime
 from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
 from pdscaler.tick import Event, _decision_events
-from pdscaler.types import ConditionReason, Decision, MetricsSnapshot, PolicyMemory, Role, TickInput
+from pdscaler.types import (
+    ConditionReason,
+    Decision,
+    MetricsSnapshot,
+    PolicyMemory,
+    PoolObservation,
+    Role,
+    TickInput,
+)
 
 log = logging.getLogger("pdscaler.targets")
 
@@ -39,6 +47,8 @@ class TargetTick:
     status_changed: bool
     events: tuple[Event, ...]
     memory: PolicyMemory
+    #: the pools as read (``/scale``'s replicas before the tick, the selected pods)
+    pools: dict[Role, PoolObservation] = dataclasses.field(default_factory=dict)
 
 
 def run(
@@ -128,4 +138,5 @@ def run(
         status_changed=status.status_changed(built, raw),
         events=tuple(events),
         memory=decision.memory,
+        pools={Role.PREFILL: prefill, Role.DECODE: decode},
     )

@@ -170,6 +170,8 @@ def test_sizes_a_deployment_pair_it_did_not_create_through_scale_only(
     assert kube.core.list_namespaced_service(namespace).items == []
     pdd = get_pdd(kube, namespace, NAME)
     assert pdd["status"]["decode"]["desiredReplicas"] == WANT
+    key = {"namespace": namespace, "name": NAME, "pool": "decode"}  # the operator's metrics
+    assert rt.telemetry.registry.get_sample_value("pdscaler_desired_replicas", key) == WANT
     assert (condition(pdd, "Stalled") or {}).get("status") == "False"
 
 
