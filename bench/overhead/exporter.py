@@ -86,23 +86,12 @@ def _total(shape: Sequence[tuple[float, float]], n: float) -> float:
 
 def steady(role: str, done: float) -> PodStats:
     """The series of a ``role`` pod that has served ``done`` requests of the steady load
-    (module docstring's numbers): counters proportional to ``done``, gauges constant."""
-    if role == "prefill":
-        return PodStats(
-            request_success=done,
-            prompt_tokens=done * PROMPT_TOKENS,
-            generation_tokens=done,
-            request_prompt_tokens_sum=done * PROMPT_TOKENS,
-            request_generation_tokens_sum=done,
-            ttft_counts=_counts(TTFT_BUCKETS, TTFT_SHAPE, done),
-            ttft_sum=_total(TTFT_SHAPE, done),
-            waiting=0.0,
-            running=1.0,
-            kv_usage=0.05,
-            kv_capacity_tokens=KV_CAPACITY_TOKENS,
-        )
-    tokens = done * OUTPUT_TOKENS
-    return PodStats(
+    (module docstring's numbers): counters proportional to ``done``, gauges constant. A
+    prefill pod outputs 1 token a request (vLLM's P/D proxy sends ``max_tokens=1``), a
+    decode pod ``OUTPUT_TOKENS``, with their per-token latencies."""
+    prefill = role == "prefill"
+    tokens = done * (1.0 if prefill else OUTPUT_TOKENS)
+    stats = PodStats(
         request_success=done,
         prompt_tokens=done * PROMPT_TOKENS,
         generation_tokens=tokens,
@@ -110,15 +99,16 @@ def steady(role: str, done: float) -> PodStats:
         request_generation_tokens_sum=tokens,
         ttft_counts=_counts(TTFT_BUCKETS, TTFT_SHAPE, done),
         ttft_sum=_total(TTFT_SHAPE, done),
-        itl_counts=_counts(TPOT_BUCKETS, TPOT_SHAPE, tokens),
-        itl_sum=_total(TPOT_SHAPE, tokens),
-        request_tpot_counts=_counts(TPOT_BUCKETS, TPOT_SHAPE, done),
-        request_tpot_sum=_total(TPOT_SHAPE, done),
-        waiting=0.0,
-        running=8.0,
-        kv_usage=0.4,
+        running=1.0 if prefill else 8.0,
+        kv_usage=0.05 if prefill else 0.4,
         kv_capacity_tokens=KV_CAPACITY_TOKENS,
     )
+    if not prefill:
+        stats.itl_counts = _counts(TPOT_BUCKETS, TPOT_SHAPE, tokens)
+        stats.itl_sum = _total(TPOT_SHAPE, tokens)
+        stats.request_tpot_counts = _counts(TPOT_BUCKETS, TPOT_SHAPE, done)
+        stats.request_tpot_sum = _total(TPOT_SHAPE, done)
+    return stats
 
 
 def router_page(done: float) -> str:
