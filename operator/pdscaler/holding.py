@@ -156,12 +156,13 @@ def front_to_holder(front: Manifest) -> Manifest:
 def holding_objects(
     meta: Meta, spec: PDDeploymentSpec, front: Manifest, image: str = DEFAULT_HOLDER_IMAGE
 ) -> list[Manifest]:
-    """With ``scaleToZero``: the holder, the routers' Service and the front Service
-    turned to the holder; without it: the front Service as given."""
+    """With ``scaleToZero``: the holder (of ``scaleToZero.image``, else ``image``), the
+    routers' Service and the front Service turned to the holder; without it: the front
+    Service as given."""
     if spec.scale_to_zero is None:
         return [front]
     return [
-        holder_deployment(meta, spec, image),
+        holder_deployment(meta, spec, spec.scale_to_zero.image or image),
         routers_service(meta, spec.router.port),
         front_to_holder(front),
     ]

@@ -616,6 +616,9 @@ class ScaleToZeroSpec(_Model):
     ``replicas.min`` 0."""
 
     idle_seconds: float = Field(default=300.0, ge=1, le=86400)
+    #: the holding proxy's image: the operator's (``holding.DEFAULT_HOLDER_IMAGE``) unless
+    #: given, e.g. from your registry (``registry.example/pdscaler/pdscaler:0.1.0``)
+    image: str | None = Field(default=None, min_length=1, max_length=512)
 
 
 class RolloutSpec(_Model):

@@ -44,3 +44,14 @@ def test_scale_to_zero_puts_the_holder_in_front() -> None:
 def test_without_scale_to_zero_the_front_selects_the_routers() -> None:
     front = manifests.front_service(META, 8000)
     assert holding_objects(META, chat_spec(), front) == [front]
+
+
+def test_the_holder_image_from_the_spec() -> None:
+    image = "registry.example/pdscaler/pdscaler:0.1.0"
+    spec = chat_spec(
+        prefill={"replicas": ZERO},
+        decode={"replicas": ZERO},
+        scaleToZero={"idleSeconds": 60, "image": image},
+    )
+    holder = holding_objects(META, spec, manifests.front_service(META, 8000))[0]
+    assert holder["spec"]["template"]["spec"]["containers"][0]["image"] == image
