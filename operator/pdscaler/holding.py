@@ -3,7 +3,8 @@
 
 Owns: ``<name>-holder`` (a Deployment of the operator's image running
 ``python -m pdscaler.holder``, labelled ``pdscaler.io/role: holder`` so Prometheus scrapes
-its ``metrics`` port as the routers' and ``metricsql.holder`` reads it), ``<name>-routers``
+its ``metrics`` port as the routers' and ``metricsql.answers.read_holder`` reads it),
+``<name>-routers``
 (a Service selecting every cell's Ready routers: the holder's upstream) and the front
 Service ``<name>`` turned to the holder (``front_to_holder``). The request path with
 ``scaleToZero``::
@@ -29,7 +30,7 @@ from pdscaler.holder import Limits
 from pdscaler.objects import Manifest, Meta, owner_reference, stamp
 from pdscaler.spec import PDDeploymentSpec
 
-#: The role label of the holder's pods (``metricsql.holder.HOLDER_ROLE``).
+#: The role label of the holder's pods (``metricsql.queries.HOLDER_ROLE``).
 ROLE_HOLDER = "holder"
 HOLDER_CONTAINER = "holder"
 HOLDER_METRICS_PORT = 29100

@@ -1,13 +1,14 @@
-"""metricsql.holder: the holding proxy's gauges are asked when both pools may stand at
-zero, read into ``MetricsSnapshot.holder``, and unknown (None) when any is missing or
-the holder's scrape is stale (issue 29, item 3)."""
+"""metricsql (queries.HOLDER_QUERIES, answers.read_holder): the holding proxy's gauges
+are asked when both pools may stand at zero, read into ``MetricsSnapshot.holder``, and
+unknown (None) when any is missing or the holder's scrape is stale (issue 29, item
+3)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pdscaler import metricsql as mq
-from pdscaler.metricsql.holder import HOLDER_QUERIES
+from pdscaler.metricsql.queries import HOLDER_QUERIES
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import HolderReading
 from support.prom_answers import NAME, NOW, NS, full_answers, one, spec, vector

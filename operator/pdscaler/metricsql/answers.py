@@ -19,10 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pdscaler.metricsql.holder import HOLDER_QUERIES, read_holder
-from pdscaler.metricsql.queries import Key, Query
+from pdscaler.metricsql.queries import HOLDER_QUERIES, HOLDER_ROLE, Key, Query
 from pdscaler.metricsql.templates import DEFAULT_MAX_AGE_SECONDS, PROM_ROLE, ROUTER_ROLE
-from pdscaler.types import MetricsSnapshot, PoolMetrics, RateSource, Role
+from pdscaler.types import HolderReading, MetricsSnapshot, PoolMetrics, RateSource, Role
 
 # ---------------------------------------------------------------------------- answers
 
@@ -351,4 +350,37 @@ def assemble(
         ),
         problems=tuple(problems),
         holder=read_holder(answers, now=now, max_age=max_age),
+    )
+
+
+def _holder_value(answer: Mapping[str, Any] | None, *, now: float, max_age: float) -> float | None:
+    if answer is None:
+        return None
+    return parse_scalar(answer, now=now, max_age=max_age).value
+
+
+def read_holder(
+    answers: Mapping[Key, Mapping[str, Any]], *, now: float, max_age: float
+) -> HolderReading | None:
+    """The holding proxy's reading (``queries.HOLDER_QUERIES``), or None when it was not
+    asked, did not answer every query, or its newest scrape (``answers[FRESHNESS]``,
+    role ``holder``) is older than ``max_age``. Held 3, tokens 120 / 24, none in flight, idle 0 ->
+    ``HolderReading(3, 120, 24, 0, 0)``. Unknown is never 0: an empty answer (no holder
+    scraped), a failed query or a stale holder leave the whole reading None, and the
+    policy then neither wakes nor sleeps on it."""
+    if Key.HOLDER_HELD not in answers:
+        return None
+    newest, _ = parse_by_label(answers.get(Key.FRESHNESS, {}), PROM_ROLE)
+    stamp = newest.get(HOLDER_ROLE)
+    if stamp is not None and now - stamp > max_age:
+        return None
+    got = {k: _holder_value(answers.get(k), now=now, max_age=max_age) for k in HOLDER_QUERIES}
+    if any(v is None for v in got.values()):
+        return None
+    return HolderReading(
+        held=got[Key.HOLDER_HELD],
+        held_prompt_tokens=got[Key.HOLDER_PROMPT],
+        held_output_tokens=got[Key.HOLDER_OUTPUT],
+        in_flight=got[Key.HOLDER_IN_FLIGHT],
+        idle_seconds=got[Key.HOLDER_IDLE],
     )

@@ -87,7 +87,7 @@ class Key(StrEnum):
     # the decode replicas' KV capacity as the engine reports it (read on decode; not
     # one of the pool's required signals: absent, the memory term needs the spec's M)
     KV_CAPACITY = "kv_capacity"
-    # the holding proxy's gauges (``metricsql.holder``): demand at zero replicas
+    # the holding proxy's gauges (``HOLDER_QUERIES`` below): demand at zero replicas
     HOLDER_HELD = "holder.held"
     HOLDER_PROMPT = "holder.held_prompt_tokens"
     HOLDER_OUTPUT = "holder.held_output_tokens"
@@ -172,8 +172,43 @@ def build_queries(spec: PDDeploymentSpec, namespace: str, name: str) -> list[Que
     if preset.kv_capacity is not None:
         kv = Query(Key.KV_CAPACITY, fill(preset.kv_capacity, Role.DECODE), pool=Role.DECODE)
         queries.append(kv)
-    from pdscaler.metricsql.holder import holder_queries, holder_wanted  # it imports Key
-
     if holder_wanted(spec):  # both pools may stand at zero: ask the holding proxy
         queries.extend(holder_queries(namespace, name))
     return queries
+
+
+# ------------------------------------------------------------ the holding proxy
+# Its gauges (``pdscaler.holder``, issue 29 item 3) say there is demand at zero. The
+# holder's pods carry ``pdscaler.io/name`` and ``pdscaler.io/role: holder`` and are
+# scraped as the routers are (their port named ``metrics``), so its series have the same
+# scope labels; ``answers.read_holder`` reads them.
+
+#: The role label of the holding proxy's pods.
+HOLDER_ROLE = "holder"
+
+#: Each reading's query template (``{selector}``: the holder's pods of one PDDeployment).
+#: Sums over the holder's pods, but ``idle_seconds``: the least of them (one pod busy is
+#: not idle).
+HOLDER_QUERIES: Mapping[Key, str] = {
+    Key.HOLDER_HELD: "sum(pdscaler_holder_held_requests{selector})",
+    Key.HOLDER_PROMPT: "sum(pdscaler_holder_held_prompt_tokens{selector})",
+    Key.HOLDER_OUTPUT: "sum(pdscaler_holder_held_output_tokens{selector})",
+    Key.HOLDER_IN_FLIGHT: "sum(pdscaler_holder_in_flight_requests{selector})",
+    Key.HOLDER_IDLE: "min(pdscaler_holder_idle_seconds{selector})",
+}
+
+
+def holder_wanted(spec: PDDeploymentSpec) -> bool:
+    """Both pools may stand at zero (both ``replicas.min`` 0): only then is the holder
+    asked (5 queries more a tick)."""
+    return spec.prefill.replicas.min == 0 and spec.decode.replicas.min == 0
+
+
+def holder_queries(namespace: str, name: str) -> list[Query]:
+    """The holder's five queries for one PDDeployment:
+
+    >>> [q.promql for q in holder_queries("serving", "chat")][0]
+    'sum(pdscaler_holder_held_requests{namespace="serving",pdscaler_io_name="chat",pdscaler_io_role="holder"})'
+    """
+    sel = selector(namespace, name, HOLDER_ROLE)
+    return [Query(key, tpl.replace("{selector}", sel)) for key, tpl in HOLDER_QUERIES.items()]
