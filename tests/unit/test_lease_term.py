@@ -11,7 +11,7 @@ import pytest
 from pdscaler.kube import FencedError, FencedKube
 from pdscaler.lease import Move
 from pdscaler.liveness import Facts, verdict
-from unit.test_lease import FakeLeases, electors
+from support.leases import FakeLeases, electors
 
 
 class SlowRead:

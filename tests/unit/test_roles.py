@@ -282,7 +282,7 @@ def test_a_rollout_from_a_cell_with_a_flipped_pod_keeps_the_invariants() -> None
     state: dict[str, Any] = {}
     cluster = _flipped_cluster(state)
     v2 = flip_spec(decode=1, prefill=3).model_copy(
-        update={"engine": flip_spec().engine.model_copy(update={"version": "v2"})}
+        update={"engine_spec": flip_spec().engine.model_copy(update={"version": "v2"})}
     )
     problems: list[str] = []
     relabels: list[tuple[str, dict[str, str] | None]] = []
