@@ -230,11 +230,12 @@ def test_a_write_whose_connection_broke_is_not_sent_again(hangup: Hangup, method
     and DELETE 16 times, 4 of them past the fence's check, PATCH 4 times."""
     kube = Kube(_api(hangup.port))
     kube.sleep = lambda _s: None
-    send = {
+    sends: dict[str, Callable[[], object]] = {
         "PUT": lambda: kube.update_lease("ns", "pdscaler-leader", {"holderIdentity": "a"}, "7"),
         "DELETE": lambda: kube.delete("Deployment", "serving", "chat-v1-decode", uid="u1"),
         "PATCH": lambda: kube.annotate_pod("serving", "p0", {"x": "1"}),
-    }[method]
+    }
+    send = sends[method]
     with pytest.raises(BROKEN):
         send()
     assert hangup.methods == [method]
