@@ -20,6 +20,10 @@ RUN sed -i -e '/^pdlab = /d' -e '/^"pdlab\.cluster" = /d' pyproject.toml \
  && pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
+# pdscaler_build_info's commit label (telemetry.build_info): build with
+# --build-arg PDSCALER_COMMIT=$(git rev-parse --short=12 HEAD); without it "unknown"
+ARG PDSCALER_COMMIT=unknown
+ENV PDSCALER_COMMIT=$PDSCALER_COMMIT
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 # matches the chart's podSecurityContext (runAsNonRoot, uid/gid 65532, read-only root fs)

@@ -114,6 +114,10 @@ def render(pdd: dict[str, Any]) -> str:
     ld = st.last_decision
     if ld is None:
         lines.append(_line("last decision", "none yet (the operator has not ticked)"))
+        lines.append(
+            "  is its namespace one the operator watches (the chart's watchNamespaces), and "
+            "is the operator running? (docs/troubleshooting.md, where to look first)"
+        )
     else:
         when = ld.time.strftime("%Y-%m-%dT%H:%M:%SZ") if ld.time else "?"
         pool = f" ({ld.pool})" if ld.pool else ""
