@@ -24,16 +24,15 @@ sleep).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from pdscaler.models import ratio_model
 from pdscaler.policy import reasons
-from pdscaler.policy.limits import Capacity, bounded, fit
-from pdscaler.policy.stabilize import prune
+from pdscaler.policy.hold import fit_sizes, prior_outputs, window_memory
+from pdscaler.policy.limits import bounded
 from pdscaler.policy.tick import ROLES
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import Action, Decision, HolderReading, ModelOutputs, Role, TickInput
+from pdscaler.types import Action, Decision, HolderReading, Role, TickInput
 
 
 def at_zero(inp: TickInput) -> bool:
@@ -156,35 +155,15 @@ def _decision(
     why: str,
 ) -> Decision:
     """``sizes`` within maxGPUs as a Decision, the memory as ``hold`` keeps it."""
-    spec = inp.spec
-    split = fit(
-        spec,
-        sizes[Role.PREFILL],
-        sizes[Role.DECODE],
-        float(sizes[Role.PREFILL]),
-        float(sizes[Role.DECODE]),
-        Capacity(gpus=None, pending=0, since=None),
-        Role.DECODE,
-    )
-    record = (inp.now, split.prefill, split.decode)
-    window = spec.scaling.scale_down_stabilization_seconds
-    memory = dataclasses.replace(
-        inp.memory,
-        recommendations=prune((*inp.memory.recommendations, record), inp.now, window),
-        startup_seconds=startup,
-        last_scale_time=inp.now if not action.holds else inp.memory.last_scale_time,
-    )
+    split = fit_sizes(inp.spec, sizes, Role.DECODE)
+    last = inp.now if not action.holds else inp.memory.last_scale_time
     return Decision(
         prefill=split.prefill,
         decode=split.decode,
         action=action,
         message=reasons.sentence(verb, reasons.sizes(split.prefill, split.decode), [why]),
         pool=None,
-        model=ModelOutputs(
-            prefill_tps=inp.memory.prefill_tps or spec.prefill.tokens_per_second,
-            decode_tps=inp.memory.decode_tps or spec.decode.tokens_per_second,
-            startup_seconds=startup,
-        ),
+        model=prior_outputs(inp, startup),
         metrics_available=True,
-        memory=memory,
+        memory=window_memory(inp, split, startup, last_scale_time=last),
     )
