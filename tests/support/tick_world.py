@@ -13,7 +13,7 @@ from pdscaler.plan import Observed
 from pdscaler.rollout import RolloutState
 from pdscaler.sim.cluster import SimCluster
 from pdscaler.spec import PDDeploymentSpec
-from pdscaler.types import MetricsSnapshot, PolicyMemory, PoolMetrics
+from pdscaler.types import HolderReading, MetricsSnapshot, PolicyMemory, PoolMetrics
 
 OWNER = Meta(name="chat", namespace="serving", uid="u-1")
 INTERVAL = 5.0
@@ -31,7 +31,9 @@ def spec(version: str = "v1", mode: str = "Auto") -> PDDeploymentSpec:
     )
 
 
-def snapshot(now: float, rate: float = 1.0) -> MetricsSnapshot:
+def snapshot(now: float, rate: float = 1.0, holder: HolderReading | None = None) -> MetricsSnapshot:
+    """The chat load at ``rate`` req/s, both pools within their SLOs; ``holder``: the
+    holding proxy's reading (scale to zero), None when it is not asked."""
     return MetricsSnapshot(
         time=now,
         request_rate=rate,
@@ -39,6 +41,7 @@ def snapshot(now: float, rate: float = 1.0) -> MetricsSnapshot:
         output_tokens=500.0,
         prefill=PoolMetrics(queue_depth=0.0, latency_seconds=0.3, running=0.0),
         decode=PoolMetrics(queue_depth=0.0, latency_seconds=0.02, running=0.0),
+        holder=holder,
     )
 
 
@@ -50,6 +53,7 @@ def facts(
     memory: PolicyMemory | None = None,
     rollout: RolloutState | None = None,
     rate: float = 1.0,
+    holder: HolderReading | None = None,
 ) -> tick.TickFacts:
     return tick.TickFacts(
         now=now,
@@ -57,7 +61,7 @@ def facts(
         generation=1,
         spec=the_spec or spec(),
         observed=observed,
-        metrics=snapshot(now, rate),
+        metrics=snapshot(now, rate, holder),
         raw_status=raw_status,
         memory=memory,
         rollout=rollout,
@@ -72,6 +76,7 @@ def run(
     state: dict[str, Any],
     rate: float = 1.0,
     restart_every: int = 0,
+    holder: HolderReading | None = None,
 ) -> list[tick.TickEffects]:
     """Replay ``ticks`` ticks: compute, apply the writes to the simulated cluster, let
     pods start; ``restart_every`` > 0 drops the process memory every that many ticks
@@ -91,6 +96,7 @@ def run(
                 memory=state.get("memory"),
                 rollout=state.get("rollout"),
                 rate=rate,
+                holder=holder,
             )
         )
         cluster.apply(fx.writes, now)

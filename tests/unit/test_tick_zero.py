@@ -5,14 +5,14 @@ Service), and wakes from zero on a held request."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from pdscaler import tick
 from pdscaler.sim.cluster import SimCluster
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Action, HolderReading
-from support.tick_world import INTERVAL, OWNER, snapshot
+from support import tick_world as world
+from support.tick_world import INTERVAL
 
 ZERO = {"min": 0, "max": 8}
 
@@ -49,27 +49,8 @@ def run(
     rate: float,
     s2z: bool = True,
 ) -> list[tick.TickEffects]:
-    out = []
-    for i in range(ticks):
-        now = start + i * INTERVAL
-        cluster.advance(now)
-        metrics = replace(snapshot(now, rate), holder=holder)
-        fx = tick.compute(
-            tick.TickFacts(
-                now=now, owner=OWNER, generation=1, spec=zero_spec(s2z),
-                observed=cluster.observed(), metrics=metrics,
-                raw_status=state.get("status"), memory=state.get("memory"),
-                rollout=state.get("rollout"),
-            )
-        )  # fmt: skip
-        cluster.apply(fx.writes, now)
-        state["memory"] = fx.memory
-        if fx.rollout is not None:
-            state["rollout"] = fx.rollout
-        if fx.status_changed:
-            state["status"] = fx.status.to_k8s()
-        out.append(fx)
-    return out
+    """``ticks`` ticks of the zero spec with the holder's ``holder`` reading."""
+    return world.run(cluster, zero_spec(s2z), start, ticks, state, rate=rate, holder=holder)
 
 
 def test_idle_cell_goes_to_zero_routers_and_prefill_included_then_wakes() -> None:
