@@ -22,7 +22,7 @@ from pdscaler.objects import Meta
 from pdscaler.policy import decide
 from pdscaler.runtime import Runtime
 from pdscaler.spec import PDDeploymentSpec, PDDeploymentStatus
-from pdscaler.tick import Event, _decision_events
+from pdscaler.tick import Event, decision_events
 from pdscaler.types import (
     ConditionReason,
     Decision,
@@ -127,7 +127,7 @@ def run(
     built = targets.with_check(built, verdict, now, generation, previous)
     built = status.with_write_failures(built, failures, now, generation, previous)
     raw = dict(raw_status) if raw_status is not None else None
-    events = list(_decision_events(built, previous, auto))
+    events = list(decision_events(built, previous, auto))
     if verdict.refused is not None:
         reason, message = verdict.refused
         events.append(Event("Warning", reason, message, once=(reason, owner.uid, message)))

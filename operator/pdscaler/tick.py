@@ -212,7 +212,7 @@ def compute(facts: TickFacts) -> TickEffects:
     events = [*_foreign_events(owner.uid, the_plan), *_drift_events(owner.uid, reverted, stuck)]
     if auto:
         events += _action_events(the_plan)
-    events += _decision_events(new_status, previous, auto)
+    events += decision_events(new_status, previous, auto)
     events += [Event(type_, reason, message) for type_, reason, message in step.events]
     raw = dict(facts.raw_status) if facts.raw_status is not None else None
     return TickEffects(
@@ -417,7 +417,7 @@ def _drift_events(uid: str, reverted: list[str], stuck: list[str]) -> list[Event
     return out
 
 
-def _decision_events(
+def decision_events(
     new: PDDeploymentStatus, previous: PDDeploymentStatus | None, auto: bool
 ) -> list[Event]:
     """An Event when a new decision is published (not for a steady Hold)."""
