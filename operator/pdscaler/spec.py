@@ -741,6 +741,10 @@ class PDDeploymentSpec(_Model):
     #: that this spec is found to name (set by ``manifests.adopt`` only; None: the
     #: spec's cell is the current scheme's, ``manifests.kv_config``)
     _cell_config: str | None = PrivateAttr(default=None)
+    #: not a field: ConfigMap name -> digest of its contents, for the ConfigMaps the
+    #: pools' templates read (set by ``manifests.with_configmaps`` from the edge's reads;
+    #: part of ``manifests.kv_config``: identity scheme 3)
+    _configmaps: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property
     def engine(self) -> EngineSpec:
