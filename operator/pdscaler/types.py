@@ -328,6 +328,26 @@ class PoolObservation:
 
 
 @dataclass(frozen=True)
+class Season:
+    """The day's shape the policy learnt from its own rate (``policy.seasonal`` owns the
+    arithmetic). ``start``: the first observation's time (None: none yet);
+    ``profile``: the smoothed mean req/s per 5-minute bucket of the UTC day (288 values,
+    None = never seen; empty = nothing learnt); ``bucket``/``total``/``count``: the open
+    bucket (absolute index since the epoch) and its samples; ``pending``: the open hour's
+    closed buckets (index, mean), folded into ``profile`` when the hour ends (so the
+    persisted profile changes at most once an hour); ``recent``: the last hour's closed
+    buckets (index, observed, what the profile expected), the departure test's input."""
+
+    start: float | None = None
+    profile: tuple[float | None, ...] = ()
+    bucket: int | None = None
+    total: float = 0.0
+    count: int = 0
+    pending: tuple[tuple[int, float], ...] = ()
+    recent: tuple[tuple[int, float, float | None], ...] = ()
+
+
+@dataclass(frozen=True)
 class PolicyMemory:
     """What the policy carries from one tick to the next. Persisted by the operator
     (in status) so a restarted operator resumes with the same memory.
@@ -360,6 +380,8 @@ class PolicyMemory:
     pool_history: tuple[tuple[float, float | None, float | None, int, int], ...] = ()
     #: prefill's burst head-room factor (``policy.headroom``, >= 1); not persisted
     burst_factor: float = 1.0
+    #: the day's shape (``policy.seasonal``); its profile and start are persisted
+    season: Season = field(default_factory=Season)
 
 
 @dataclass(frozen=True)

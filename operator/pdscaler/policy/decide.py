@@ -55,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 
 from pdscaler.models import DecodeBound, RatioResult, ratio_model
-from pdscaler.policy import history
+from pdscaler.policy import history, seasonal
 from pdscaler.policy.explain import explain, infeasible
 from pdscaler.policy.flips import after_flip, plan_flip, record_flip
 from pdscaler.policy.forecast import forecast_rate
@@ -279,11 +279,17 @@ def forecast_arrivals(inp: TickInput, rate: float, startup: float) -> float:
     """Step 3, ``forecast``: the arrival rate when capacity started now is up, T_s plus
     one interval ahead, a rising trend extrapolated over at most the metrics window.
     12 req/s rising 1/15 req/s per s, T_s 60 + interval 15 = 75 s -> 12 + 5 = 17 req/s;
-    a falling trend -> 12."""
+    a falling trend -> 12. With a trusted season (``seasonal``: a day of history, the
+    last hour within 1.5x of its shape) the larger of that and the day's profile there
+    times the last hour's level: rising 4 -> 6 req/s at 10:00 yesterday, level 1.1 ->
+    up to 6.6 before the rise shows in the trend; a trough never lowers it (falling is
+    the stabilization window's job)."""
     spec = inp.spec
     rates = record_rate(inp.memory.rate_history, inp.now, rate, forecast_lookback(spec))
     horizon = startup + spec.scaling.interval_seconds
-    return forecast_rate(rate, rates, horizon, spec.metrics.window_seconds)
+    trend = forecast_rate(rate, rates, horizon, spec.metrics.window_seconds)
+    season = seasonal.forecast(seasonal.observe(inp.memory.season, inp.now, rate), inp.now, horizon)
+    return trend if season is None else max(trend, season)
 
 
 def ratio_sizes(

@@ -12,7 +12,7 @@ the forecast's trend max(120, 3 x 15) = 120 s.
 
 from __future__ import annotations
 
-from pdscaler.policy import history
+from pdscaler.policy import history, seasonal
 from pdscaler.policy.tick import Tick
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot, PolicyMemory, Role, TickInput
@@ -75,7 +75,8 @@ def profiled_prior(tick: Tick, role: Role) -> float | None:
 def remember(tick: Tick, startup: float) -> PolicyMemory:
     """What the next tick starts from: the stabilization window's records, the rate
     history with this tick's rate, the refined capacities and T_s, when the pools last
-    grew, the learnt schedulable capacity, the pool points and the burst factor."""
+    grew, the learnt schedulable capacity, the pool points, the burst factor and the
+    season with this tick's rate (``seasonal.observe``)."""
     inp = tick.inp
     return PolicyMemory(
         recommendations=tick.window,
@@ -92,4 +93,5 @@ def remember(tick: Tick, startup: float) -> PolicyMemory:
         capacity_time=tick.capacity.since,
         pool_history=tick.pools,
         burst_factor=tick.burst_factor,
+        season=seasonal.observe(inp.memory.season, inp.now, tick.rate),
     )
