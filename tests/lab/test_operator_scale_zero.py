@@ -139,14 +139,25 @@ def test_the_first_request_at_zero_is_answered_and_the_pools_return_to_zero(
 ) -> None:
     began = time.monotonic()
     doc = zero_chat(namespace, lab.prometheus_url)
-    with serving(lab, kube, namespace, doc=doc) as (front, _control, _proxy):
+    with serving(lab, kube, namespace, doc=doc) as (front, _control, proxy):
         # the new cell starts at one replica a pool; idle, it goes to zero
         wait_for(lambda: pool_replicas(kube, namespace) == {"prefill": 0, "decode": 0},
                  IDLE_S + 90, "the new cell idle at zero")  # fmt: skip
         wait_for(lambda: last_action(kube, namespace) == "HoldAtZero", 30,
                  "the cell at zero, the holder read")  # fmt: skip
         before = holder_counts(kube, namespace)
-        status, to_first, text = first_answer(front)
+        # the front Service's endpoint is the holder's pod: a Service without one refuses
+        # the connection (as kube-proxy's REJECT would) before any holding is tried
+        wait_for(proxy.endpoints, 30, "the front Service's endpoint (the holder's pod)")
+        sent = time.monotonic()
+        try:
+            status, to_first, text = first_answer(front)
+        except OSError as err:
+            raise AssertionError(
+                f"{err!r} {time.monotonic() - sent:.1f} s after sending; front endpoints now "
+                f"{proxy.endpoints()}; pools {pool_replicas(kube, namespace)}; last decision "
+                f"{last_action(kube, namespace)}"
+            ) from err
         print(f"cold start: first token {to_first:.1f} s after arrival (bound "
               f"{STARTUP_S + MARGIN_S} s)")  # fmt: skip
         assert status == 200
