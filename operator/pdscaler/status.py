@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pdscaler.naming import ANNOTATION_PAUSED
+from pdscaler.policy import seasonal
 from pdscaler.presets import rate_source
 from pdscaler.spec import (
     Condition,
@@ -795,7 +796,8 @@ def memory_to_status(memory: PolicyMemory, now: float, window_seconds: float) ->
     window 300 -> [[100,4,4],[130,5,4]]. Beyond ``MAX_RECOMMENDATION_POINTS`` the oldest
     points become one, dated at the first, holding their maximum (a restart scales down
     no earlier than the whole history would). The rate history is not kept (the forecast
-    warms up again); refined capacities keep 3 significant digits.
+    warms up again); refined capacities keep 3 significant digits; the season its
+    folded profile and start (``seasonal.encode``, under 3 KiB, changed at most hourly).
     """
     points: list[list[float]] = []
     for t, p, d in memory.recommendations:
@@ -823,6 +825,9 @@ def memory_to_status(memory: PolicyMemory, now: float, window_seconds: float) ->
     ):
         if value is not None:
             out[key] = value
+    season = seasonal.encode(memory.season)  # the day's shape: changes at most hourly
+    if season is not None:
+        out["season"] = season
     return out
 
 
@@ -859,6 +864,7 @@ def memory_from_status(data: dict[str, Any] | None, now: float) -> PolicyMemory:
             last_scale_time=num("lastScaleTime"),
             capacity_gpus=int(data["capacityGPUs"]) if "capacityGPUs" in data else None,
             capacity_time=num("capacityTime"),
+            season=seasonal.decode(data.get("season")),
         )
     except (TypeError, ValueError):
         return PolicyMemory()

@@ -9,9 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
+from pdscaler import status
 from pdscaler.policy import seasonal
 from pdscaler.policy.seasonal import BUCKET_S, BUCKETS, DAY_S
-from pdscaler.types import Season
+from pdscaler.types import PolicyMemory, Season
 
 
 def replay(
@@ -183,3 +184,41 @@ def test_the_persisted_form_round_trips_in_a_few_kib() -> None:
 )
 def test_a_malformed_persisted_season_is_forgotten(data: object) -> None:
     assert seasonal.decode(data) == Season()
+
+
+def test_the_season_survives_a_restart_through_status() -> None:
+    """``status.memory_to_status`` keeps the folded profile and start; a restarted
+    operator (``memory_from_status``) trusts the season again once 3 buckets of the new
+    hour have a level (15 minutes), and forecasts what the uninterrupted one does."""
+    s = replay(Season(), 0.0, DAY_S + 2 * 3600.0, day_shape)
+    now = DAY_S + 2 * 3600.0
+    persisted = json.loads(json.dumps(status.memory_to_status(PolicyMemory(season=s), now, 300)))
+    assert len(json.dumps(persisted["season"])) < 3 * 1024
+    restarted = status.memory_from_status(persisted, now).season
+    assert restarted.profile == tuple(
+        None if v is None else pytest.approx(v, rel=5e-3) for v in s.profile
+    )
+    assert not seasonal.trusted(restarted, now)  # no level yet
+    later = now + 20 * 60.0
+    resumed = replay(restarted, now, later, day_shape)
+    kept = replay(s, now, later, day_shape)
+    got, want = seasonal.forecast(resumed, later, 105.0), seasonal.forecast(kept, later, 105.0)
+    assert got is not None
+    assert got == pytest.approx(want, rel=1e-2)
+
+
+def test_the_persisted_season_changes_at_most_hourly() -> None:
+    """Zero writes when converged: within an hour the persisted memory is the same every
+    tick (the open hour is not persisted); the fold at the hour changes it."""
+    s = replay(Season(), 0.0, DAY_S + 3600.0 + 15.0, day_shape)
+    t0 = DAY_S + 3600.0 + 15.0
+
+    def persisted(season: Season, now: float) -> object:
+        return status.memory_to_status(PolicyMemory(season=season), now, 300)["season"]
+
+    first = persisted(s, t0)
+    for i in range(1, 239):  # the rest of the hour at 15 s
+        s = seasonal.observe(s, t0 + 15.0 * i, day_shape(t0 + 15.0 * i) * (1 + 0.01 * (i % 3)))
+        assert persisted(s, t0 + 15.0 * i) == first
+    s = seasonal.observe(s, DAY_S + 2 * 3600.0, 5.0)
+    assert persisted(s, DAY_S + 2 * 3600.0) != first
