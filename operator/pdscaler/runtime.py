@@ -285,9 +285,15 @@ class Runtime:
             if err.reason == MetricsErrorReason.UNAUTHORIZED and prom.auth is not None:
                 self.secrets().refresh(namespace, prom.auth.secret_names())  # rotated?
             if err.timed_out and self.prometheus_pause > 0:
+                said = MetricsUnavailableError(  # the status says the tenant is backed off
+                    err.reason,
+                    f"{err.message}; not read again for {self.prometheus_pause:g}s",
+                    timed_out=True,
+                )
                 with self._guard:
                     until = self.monotonic() + self.prometheus_pause
-                    self._paused[key] = (until, client.url, err)
+                    self._paused[key] = (until, client.url, said)
+                raise said from None
             raise
 
     def _back_off_if_slow(self, key: tuple[str, str], url: str, took: float) -> None:
