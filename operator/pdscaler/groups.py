@@ -22,16 +22,21 @@ Worked numbers: a DeepSeek-V3 decode group of 2 nodes x 8 H100 is
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pdscaler import observe
 from pdscaler.objects import SPEC_HASH_ANNOTATION, Manifest, stamp
+from pdscaler.spec import DEFAULT_GPU_RESOURCE as DEFAULT_GPU_RESOURCE
+from pdscaler.spec import GPU_RESOURCE_PATTERN as GPU_RESOURCE_PATTERN
+from pdscaler.spec import MAX_PODS_PER_REPLICA as MAX_PODS_PER_REPLICA
+from pdscaler.spec import MSG_FLIP_SHAPE as MSG_FLIP_SHAPE
+from pdscaler.spec import MSG_GPU_RESOURCE as MSG_GPU_RESOURCE
+from pdscaler.spec import MSG_GROUP_GPUS as MSG_GROUP_GPUS
+from pdscaler.spec import PDDeploymentSpec, valid_gpu_resource
 from pdscaler.types import PoolObservation
 
-DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
 LWS_PLURAL = "leaderworkersets"
@@ -44,19 +49,6 @@ LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 #: on a pod from its creation (LWS's own worker-index comes from its pod webhook).
 LABEL_GROUP_ROLE = "pdscaler.io/group-role"
 LEADER, WORKER = "leader", "worker"
-#: An extended resource name, e.g. nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi: a
-#: DNS-style domain, a slash, a name (Kubernetes' qualified-name rules, shortened).
-GPU_RESOURCE_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-MSG_GPU_RESOURCE = (
-    "gpuResource must be an extended resource name <domain>/<name>, e.g. nvidia.com/gpu "
-    "or amd.com/gpu"
-)
-MSG_GROUP_GPUS = "gpusPerReplica counts the whole group: it must be a multiple of podsPerReplica"
-MSG_FLIP_SHAPE = (
-    "scaling.roleFlips.enabled needs prefill and decode of the same group shape: equal"
-    " podsPerReplica and gpuResource (a replica changes pool as it is)"
-)
-MAX_PODS_PER_REPLICA = 64
 _RESOURCE_CEL = f"matches('{GPU_RESOURCE_PATTERN}')"
 
 
@@ -148,7 +140,7 @@ class GroupShape:
             raise ValueError(f"a group has at least 1 pod and 1 GPU: {self}")
         if self.gpus % self.pods:
             raise ValueError(MSG_GROUP_GPUS)
-        if not re.match(GPU_RESOURCE_PATTERN, self.resource):
+        if not valid_gpu_resource(self.resource):
             raise ValueError(MSG_GPU_RESOURCE)
 
     @property
@@ -168,6 +160,14 @@ class GroupShape:
     def pods_for(self, groups: int) -> int:
         """Pods ``groups`` groups run: GroupShape(2, 16).pods_for(3) == 6."""
         return groups * self.pods
+
+
+def shape_of(spec: PDDeploymentSpec, role: str) -> GroupShape:
+    """A pool's replica shape from its spec: decode ``podsPerReplica: 2``,
+    ``gpusPerReplica: 16`` is GroupShape(2, 16, "nvidia.com/gpu")."""
+    pool = spec.prefill if role == "prefill" else spec.decode
+    resource = pool.gpu_resource or spec.gpu_resource or DEFAULT_GPU_RESOURCE
+    return GroupShape(pool.pods_per_replica, pool.gpus_per_replica, resource)
 
 
 def groups_within(budget_gpus: int, shape: GroupShape) -> int:

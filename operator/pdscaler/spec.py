@@ -221,6 +221,35 @@ MSG_TARGETS_FLIPS = (
     " scaleTargetRef pdscaler writes only /scale)"
 )
 MSG_TARGETS_VERSION_LABEL = "versionLabel is only allowed with scaleTargetRef"
+# Replicas bigger than one node (``PoolSpec.pods_per_replica``, ``pdscaler.groups``,
+# docs/design.md §4.4): the CRD's rules and their twins (``PoolSpec._group_shape``,
+# ``PDDeploymentSpec._group_fields``).
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+MAX_PODS_PER_REPLICA = 64
+#: An extended resource name, e.g. nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi: a
+#: DNS-style domain, a slash, a name (Kubernetes' qualified-name rules, shortened).
+GPU_RESOURCE_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+MSG_GPU_RESOURCE = (
+    "gpuResource must be an extended resource name <domain>/<name>, e.g. nvidia.com/gpu"
+    " or amd.com/gpu"
+)
+MSG_GROUP_GPUS = "gpusPerReplica counts the whole group: it must be a multiple of podsPerReplica"
+MSG_FLIP_SHAPE = (
+    "scaling.roleFlips.enabled needs prefill and decode of the same group shape: equal"
+    " podsPerReplica and gpuResource (a replica changes pool as it is)"
+)
+MSG_TARGETS_GROUPS = (
+    "podsPerReplica must be 1 with scaleTargetRef: pdscaler renders groups only for pools"
+    " it owns"
+)
+
+
+def valid_gpu_resource(name: str) -> bool:
+    """The twin of the CRD's gpuResource rule (CEL ``matches``, RE2 anchored):
+    ``amd.com/gpu`` is, ``gpu`` and ``AMD.com/gpu`` are not."""
+    return re.fullmatch(GPU_RESOURCE_PATTERN, name) is not None
+
+
 CEL_MESSAGES = CEL_MESSAGES | {
     MSG_TARGETS_TOGETHER,
     MSG_TARGETS_ENGINE,
@@ -228,6 +257,10 @@ CEL_MESSAGES = CEL_MESSAGES | {
     MSG_TARGETS_ROUTER,
     MSG_TARGETS_FLIPS,
     MSG_TARGETS_VERSION_LABEL,
+    MSG_GPU_RESOURCE,
+    MSG_GROUP_GPUS,
+    MSG_FLIP_SHAPE,
+    MSG_TARGETS_GROUPS,
 }
 #: The router fields that make sense only when pdscaler deploys the router.
 TARGET_FORBIDDEN_ROUTER_FIELDS = ("type", "image", "args", "resources", "template")
@@ -376,6 +409,10 @@ class PoolSpec(_Model):
     profile: list[ProfilePoint] = Field(default_factory=list, max_length=MAX_PROFILE_POINTS)
     #: set: the pool is this object, sized through its ``/scale`` (pdscaler owns nothing)
     scale_target_ref: ScaleTargetRef | None = None
+    #: pods of one replica: above 1 the pool is a LeaderWorkerSet of groups (``groups``)
+    pods_per_replica: int = Field(default=1, ge=1, le=MAX_PODS_PER_REPLICA)
+    #: the GPU resource this pool's pods ask for (else the spec's ``gpuResource``)
+    gpu_resource: str | None = Field(default=None, max_length=253)
 
     _template_parts_are_objects = field_validator("template")(_pod_template_parts)
 
@@ -385,6 +422,19 @@ class PoolSpec(_Model):
         if len({p.tokens for p in points}) != len(points):
             raise ValueError(MSG_PROFILE_UNIQUE)
         return points
+
+    @model_validator(mode="after")
+    def _group_shape(self) -> Self:
+        """The CRD's pool rules of group replicas: gpusPerReplica 16 over podsPerReplica
+        2 is 8 a pod (15 is refused); a gpuResource is <domain>/<name>; no groups with
+        scaleTargetRef."""
+        if self.gpus_per_replica % self.pods_per_replica:
+            raise ValueError(MSG_GROUP_GPUS)
+        if self.gpu_resource is not None and not valid_gpu_resource(self.gpu_resource):
+            raise ValueError(MSG_GPU_RESOURCE)
+        if self.scale_target_ref is not None and self.pods_per_replica != 1:
+            raise ValueError(MSG_TARGETS_GROUPS)
+        return self
 
     def profile_points(self) -> tuple[tuple[int, float], ...]:
         """The profile as (tokens, tokens/s) sorted by tokens, the form
@@ -737,6 +787,8 @@ class PDDeploymentSpec(_Model):
     version_label: str | None = Field(default=None, min_length=1, max_length=317)
     #: stop both pools after an idle period, wake them from the holder's queue
     scale_to_zero: ScaleToZeroSpec | None = None
+    #: the GPU resource pods ask for and the budget counts (a pool's own overrides it)
+    gpu_resource: str | None = Field(default=None, max_length=253)
     #: not a field: the engine-config of an existing cell of an older identity scheme
     #: that this spec is found to name (set by ``manifests.adopt`` only; None: the
     #: spec's cell is the current scheme's, ``manifests.kv_config``)
@@ -787,6 +839,22 @@ class PDDeploymentSpec(_Model):
                 raise ValueError(MSG_ZERO_PREFILL_MIN)
             if self.decode.replicas.min != 0:
                 raise ValueError(MSG_ZERO_DECODE_MIN)
+        return self
+
+    def gpu_resource_of(self, role: Role) -> str:
+        """``role``'s GPU resource: the pool's, else the spec's, else nvidia.com/gpu."""
+        return self.pool(role).gpu_resource or self.gpu_resource or DEFAULT_GPU_RESOURCE
+
+    @model_validator(mode="after")
+    def _group_fields(self) -> PDDeploymentSpec:
+        """The CRD's spec rules of group replicas: gpuResource is <domain>/<name>; role
+        flips only between pools of one group shape (podsPerReplica and resource)."""
+        if self.gpu_resource is not None and not valid_gpu_resource(self.gpu_resource):
+            raise ValueError(MSG_GPU_RESOURCE)
+        if self.scaling.role_flips.enabled:
+            shapes = {(self.pool(r).pods_per_replica, self.gpu_resource_of(r)) for r in Role}
+            if len(shapes) > 1:
+                raise ValueError(MSG_FLIP_SHAPE)
         return self
 
     def pool(self, role: Role) -> PoolSpec:

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from pdscaler import groups
 from pdscaler import spec as pdspec
 from pdscaler.spec import SCOPE_MATCHER_PATTERN, parse_duration
 
@@ -329,4 +330,34 @@ CEL_TWINS.update(
         f"&& self.{p}.replicas.min == 0)": _min_zero(p)
         for p in ("prefill", "decode")
     }
+)
+
+
+def _group_twin(rule: dict[str, str]) -> tuple[str, Callable[[dict[str, Any]], bool]]:
+    """The twin of one of groups.py's CRD rules (issue 29 item 2), by its message."""
+    checks: dict[str, Callable[[dict[str, Any]], bool]] = {
+        pdspec.MSG_GROUP_GPUS: lambda s: s["gpusPerReplica"] % s["podsPerReplica"] == 0,
+        pdspec.MSG_GPU_RESOURCE: lambda s: (
+            "gpuResource" not in s or pdspec.valid_gpu_resource(s["gpuResource"])
+        ),
+        pdspec.MSG_FLIP_SHAPE: lambda s: (
+            not s["scaling"]["roleFlips"]["enabled"]
+            or len(
+                {
+                    (
+                        s[p]["podsPerReplica"],
+                        s[p].get("gpuResource") or s.get("gpuResource") or "nvidia.com/gpu",
+                    )
+                    for p in ("prefill", "decode")
+                }
+            )
+            == 1
+        ),
+    }
+    return normalise_rule(rule["rule"]), checks[rule["message"]]
+
+
+CEL_TWINS.update(dict(_group_twin(r) for r in groups.POOL_RULES + groups.SPEC_RULES))
+CEL_TWINS["!has(self.scaleTargetRef) || self.podsPerReplica == 1"] = lambda s: (
+    "scaleTargetRef" not in s or s["podsPerReplica"] == 1
 )

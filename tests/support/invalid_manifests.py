@@ -731,3 +731,61 @@ CASES += [
         "spec",
     ),
 ]
+# replicas bigger than one node (issue 29, item 2): gpusPerReplica counts the group, the
+# GPU resource is a resource name, groups only for owned pools, flips only between pools
+# of one group shape
+_FLIPS = set_("spec.scaling.roleFlips", {"enabled": True})
+CASES += [
+    _cel(
+        "decode-gpus-not-a-multiple-of-pods",
+        both(set_("spec.decode.podsPerReplica", 2), set_("spec.decode.gpusPerReplica", 3)),
+        "spec.decode.gpusPerReplica",
+        pdspec.MSG_GROUP_GPUS,
+        "spec.decode",
+    ),
+    _cel(
+        "gpu-resource-not-a-resource-name",
+        set_("spec.gpuResource", "gpu"),
+        "spec.gpuResource",
+        pdspec.MSG_GPU_RESOURCE,
+        "spec",
+    ),
+    _cel(
+        "prefill-gpu-resource-upper-case",
+        set_("spec.prefill.gpuResource", "AMD.com/gpu"),
+        "spec.prefill.gpuResource",
+        pdspec.MSG_GPU_RESOURCE,
+        "spec.prefill",
+    ),
+    _cel(
+        "scale-target-with-pods-per-replica",
+        both(
+            _targets,
+            set_("spec.decode.podsPerReplica", 2),
+            set_("spec.decode.gpusPerReplica", 2),
+        ),
+        "spec.decode.podsPerReplica",
+        pdspec.MSG_TARGETS_GROUPS,
+        "spec.decode",
+    ),
+    _cel(
+        "role-flips-between-group-shapes",
+        both(_FLIPS, set_("spec.decode.gpuResource", "amd.com/gpu")),
+        "spec.scaling.roleFlips.enabled",
+        pdspec.MSG_FLIP_SHAPE,
+        "spec",
+    ),
+    _cel(
+        "role-flips-one-pod-and-a-group",
+        both(
+            _FLIPS,
+            set_("spec.prefill.gpusPerReplica", 2),
+            set_("spec.decode.gpusPerReplica", 2),
+            set_("spec.decode.podsPerReplica", 2),
+        ),
+        "spec.scaling.roleFlips.enabled",
+        pdspec.MSG_FLIP_SHAPE,
+        "spec",
+    ),
+    _named("decode-pods-per-replica-zero", _ge("spec.decode.podsPerReplica", 0, 1)),
+]

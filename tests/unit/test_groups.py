@@ -15,6 +15,7 @@ from pdscaler.manifests import CellTarget
 from pdscaler.objects import SPEC_HASH_ANNOTATION, Meta, spec_hash
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Role
+from support.crd_schema import normalise_rule, openapi_schema
 
 META = Meta(name="moe", namespace="serving", uid="uid-1")
 CELL = CellTarget(image="vllm/vllm-openai", version="v0.11.0", prefill=1, decode=3)
@@ -260,3 +261,44 @@ def test_group_observation_samples_oldest_first() -> None:
     pods += [timed("0", 0, "00", "20"), timed("0", 1, "00", "21")]
     obs = groups.group_observation(2, pods, GroupShape(2, 16))
     assert obs.startup_samples == (21.0, 6.0)
+
+
+def test_the_crd_holds_the_group_fields_and_rules_as_groups_py_does() -> None:
+    """crds/ (hand-written) carries exactly groups.py's data: the pool's podsPerReplica
+    and gpuResource, the spec's gpuResource, and every rule (whitespace aside)."""
+    spec_schema = openapi_schema()["properties"]["spec"]
+
+    def rules(node: dict[str, Any]) -> list[dict[str, str]]:
+        return [{**r, "rule": normalise_rule(r["rule"])} for r in node["x-kubernetes-validations"]]
+
+    for role in ("prefill", "decode"):
+        pool = spec_schema["properties"][role]
+        for name, prop in groups.POOL_PROPERTIES.items():
+            assert pool["properties"][name] == prop, (role, name)
+        for rule in groups.POOL_RULES:
+            assert {**rule, "rule": normalise_rule(rule["rule"])} in rules(pool), rule
+    assert spec_schema["properties"]["gpuResource"] == groups.SPEC_PROPERTIES["gpuResource"]
+    for rule in groups.SPEC_RULES:
+        assert {**rule, "rule": normalise_rule(rule["rule"])} in rules(spec_schema), rule
+
+
+def test_the_spec_model_reads_the_group_fields() -> None:
+    """PDDeploymentSpec carries podsPerReplica and gpuResource; shape_of reads a pool's
+    group shape from it (decode 2 pods x 8 GPUs of amd.com/gpu, prefill one pod)."""
+    raw = spec().model_dump(by_alias=True, exclude_none=True)
+    raw["gpuResource"] = "amd.com/gpu"
+    raw["decode"]["podsPerReplica"] = 2
+    parsed = PDDeploymentSpec.model_validate(raw)
+    assert groups.shape_of(parsed, "decode") == GroupShape(2, 16, "amd.com/gpu")
+    assert groups.shape_of(parsed, "prefill") == GroupShape(1, 8, "amd.com/gpu")
+    assert parsed.gpu_resource_of(Role.PREFILL) == "amd.com/gpu"
+    raw["prefill"]["gpuResource"] = "nvidia.com/gpu"
+    assert PDDeploymentSpec.model_validate(raw).gpu_resource_of(Role.PREFILL) == "nvidia.com/gpu"
+    assert groups.shape_of(spec(), "decode") == GroupShape(1, 16)
+    for bad, message in (
+        ({"decode": {**raw["decode"], "gpusPerReplica": 15}}, groups.MSG_GROUP_GPUS),
+        ({"gpuResource": "gpu"}, groups.MSG_GPU_RESOURCE),
+        ({"gpuResource": "amd.com/gpu\n"}, groups.MSG_GPU_RESOURCE),
+    ):
+        with pytest.raises(ValueError, match=message.split(":")[0]):
+            PDDeploymentSpec.model_validate({**raw, **bad})
