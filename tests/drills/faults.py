@@ -32,7 +32,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from drills.operator_process import OperatorProcess
 from pdlab.cluster import processes
@@ -291,7 +291,26 @@ def full_windows() -> bool:
     return bool(os.environ.get("PDSCALER_DRILL_OUT"))
 
 
-class SlowProxy:
+class LoopbackServer:
+    """A threaded HTTP server of ``handler`` on a free loopback port (``url``), serving
+    while used as a context manager: the base of the fault servers below and of D17's."""
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class SlowProxy(LoopbackServer):
     """An HTTP proxy on a free loopback port that answers every request ``delay`` s
     late (then forwards it to ``upstream`` and relays the answer): a browned-out
     Prometheus. ``delay`` may be changed while it runs; ``requests`` counts what it
@@ -337,18 +356,7 @@ class SlowProxy:
             def log_message(self, format: str, *args: object) -> None:
                 return
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> SlowProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 #: ``python -m drills.frozen_ticks run ...``: the operator with a switch that freezes
