@@ -11,10 +11,14 @@ Rules the builders enforce, whatever the user's template says:
 * the engine image is ``spec.engine.image:spec.engine.version`` (``@sha256:...`` for
   a digest) on the engine container (the one named ``engine``, else the first); a
   template's image is ignored;
-* a cell's revision covers KV compatibility: ``kv_config`` fingerprints both pools'
-  engine command, args, env, envFrom, resources and gpusPerReplica (``KV_FIELDS``), so
-  changing any of them makes a new cell (a rollout); other template changes (labels,
-  annotations, tolerations, probes) update the cell in place;
+* a cell's revision covers its configuration: ``kv_config`` fingerprints both pools'
+  engine command, args, env, envFrom, resources and gpusPerReplica (``KV_FIELDS``), the
+  pod-level fields that change what an engine computes or where it runs (init and
+  sidecar containers, volumes, volume mounts, nodeSelector, affinity, tolerations,
+  runtimeClassName, the ``pdscaler.io/config-revision`` annotation: ``identity``) and
+  the contents of the ConfigMaps the templates read (``with_configmaps``), so changing
+  any of them makes a new cell (a rollout); other template changes (labels,
+  annotations, probes) update the cell in place;
 * a cell's identity is data: its Deployments store the fingerprint and its scheme
   (``IDENTITY_SCHEME``), and an existing cell is found by what it stored (``adopt``),
   never by re-deriving its name with this operator's code; an existing Deployment
@@ -55,7 +59,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from pdscaler import naming, router
+from pdscaler import identity, naming, router
 from pdscaler.holding import holding_objects
 from pdscaler.objects import SPEC_HASH_ANNOTATION, Manifest, Meta, owner_reference, stamp
 from pdscaler.spec import PDDeploymentSpec, PoolSpec
@@ -123,18 +127,49 @@ def kv_part(engine: Mapping[str, Any]) -> dict[str, Any]:
     return {key: engine.get(key) for key in KV_FIELDS}
 
 
-def kv_config(spec: PDDeploymentSpec) -> str:
-    """The fingerprint of the engine configuration both pools must share to exchange
-    KV: per pool the engine container's ``KV_FIELDS`` (command, args, env, envFrom,
-    resources) and gpusPerReplica. Labels, annotations, probes, tolerations do not
-    count."""
+def _engine_parts(spec: PDDeploymentSpec) -> dict[str, Any]:
     parts: dict[str, Any] = {}
     for role in Role:
         pool = spec.pool(role)
         parts[role.value] = {**kv_part(_engine_of(pool.template)), "gpus": pool.gpus_per_replica}
     if spec.scaling.role_flips.enabled:  # a flip cell's Deployments select differently
         parts["flips"] = True
-    return _digest(parts)
+    return parts
+
+
+def kv_config_v2(spec: PDDeploymentSpec) -> str:
+    """Identity scheme 2's fingerprint (a bare hex digest): per pool the engine
+    container's ``KV_FIELDS`` (command, args, env, envFrom, resources) and
+    gpusPerReplica; nothing outside the engine container."""
+    return _digest(_engine_parts(spec))
+
+
+def kv_config(spec: PDDeploymentSpec) -> str:
+    """The fingerprint of a cell's configuration (identity scheme 3, ``"3.<hex>"``):
+    scheme 2's engine part (``kv_config_v2``), per pool ``identity.pod_part`` (init and
+    sidecar containers, volumes, the engine's volume mounts, nodeSelector, affinity,
+    tolerations, runtimeClassName, ``pdscaler.io/config-revision``) and the digest of
+    every ConfigMap the templates read (``with_configmaps``; ``identity.UNREAD`` when
+    none was read). Labels, other annotations and probes do not count."""
+    parts = _engine_parts(spec)
+    templates = [spec.pool(role).template for role in Role]
+    for role, template in zip(Role, templates, strict=True):
+        containers = (template.get("spec") or {}).get("containers") or []
+        parts[role.value]["pod"] = identity.pod_part(template, _engine_index(list(containers)))
+    parts["configMaps"] = {
+        name: spec._configmaps.get(name, identity.UNREAD)
+        for name in identity.configmaps_of(templates)
+    }
+    return f"3.{_digest(parts)}"
+
+
+def with_configmaps(spec: PDDeploymentSpec, digests: Mapping[str, str]) -> PDDeploymentSpec:
+    """``spec`` carrying the digests of the ConfigMaps its templates read (name ->
+    ``identity.configmap_digest``, as the edge read them): ``kv_config`` hashes them,
+    so an edited ConfigMap names a new cell."""
+    out = spec.model_copy()
+    out._configmaps = dict(digests)
+    return out
 
 
 #: The identity scheme: which projection of the spec names a cell. A cell's revision is
@@ -142,10 +177,17 @@ def kv_config(spec: PDDeploymentSpec) -> str:
 #: (``engine-config``) and this number (``identity-scheme``), so the name is data: an
 #: operator whose projection differs finds an existing cell by what it stored
 #: (``adopt``), never by re-deriving its name. Scheme 1 (no ``config``, before d90a49e):
-#: image@version; scheme 2: ``kv_config``. Changing ``kv_config``'s output for any spec
-#: is a new scheme: its configs are written ``"<n>.<hex>"`` and the old projection stays
-#: in ``_PROJECTIONS`` (tests/unit/test_identity_golden.py fails on an unlisted change).
-IDENTITY_SCHEME = 2
+#: image@version; scheme 2: the engine container (``kv_config_v2``); scheme 3: also the
+#: pod-level fields and ConfigMap contents (``kv_config``, issue 30 item 7). Changing
+#: ``kv_config``'s output for any spec is a new scheme: its configs are written
+#: ``"<n>.<hex>"`` and the old projection stays in ``_PROJECTIONS``
+#: (tests/unit/test_identity_golden.py fails on an unlisted change). A cell of an older
+#: scheme stays the spec's while its projection matches and the spec's rendering inputs
+#: are those it was rendered from (``adopt``): the user's next edit moves it to this one.
+IDENTITY_SCHEME = 3
+#: The prefix of ``rendered_from`` (what a template was rendered from): not the identity
+#: scheme, so a new identity scheme re-renders no existing Deployment.
+INPUTS_SCHEME = 2
 
 
 def config_scheme(config: str) -> int:
@@ -159,7 +201,7 @@ def config_scheme(config: str) -> int:
 
 #: scheme -> the projection that computed a stored config (the current scheme's is
 #: ``kv_config``); scheme 1 stored none (``_legacy_match``).
-_PROJECTIONS: dict[int, Any] = {2: kv_config}
+_PROJECTIONS: dict[int, Any] = {2: kv_config_v2}
 
 
 def spec_config(spec: PDDeploymentSpec) -> str:
@@ -264,16 +306,26 @@ def adopt(
             if scheme == 1
             else project is not None and scheme != IDENTITY_SCHEME and project(spec) == config
         )
-        if same:
+        if same and _inputs_unchanged(spec, by_role):
             pinned = spec.model_copy()
             pinned._cell_config = config
             return pinned
     return spec
 
 
+def _inputs_unchanged(spec: PDDeploymentSpec, pools: Mapping[Role, Mapping[str, Any]]) -> bool:
+    """Whether each pool Deployment was rendered from the spec's inputs as they are now
+    (its ``rendered-from``; one stamped before it existed counts as unchanged): an
+    older scheme's cell stays the spec's only until the user's next edit of them."""
+    return all(
+        _annotations(dep).get(naming.ANNOTATION_INPUTS) in (None, rendered_from(spec, role))
+        for role, dep in pools.items()
+    )
+
+
 def rendered_from(spec: PDDeploymentSpec, role: Role | None) -> str:
     """The hash of the spec fields a pool's (``role``) or the router's (None) template
-    is rendered from, prefixed by ``IDENTITY_SCHEME``: while an existing Deployment
+    is rendered from, prefixed by ``INPUTS_SCHEME``: while an existing Deployment
     carries the same value, the operator keeps its template as it is (``keep_rendered``):
     a later operator that renders the same inputs differently restarts no pod."""
     common = {
@@ -296,7 +348,7 @@ def rendered_from(spec: PDDeploymentSpec, role: Role | None) -> str:
             "gpus": pool.gpus_per_replica,
             "ttft": spec.slo.ttft_seconds,
         }
-    return f"{IDENTITY_SCHEME}.{_digest(inputs)}"
+    return f"{INPUTS_SCHEME}.{_digest(inputs)}"
 
 
 def keep_rendered(

@@ -43,6 +43,9 @@ ANNOTATION_IMAGE = f"{DOMAIN}/engine-image"  # the engine image repository (no t
 ANNOTATION_SCHEME = f"{DOMAIN}/identity-scheme"
 #: what a Deployment's template was rendered from (``manifests.rendered_from``)
 ANNOTATION_INPUTS = f"{DOMAIN}/rendered-from"
+#: on a pool template, set by the user: part of the cell's identity (bump it to roll out
+#: what the operator cannot read, e.g. a Secret's new contents: ``identity.pod_part``)
+ANNOTATION_CONFIG_REVISION = f"{DOMAIN}/config-revision"
 #: on the front Service: what a rollout must not forget when the status is lost
 ANNOTATION_FAILED_REVISION = f"{DOMAIN}/failed-revision"  # rolled back from, not retried
 ANNOTATION_REQUIRED = f"{DOMAIN}/rollout-required"  # "<prefill>/<decode>" during a rollout

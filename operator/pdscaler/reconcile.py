@@ -35,7 +35,7 @@ from typing import Any
 
 import pydantic
 
-from pdscaler import status, targets_tick, tick
+from pdscaler import identity, manifests, status, targets_tick, tick
 from pdscaler.kube import (
     KubeError,
 )
@@ -153,6 +153,7 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
     if spec.scale_targets:  # pools pdscaler does not own: /scale only (targets_tick)
         _scale_targets(rt, pdd, owner, spec, unknown, now)
         return "scale targets"
+    spec = _with_configmaps(rt, namespace, spec)
     observed = rt.kube.observe(namespace, name, tick.wanted_objects(owner, spec))
     metrics, metrics_error, metrics_reason = _read_metrics(rt, spec, namespace, name, now)
     return pdd, tick.TickFacts(
@@ -170,6 +171,19 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
         unobserved=max(0.0, now - rt.failing_since.get((namespace, name), now)),
         unknown_fields=unknown,
         paused=paused(pdd),
+    )
+
+
+def _with_configmaps(rt: Runtime, namespace: str, spec: PDDeploymentSpec) -> PDDeploymentSpec:
+    """``spec`` carrying the digests of the ConfigMaps its pool templates read (part of
+    the cell's identity: an edited ConfigMap names a new cell); ``spec`` itself when
+    they read none (no request)."""
+    names = identity.configmaps_of(spec.pool(role).template for role in Role)
+    if not names:
+        return spec
+    found = rt.kube.read_configmaps(namespace, names)
+    return manifests.with_configmaps(
+        spec, {n: identity.configmap_digest(found.get(n)) for n in names}
     )
 
 

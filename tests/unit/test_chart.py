@@ -71,6 +71,8 @@ def test_workload_role_is_exactly_what_the_operator_uses() -> None:
         ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
         ("", "pods"): {"get", "list", "watch", "patch"},
         ("", "events"): {"create"},
+        # the ConfigMaps the pool templates read, by name (kube.reads.read_configmaps)
+        ("", "configmaps"): {"get"},
         ("", "serviceaccounts"): {"get", "list", "watch", "create", "patch", "delete"},
         ("rbac.authorization.k8s.io", "roles"): {
             "get",

@@ -37,24 +37,25 @@ def _deployments(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_pool_deployments_store_their_scheme_and_inputs() -> None:
     decode = _deployments(_cell(spec()))[0]
     annotations = decode["metadata"]["annotations"]
-    assert annotations[naming.ANNOTATION_SCHEME] == "2"
+    assert annotations[naming.ANNOTATION_SCHEME] == "3"
     assert annotations[naming.ANNOTATION_CONFIG] == manifests.kv_config(spec())
-    assert annotations[naming.ANNOTATION_INPUTS].startswith("2.")
+    assert annotations[naming.ANNOTATION_CONFIG].startswith("3.")
+    assert annotations[naming.ANNOTATION_INPUTS].startswith("2.")  # INPUTS_SCHEME
 
 
 def test_a_cell_of_a_retired_scheme_stays_the_specs_while_its_projection_matches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A later operator (scheme 3: a projection that also covers something new) finds
-    the scheme-2 cell by its stored config, computed again by scheme 2's projection:
-    same revision, no rollout; a spec whose scheme-2 identity changed gets a new cell."""
+    """A later operator (scheme 4: a projection that also covers something new) finds
+    the scheme-3 cell by its stored config, computed again by scheme 3's projection:
+    same revision, no rollout; a spec whose scheme-3 identity changed gets a new cell."""
     the_spec = spec()
     old = _deployments(_cell(the_spec))
     old_rev = manifests.spec_revision(the_spec)
-    scheme2 = manifests.kv_config
-    monkeypatch.setattr(manifests, "IDENTITY_SCHEME", 3)
-    monkeypatch.setattr(manifests, "kv_config", lambda s: "3." + scheme2(s))
-    monkeypatch.setitem(manifests._PROJECTIONS, 2, scheme2)
+    scheme3 = manifests.kv_config
+    monkeypatch.setattr(manifests, "IDENTITY_SCHEME", 4)
+    monkeypatch.setattr(manifests, "kv_config", lambda s: "4." + scheme3(s))
+    monkeypatch.setitem(manifests._PROJECTIONS, 3, scheme3)
     assert manifests.spec_revision(the_spec) != old_rev  # the new scheme's name
     adopted = manifests.adopt(the_spec, OWNER, old)
     assert manifests.spec_revision(adopted) == old_rev
@@ -128,18 +129,22 @@ def _pod_templates(cluster: SimCluster) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("era", ["scheme 1", "other defaults"])
+@pytest.mark.parametrize("era", ["scheme 1", "scheme 2", "other defaults"])
 def test_an_operator_that_renders_differently_starts_no_rollout_and_keeps_the_pods(
     monkeypatch: pytest.MonkeyPatch, era: str
 ) -> None:
     """scheme 1: the cells an operator before d90a49e made (revision image@version, no
-    stored config); other defaults: an operator whose pool rendering differs (a 45 s
-    default grace period). Switching to this operator: the same revision serves, no
+    stored config); scheme 2: the operator before issue 30 item 7 (the engine container
+    only: ``kv_config_v2``); other defaults: an operator whose pool rendering differs (a
+    45 s default grace period). Switching to this operator: the same revision serves, no
     RolloutStarted, no pool template changes, the same pods."""
 
     def change(m: pytest.MonkeyPatch) -> None:
         if era == "scheme 1":
             m.setattr(manifests, "spec_config", lambda s: "")
+        elif era == "scheme 2":
+            m.setattr(manifests, "IDENTITY_SCHEME", 2)
+            m.setattr(manifests, "kv_config", manifests.kv_config_v2)
         else:
             m.setattr(manifests, "DEFAULT_GRACE_S", 45)
 

@@ -469,9 +469,11 @@ def test_a_deployment_rendered_by_the_previous_operator_is_not_drifted() -> None
 
 
 def test_the_revision_and_drift_detection_share_one_kv_definition() -> None:
-    """``kv_config`` is unchanged for existing specs (no rollout on an operator upgrade)
-    and is built from the same engine fields ``engine_hash`` watches."""
-    assert manifests.kv_config(spec()) == "231040116a"
+    """Scheme 2's ``kv_config_v2`` is unchanged for existing specs (it finds their cells
+    on an operator upgrade: ``adopt``), scheme 3's is its own (``"3."``), and both are
+    built from the same engine fields ``engine_hash`` watches."""
+    assert manifests.kv_config_v2(spec()) == "231040116a"
+    assert manifests.kv_config(spec()) == "3.cb554c446b"
     assert set(manifests.KV_FIELDS) == {"command", "args", "env", "envFrom", "resources"}
 
 

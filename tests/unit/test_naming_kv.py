@@ -64,15 +64,16 @@ KV_CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "prefill gpus": lambda d: d["prefill"].__setitem__("gpusPerReplica", 4),
     "image": lambda d: d["engine"].__setitem__("image", "lmsysorg/sglang"),
     "version": lambda d: d["engine"].__setitem__("version", "v0.11.1"),
+    # pod-level configuration (identity scheme 3, issue 30 item 7: test_identity_config)
+    "tolerations": lambda d: d["decode"]["template"]["spec"].__setitem__(
+        "tolerations", [{"key": "k", "operator": "Exists"}]
+    ),
 }
 
 IN_PLACE: dict[str, Callable[[dict[str, Any]], None]] = {
     "labels": lambda d: d["decode"]["template"].__setitem__("metadata", {"labels": {"t": "a"}}),
     "annotations": lambda d: d["prefill"]["template"].__setitem__(
         "metadata", {"annotations": {"x": "y"}}
-    ),
-    "tolerations": lambda d: d["decode"]["template"]["spec"].__setitem__(
-        "tolerations", [{"key": "k", "operator": "Exists"}]
     ),
     "probe": lambda d: _engine(d, "decode").__setitem__(
         "readinessProbe", {"httpGet": {"path": "/health", "port": 8000}}

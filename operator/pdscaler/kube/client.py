@@ -268,6 +268,7 @@ PATHS = {
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "Event": "/api/v1/namespaces/{ns}/events",
     "Secret": "/api/v1/namespaces/{ns}/secrets",
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
     KIND: f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}",
 }
 

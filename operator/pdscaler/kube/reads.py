@@ -1,8 +1,10 @@
 """The operator's reads (part of ``pdscaler.kube``): a PDDeployment, the objects it owns
 (``observe``: its Deployments, Services and pods, from the watch caches with
-``cache=True``, else by LIST) and the one Secret a PDDeployment's Prometheus
+``cache=True``, else by LIST), the one Secret a PDDeployment's Prometheus
 credentials name (``read_secret``: ``get`` only, never list or watch; its values are
-returned decoded and never logged or kept).
+returned decoded and never logged or kept) and the ConfigMaps its pool templates read
+(``read_configmaps``: ``get`` by name, each tick; their contents are hashed into the
+cell's identity, ``pdscaler.identity``).
 
 Owns: ``Reads``, the ``Client`` with the per-namespace informers (started on first use,
 stopped by ``release``), what a wanted name read as absent is believed to be for
@@ -103,6 +105,13 @@ class Reads(Client):
             except (ValueError, TypeError):
                 continue
         return out
+
+    def read_configmaps(self, namespace: str, names: Iterable[str]) -> dict[str, Obj | None]:
+        """ConfigMaps ``namespace/<name>`` by name (``get`` each: no list, no watch), None
+        for one that does not exist. Raises ``KubeError`` for any other refusal (403 when
+        the chart grants no ``configmaps get``): the tick fails rather than name a cell
+        without its configuration."""
+        return {name: self.get("ConfigMap", namespace, name) for name in names}
 
     def list(self, kind: str, namespace: str, selector: Mapping[str, str]) -> list[Obj]:
         """Objects of ``kind`` whose labels match ``selector`` exactly."""
