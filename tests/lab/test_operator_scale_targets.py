@@ -8,8 +8,13 @@ subresource standing in for Dynamo's DynamoGraphDeploymentScalingAdapter (the la
 Dynamo operator: the stand-in has the DGDSA's ``/scale`` shape, spec.replicas and
 status.selector, and each points at a backing Deployment's pods, as a DGDSA points at its
 DGD service's). Their pods are kwok GPU pods labelled ``pdscaler.io/name`` and
-``pdscaler.io/role`` in the team's template; the settable exporter serves their vLLM
-metrics to the lab's Prometheus. The operator ticks in-process (``opkit.ticking``).
+``pdscaler.io/role`` in the team's template. The operator ticks in-process
+(``opkit.ticking``).
+
+(a) serves real requests: the engine simulator serves the team's pods, the team's own
+vllm-router (run by the lab's pod runner) pairs them, and aiperf sends the load through
+the team's Service. The other cases read the settable exporter's vLLM metrics (the
+adapters' backing pods never change, so requests would prove nothing more there):
 
 Load: 3 req/s of 1750 prompt / 467 output tokens, prefill 3000 tok/s and decode 800 tok/s
 per replica at u = 0.7: N_P = 5250/2100 = 2.50 -> 3 and N_D = 1401/560 = 2.50 -> 3, so
@@ -26,17 +31,19 @@ import contextlib
 import copy
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
-from kubernetes import client
+from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 
 from pdlab.cluster.kubeclient import crd_established
 from pdlab.cluster.lab import Lab
+from pdlab.cluster.loadclient import AiPerf, TraceRow
 from pdscaler.observe import is_ready, labels
 from pdscaler.runtime import Runtime
 from support.exporter import EngineExporter
-from support.labkit import Kube, WaitTimeoutError, gpu_deployment, wait_for
+from support.labkit import Kube, WaitTimeoutError, gpu_deployment, request_path, wait_for
 from support.opkit import (
     as_dict,
     condition,
@@ -48,6 +55,7 @@ from support.opkit import (
     ticking,
     wait_condition,
 )
+from support.served_chat import completion, records
 
 NAME = "chat"
 RATE, PROMPT, OUTPUT = 3.0, 1750.0, 467.0
@@ -157,18 +165,111 @@ def only_scale_writes(rt: Runtime) -> list[tuple[str, str]]:
     ]
 
 
+def create_object(kube: Kube, namespace: str, obj: dict[str, Any]) -> None:
+    utils.create_from_dict(kube.api, obj, namespace=namespace)  # type: ignore[no-untyped-call]
+
+
+def team_router(namespace: str) -> list[dict[str, Any]]:
+    """The team's own P/D router in front of its two Deployments, as an llm-d or plain
+    stack runs one: the real vllm-router discovering ``app=llm-prefill`` / ``app=llm-decode``
+    pods (its ServiceAccount may list pods, nothing more), behind the Service ``llm``. The
+    lab's pod runner runs it (label ``pdscaler.io/role: router``). Its policy is round
+    robin: the default (cache-aware) keeps sending aiperf's prompts, which share a prefix,
+    to the first worker at this load, so pods added later would see no traffic."""
+    meta = {"name": "llm-router", "namespace": namespace}
+    rbac = "rbac.authorization.k8s.io/v1"
+    pods_read = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    labels_ = {"app": "llm-router", "pdscaler.io/role": "router"}
+    args = [
+        "--vllm-pd-disaggregation", "--service-discovery",
+        "--service-discovery-namespace", namespace, "--service-discovery-port", "8000",
+        "--prefill-selector", "app=llm-prefill", "--decode-selector", "app=llm-decode",
+        "--host", "0.0.0.0", "--port", "8000",
+        "--prometheus-host", "0.0.0.0", "--prometheus-port", "29000",
+        "--policy", "round_robin",
+    ]  # fmt: skip
+    container = {
+        "name": "router", "image": "vllm-router:team", "command": ["vllm-router"],
+        "args": args, "ports": [{"name": "http", "containerPort": 8000}],
+        "readinessProbe": {"httpGet": {"path": "/readiness", "port": 8000}, "periodSeconds": 2},
+    }  # fmt: skip
+    pod = {"serviceAccountName": "llm-router", "containers": [container]}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {"apiVersion": rbac, "kind": "Role", "metadata": meta, "rules": [pods_read]},
+        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "llm-router"},
+         "subjects": [{"kind": "ServiceAccount", "name": "llm-router",
+                       "namespace": namespace}]},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "llm-router"}},
+                  "template": {"metadata": {"labels": labels_}, "spec": pod}}},
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": "llm", "namespace": namespace},
+         "spec": {"selector": {"app": "llm-router"}, "ports": [{"name": "http", "port": 8000}]}},
+    ]  # fmt: skip
+
+
+def grew(kube: Kube, namespace: str) -> dict[str, int] | None:
+    """Both team Deployments' replicas once each is at 2 or more, else None."""
+    now = replicas(kube, namespace)
+    return now if min(now.values()) >= 2 else None
+
+
+#: aiperf's load on the team's stack: 4 req/s of 300-token prompts and 12 output tokens
+#: for 60 s. The PDDeployment prices a replica low (prefill 700 tok/s, decode 28 tok/s at
+#: u = 0.7) so that this load asks for about 1200/490 = 2.4 prefill and 48/19.6 = 2.4
+#: decode replicas (the simulator's engines could serve it on one each: the test is about
+#: what pdscaler writes, not about the engines' limits).
+LOAD_RATE, LOAD_SECONDS, LOAD_PROMPT, LOAD_OUTPUT = 4.0, 60.0, 300, 12
+
+
 def test_sizes_a_deployment_pair_it_did_not_create_through_scale_only(
-    lab: Lab, kube: Kube, namespace: str, crd: str, exporter: EngineExporter
+    lab: Lab, kube: Kube, namespace: str, crd: str, tmp_path: Path
 ) -> None:
-    """(a) llm-d's shape: 1 + 1 -> 3 + 3 by /scale; the templates are untouched, the
-    managedFields show pdscaler on spec.replicas only (through the scale subresource), and
-    pdscaler created nothing (no Deployment, router, Service)."""
+    """(a) llm-d's shape, with real requests: the team's two Deployments and its own
+    vllm-router serve aiperf's load through the Service ``llm``; pdscaler grows both
+    pools from 1 + 1 by /scale while every request is answered, each one paired inside
+    the team's pools; the templates are untouched, the managedFields show pdscaler on
+    spec.replicas only (through the scale subresource), and pdscaler created nothing."""
     templates = make_pair(kube, namespace)
-    serve(kube, exporter, namespace)
-    create_pdd(kube, namespace, deployments_manifest(lab))
-    rt = operator_runtime(lab)
-    with ticking(rt, namespace, NAME):
-        wait_sizes(kube, namespace, lambda: replicas(kube, namespace), "both team Deployments")
+    for obj in team_router(namespace):
+        create_object(kube, namespace, obj)
+    manifest = deployments_manifest(lab)
+    manifest["spec"]["prefill"]["tokensPerSecond"] = 700
+    manifest["spec"]["decode"]["tokensPerSecond"] = 28
+    with request_path(lab, namespace, "llm") as (front, control, _proxy):
+        wait_for(lambda: completion(front), 90, "a completion through the team's router")
+        create_pdd(kube, namespace, manifest)
+        rt = operator_runtime(lab)
+        client_ = AiPerf.ensure()
+        rows = [TraceRow(i / LOAD_RATE, LOAD_PROMPT, LOAD_OUTPUT)
+                for i in range(int(LOAD_RATE * LOAD_SECONDS))]  # fmt: skip
+        proc = client_.start(f"http://127.0.0.1:{front}", rows, tmp_path / "aiperf")
+        grown: list[dict[str, int]] = []
+        try:
+            with ticking(rt, namespace, NAME):
+                what = "both team Deployments grown by /scale under load"
+                grown.append(wait_for(lambda: grew(kube, namespace), LOAD_SECONDS + 60, what))
+                proc.wait(timeout=LOAD_SECONDS + 120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        result = AiPerf.result(tmp_path / "aiperf")
+        decodes = [r for r in records(control) if r["kind"] == "decode"]
+    print(f"grown to {grown}; aiperf {result.requests} requests, {result.errors} errors")
+    assert result.errors == 0, result.raw.get("error_summary")
+    assert result.requests == len(rows)
+    # every request paired inside the team's pools, and the pods /scale added served
+    strays = [r for r in decodes if not (str(r["prefill_pod"]).startswith("llm-prefill-")
+              and str(r["decode_pod"]).startswith("llm-decode-") and r["kv_transfer"])]  # fmt: skip
+    assert strays == []
+    # the router adds discovered pods one at a time, each after its first health check:
+    # a lab pod is Ready (kwok's timer) a moment before the simulator serves it, so that
+    # check fails and the router retries 30 s later; at least one added pod serves
+    served = {r["prefill_pod"] for r in decodes} | {r["decode_pod"] for r in decodes}
+    assert len(served) >= 3, f"no pod /scale added served a request: {served}"
     assert only_scale_writes(rt) == []
     scales = {(w.kind, w.name) for w in rt.kube.audit.since(0) if w.verb == "scale"}
     assert scales == {("Deployment", "llm-prefill"), ("Deployment", "llm-decode")}
@@ -188,12 +289,16 @@ def test_sizes_a_deployment_pair_it_did_not_create_through_scale_only(
         as_dict(kube, d)["metadata"]["name"]
         for d in kube.apps.list_namespaced_deployment(namespace).items
     }
-    assert names == {"llm-prefill", "llm-decode"}
-    assert kube.core.list_namespaced_service(namespace).items == []
+    assert names == {"llm-prefill", "llm-decode", "llm-router"}
+    services = {
+        as_dict(kube, svc)["metadata"]["name"]
+        for svc in kube.core.list_namespaced_service(namespace).items
+    }
+    assert services == {"llm"}
     pdd = get_pdd(kube, namespace, NAME)
-    assert pdd["status"]["decode"]["desiredReplicas"] == WANT
+    desired = pdd["status"]["decode"]["desiredReplicas"]
     key = {"namespace": namespace, "name": NAME, "pool": "decode"}  # the operator's metrics
-    assert rt.telemetry.registry.get_sample_value("pdscaler_desired_replicas", key) == WANT
+    assert rt.telemetry.registry.get_sample_value("pdscaler_desired_replicas", key) == desired
     assert (condition(pdd, "Stalled") or {}).get("status") == "False"
 
 
