@@ -1,6 +1,7 @@
 """Scale from zero without dropping the first request, and back to zero after the idle
 period (issue 29, item 3), with the operator's own objects: ``deploy/examples/chat.yaml``
-scaled to the lab with both ``replicas.min`` 0 and ``scaleToZero.idleSeconds`` 10.
+scaled to the lab with both ``replicas.min`` 0 and ``scaleToZero.idleSeconds`` 10, and the
+same for ``deploy/examples/sglang.yaml`` (the holder in front of the real sglang-router).
 
 The request path: client -> front Service ``chat`` (svcproxy) -> the holding proxy's pod
 (``python -m pdscaler.holder``, run by the lab's pod runner as the routers are, reaching
@@ -60,8 +61,12 @@ def resolve_holder(command: Sequence[str], args: Sequence[str]) -> list[str]:
 HOLDERS = Workload("pdscaler.io/role=holder", resolve_holder, ("--host",), True)
 
 
-def zero_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:
-    doc = scaled_chat(namespace, prometheus_url)
+#: The examples the cold start is proven with: the holder sits in front of either router.
+EXAMPLES = {"vllm-router": "chat.yaml", "sglang-router": "sglang.yaml"}
+
+
+def zero_chat(namespace: str, prometheus_url: str, example: str = "chat.yaml") -> dict[str, Any]:
+    doc = scaled_chat(namespace, prometheus_url, example)
     spec = doc["spec"]
     for role in ("prefill", "decode"):
         spec[role]["replicas"] = {"min": 0, "max": 2}
@@ -134,11 +139,13 @@ def holders(lab: Lab, namespace: str, tmp_path: Path) -> Iterator[None]:
             runner.stop()
 
 
+@pytest.mark.parametrize("router_type", list(EXAMPLES))
 def test_the_first_request_at_zero_is_answered_and_the_pools_return_to_zero(
-    lab: Lab, kube: Kube, crd: str, namespace: str, holders: None
+    lab: Lab, kube: Kube, crd: str, namespace: str, holders: None, router_type: str
 ) -> None:
     began = time.monotonic()
-    doc = zero_chat(namespace, lab.prometheus_url)
+    doc = zero_chat(namespace, lab.prometheus_url, EXAMPLES[router_type])
+    assert doc["spec"]["router"]["type"] == router_type
     with serving(lab, kube, namespace, doc=doc) as (front, _control, proxy):
         # the new cell starts at one replica a pool; idle, it goes to zero
         wait_for(lambda: pool_replicas(kube, namespace) == {"prefill": 0, "decode": 0},

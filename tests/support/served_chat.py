@@ -1,6 +1,8 @@
 """deploy/examples/chat.yaml served in the lab: the PDDeployment scaled to the lab, the
 operator ticking, the engine simulator, the pod runner for the routers and the front
-Service's proxy; and one streamed completion through the front."""
+Service's proxy; and one streamed completion through the front. With role flips
+(``flip_chat``, tests/lab/test_role_flip.py and drill D20): the pods serving each role
+and when decode's recommendation became 1."""
 
 from __future__ import annotations
 
@@ -15,24 +17,30 @@ import yaml
 
 from pdlab.cluster.lab import Lab
 from pdlab.cluster.svcproxy import SvcProxy
+from pdscaler import naming
+from pdscaler.observe import is_ready, labels, terminating
 from support.labkit import Kube, request_path
-from support.opkit import create_pdd, operator_runtime, ticking
+from support.opkit import create_pdd, get_pdd, operator_runtime, pod_dicts, ticking
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "chat"
 WORDS = "the quick brown fox jumps over the lazy dog " * 20  # 180 prompt words
+FLIP_WINDOW_S = 5.0
 
 
-def scaled_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:
-    """deploy/examples/chat.yaml for the lab: small pools, fast start-up, short windows."""
-    doc: dict[str, Any] = yaml.safe_load((REPO / "deploy/examples/chat.yaml").read_text())
+def scaled_chat(namespace: str, prometheus_url: str, example: str = "chat.yaml") -> dict[str, Any]:
+    """deploy/examples/chat.yaml (or another example of ``deploy/examples/``, e.g.
+    ``sglang.yaml``) for the lab: small pools, fast start-up, short windows; the
+    example's metric preset is kept."""
+    doc: dict[str, Any] = yaml.safe_load((REPO / "deploy/examples" / example).read_text())
+    preset = ((doc["spec"].get("metrics") or {}).get("preset")) or "vllm"
     doc["metadata"] = {"name": NAME, "namespace": namespace}
     spec = doc["spec"]
     for role, low in (("prefill", 3), ("decode", 1)):
         pool = spec[role]
         pool["replicas"] = {"min": low, "max": 4}
         tpl = pool["template"]
-        tpl["metadata"]["annotations"] = {"pdscaler.io/startup-delay": "6s"}
+        tpl.setdefault("metadata", {})["annotations"] = {"pdscaler.io/startup-delay": "6s"}
         tpl["spec"]["terminationGracePeriodSeconds"] = 5
         for c in tpl["spec"]["containers"]:
             c["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
@@ -44,10 +52,44 @@ def scaled_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:
         }
     )
     spec["startupSeconds"] = 3
-    spec["metrics"] = {"prometheus": {"url": prometheus_url}, "preset": "vllm", "window": "20s"}
+    spec["metrics"] = {"prometheus": {"url": prometheus_url}, "preset": preset, "window": "20s"}
     spec["scaling"].update({"interval": "1s", "maxGPUs": 12, "scaleDownStabilization": "5m"})
     spec["rollout"] = {"maxSurgeGPUs": 1, "progressDeadline": "3m"}
     return doc
+
+
+def flip_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:
+    """``scaled_chat`` with role flips on (reconfiguration 0 s, a 5 s flip window),
+    prefill 1-4 and decode 4-6 replicas."""
+    doc = scaled_chat(namespace, prometheus_url)
+    spec = doc["spec"]
+    spec["prefill"]["replicas"] = {"min": 1, "max": 4}
+    spec["decode"]["replicas"] = {"min": 4, "max": 6}
+    flips = {"enabled": True, "reconfigureSeconds": 0, "window": f"{FLIP_WINDOW_S:g}s"}
+    spec["scaling"]["roleFlips"] = flips
+    return doc
+
+
+def decode_recommended_one_since(kube: Kube, namespace: str) -> float | None:
+    """When decode's recommendation became 1 (the newest change point of the policy's
+    memory in the status, [t, prefill, decode]); None while it is not 1."""
+    memory = (get_pdd(kube, namespace, NAME).get("status") or {}).get("memory") or {}
+    points = memory.get("recommendations") or []
+    return float(points[-1][0]) if points and points[-1][2] == 1 else None
+
+
+def live_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    return [p for p in pod_dicts(kube, namespace, NAME) if not terminating(p)]
+
+
+def ready_by_role(kube: Kube, namespace: str) -> dict[str, int]:
+    """Ready pods not being deleted, by the role they serve (``pdscaler.io/role``)."""
+    out: dict[str, int] = {}
+    for pod in live_pods(kube, namespace):
+        if is_ready(pod):
+            role = labels(pod)[naming.LABEL_ROLE]
+            out[role] = out.get(role, 0) + 1
+    return out
 
 
 @contextlib.contextmanager
