@@ -26,7 +26,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdscaler import observe
 from pdscaler.objects import SPEC_HASH_ANNOTATION, Manifest, stamp
 from pdscaler.spec import DEFAULT_GPU_RESOURCE as DEFAULT_GPU_RESOURCE
 from pdscaler.spec import GPU_RESOURCE_PATTERN as GPU_RESOURCE_PATTERN
@@ -35,7 +34,6 @@ from pdscaler.spec import MSG_FLIP_SHAPE as MSG_FLIP_SHAPE
 from pdscaler.spec import MSG_GPU_RESOURCE as MSG_GPU_RESOURCE
 from pdscaler.spec import MSG_GROUP_GPUS as MSG_GROUP_GPUS
 from pdscaler.spec import PDDeploymentSpec, valid_gpu_resource
-from pdscaler.types import PoolObservation
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_KIND = "LeaderWorkerSet"
@@ -268,7 +266,7 @@ def leader_selector(selector: Mapping[str, str], shape: GroupShape) -> dict[str,
     return out
 
 
-def _set_gpus(template: dict[str, Any], shape: GroupShape, engine: str) -> None:
+def set_gpus(template: dict[str, Any], shape: GroupShape, engine: str = "engine") -> None:
     """Every GPU the template asks for, on the engine container, as ``shape.gpus_per_pod``
     of ``shape.resource`` (limits = requests), the default resource's entries and node
     taint toleration replaced by the configured resource's."""
@@ -310,7 +308,7 @@ def leader_worker_set(deployment: Manifest, shape: GroupShape, engine: str = "en
         k: v for k, v in (meta.get("annotations") or {}).items() if k != SPEC_HASH_ANNOTATION
     }
     template = dep["spec"]["template"]
-    _set_gpus(template, shape, engine)
+    set_gpus(template, shape, engine)
     obj: Manifest = {
         "apiVersion": LWS_API_VERSION,
         "kind": LWS_KIND,
@@ -334,75 +332,28 @@ def leader_worker_set(deployment: Manifest, shape: GroupShape, engine: str = "en
     return stamp(obj)
 
 
+def pool_template(pool: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A pool object's pod template: a Deployment's ``spec.template``, a
+    LeaderWorkerSet's leader template (the pod that runs the engine's HTTP API)."""
+    spec = pool.get("spec") or {}
+    if pool.get("kind") == LWS_KIND:
+        lwt = spec.get("leaderWorkerTemplate") or {}
+        found: Mapping[str, Any] = lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}
+        return found
+    template: Mapping[str, Any] = spec.get("template") or {}
+    return template
+
+
+def group_size(pool: Mapping[str, Any] | None) -> int:
+    """Pods of one replica of a pool object: a LeaderWorkerSet's
+    ``leaderWorkerTemplate.size``, 1 for a Deployment (or none)."""
+    if pool is None or pool.get("kind") != LWS_KIND:
+        return 1
+    size = ((pool.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size")
+    return 1 if size is None else int(size)
+
+
 def lws_ready_groups(lws: Mapping[str, Any]) -> int:
     """The controller's own count of Ready groups (``status.readyReplicas``: a group
     whose leader and every worker are Ready), 0 before it wrote status."""
     return int((lws.get("status") or {}).get("readyReplicas") or 0)
-
-
-def _group_key(pod: Mapping[str, Any], index: int, shape: GroupShape) -> str:
-    key = _labels(pod).get(LWS_GROUP_INDEX_LABEL) if shape.grouped else None
-    return key if key is not None else f"pod-{index}"
-
-
-def _group_startup(members: list[Mapping[str, Any]]) -> float | None:
-    """Earliest pod creation -> latest Ready transition of a Ready group (the group
-    serves from its last pod's Ready on); None if a time is missing."""
-    created = [
-        observe.parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in members
-    ]
-    ready_at = []
-    for pod in members:
-        conds = (pod.get("status") or {}).get("conditions") or []
-        ready_at += [
-            observe.parse_time(c.get("lastTransitionTime"))
-            for c in conds
-            if c.get("type") == "Ready"
-        ]
-    if not created or not ready_at or None in created or None in ready_at:
-        return None
-    start = min(t for t in created if t is not None)
-    end = max(t for t in ready_at if t is not None)
-    return end - start if end >= start else None
-
-
-def group_observation(
-    replicas: int, pods: Iterable[Mapping[str, Any]], shape: GroupShape
-) -> PoolObservation:
-    """One grouped pool as the tick sees it, every count in groups (the twin of
-    ``observe.pool_observation`` for one-pod replicas): ``replicas`` is the
-    LeaderWorkerSets' desired groups; ``ready`` the groups with all pods Ready;
-    ``unschedulable`` the groups with a pod the scheduler could not place (a group
-    needs every pod placed); ``startup_samples`` a Ready group's first pod creation to
-    its last pod Ready, oldest first (the start-up learned per pool is a group's);
-    ``terminating`` the groups with a pod being deleted (they still hold their GPUs).
-
-    2 groups of 2, one Ready 40 s after its first pod was created, one with a pod
-    Pending Unschedulable: ready 1, unschedulable 1, startup_samples (40.0,)."""
-    by_group: dict[str, list[Mapping[str, Any]]] = {}
-    for i, pod in enumerate(pods):
-        by_group.setdefault(_group_key(pod, i, shape), []).append(pod)
-    ready: list[tuple[float, float]] = []
-    unschedulable = terminating = 0
-    for members in by_group.values():
-        if any(observe.terminating(p) for p in members):
-            terminating += 1
-            continue
-        if any(observe.is_unschedulable(p) for p in members):
-            unschedulable += 1
-        if len(members) >= shape.pods and all(observe.is_ready(p) for p in members):
-            took = _group_startup(members)
-            created = min(
-                observe.parse_time((p.get("metadata") or {}).get("creationTimestamp")) or 0.0
-                for p in members
-            )
-            ready.append((created, took if took is not None else -1.0))
-    ready.sort()
-    samples = tuple(t for _, t in ready if t >= 0)
-    return PoolObservation(
-        replicas=replicas,
-        ready=len(ready),
-        unschedulable=unschedulable,
-        startup_samples=samples[-observe.MAX_STARTUP_SAMPLES :],
-        terminating=terminating,
-    )

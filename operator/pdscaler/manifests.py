@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from pdscaler import identity, naming, router
+from pdscaler import groups, identity, naming, router
 from pdscaler.holding import holding_objects
 from pdscaler.objects import SPEC_HASH_ANNOTATION, Manifest, Meta, owner_reference, stamp
 from pdscaler.spec import PDDeploymentSpec, PoolSpec
@@ -425,7 +425,7 @@ def drifted(deployment: Mapping[str, Any]) -> bool:
     is judged by the fields that operator hashed (until it is re-rendered)."""
     annotations = (deployment.get("metadata") or {}).get("annotations") or {}
     rendered = annotations.get(naming.ANNOTATION_ENGINE)
-    template = (deployment.get("spec") or {}).get("template") or {}
+    template = groups.pool_template(deployment)
     if rendered is None:
         return False
     if not str(rendered).startswith(ENGINE_HASH_PREFIX):
@@ -626,6 +626,27 @@ def pool_deployment(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: 
     return stamp(obj)
 
 
+def pool_object(meta: Meta, spec: PDDeploymentSpec, cell: CellTarget, role: Role) -> Manifest:
+    """The pool object of one pool of one cell: ``pool_deployment``, or with
+    ``podsPerReplica`` > 1 the LeaderWorkerSet ``groups.leader_worker_set`` renders from
+    it (the same name and identity; ``spec.replicas`` groups), or with another
+    ``gpuResource`` the Deployment asking for that resource. Its ``engine-hash`` is the
+    engine container of what the cluster runs (the leader's template)."""
+    dep = pool_deployment(meta, spec, cell, role)
+    shape = groups.shape_of(spec, role)
+    if not shape.grouped and shape.resource == GPU_RESOURCE:
+        return dep
+    if shape.grouped:
+        obj = groups.leader_worker_set(dep, shape)
+    else:
+        obj = copy.deepcopy(dep)
+        groups.set_gpus(obj["spec"]["template"], shape)
+    annotations = obj["metadata"]["annotations"]
+    if naming.ANNOTATION_ENGINE in annotations:
+        annotations[naming.ANNOTATION_ENGINE] = engine_hash(groups.pool_template(obj))
+    return stamp(obj)
+
+
 def _service(
     meta: Meta, name: str, labels: dict[str, str], selector: dict[str, str], port: int
 ) -> Manifest:
@@ -662,8 +683,8 @@ def desired_objects(meta: Meta, spec: PDDeploymentSpec, cells: list[CellTarget])
     out: list[Manifest] = []
     routed = router.enabled(spec)
     for cell in cells:
-        out.append(pool_deployment(meta, spec, cell, Role.DECODE))
-        out.append(pool_deployment(meta, spec, cell, Role.PREFILL))
+        out.append(pool_object(meta, spec, cell, Role.DECODE))
+        out.append(pool_object(meta, spec, cell, Role.PREFILL))
         if routed:
             port = engine_port(spec.decode)
             routers = router.router_deployment(

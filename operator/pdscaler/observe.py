@@ -3,7 +3,8 @@ cells and pools look like right now.
 
 Owns: the predicates on pods (Ready, unschedulable for lack of resources, start-up
 time creation -> Ready) and the summing of a PDDeployment's owned Deployments and pods
-into one ``CellObservation`` per revision and one ``PoolObservation`` per role. Must
+into one ``CellObservation`` per revision and one ``PoolObservation`` per role (a
+LeaderWorkerSet pool counted in groups: ``group_observation``). Must
 not: talk to the API server (``kube`` fetched the objects), read the clock, or
 decide anything.
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pdscaler import naming
+from pdscaler import groups, naming
 from pdscaler.plan import Observed, owned_by
 from pdscaler.types import PoolObservation, Role
 
@@ -115,6 +116,70 @@ def pool_observation(replicas: int, pods: Iterable[Obj]) -> PoolObservation:
     )
 
 
+def _group_key(pod: Mapping[str, Any], index: int, size: int) -> str:
+    key = labels(pod).get(groups.LWS_GROUP_INDEX_LABEL) if size > 1 else None
+    return key if key is not None else f"pod-{index}"
+
+
+def _group_startup(members: list[Mapping[str, Any]]) -> float | None:
+    """Earliest pod creation -> latest Ready transition of a Ready group (the group
+    serves from its last pod's Ready on); None if a time is missing."""
+    created = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in members]
+    ready_at = []
+    for pod in members:
+        conds = (pod.get("status") or {}).get("conditions") or []
+        ready_at += [
+            parse_time(c.get("lastTransitionTime")) for c in conds if c.get("type") == "Ready"
+        ]
+    if not created or not ready_at or None in created or None in ready_at:
+        return None
+    start = min(t for t in created if t is not None)
+    end = max(t for t in ready_at if t is not None)
+    return end - start if end >= start else None
+
+
+def group_observation(
+    replicas: int, pods: Iterable[Mapping[str, Any]], size: int
+) -> PoolObservation:
+    """One grouped pool as the tick sees it, every count in groups (the twin of
+    ``pool_observation`` for one-pod replicas): ``replicas`` is the
+    LeaderWorkerSets' desired groups; ``ready`` the groups with all pods Ready;
+    ``unschedulable`` the groups with a pod the scheduler could not place (a group
+    needs every pod placed); ``startup_samples`` a Ready group's first pod creation to
+    its last pod Ready, oldest first (the start-up learned per pool is a group's);
+    ``terminating`` the groups with a pod being deleted (they still hold their GPUs).
+
+    2 groups of 2, one Ready 40 s after its first pod was created, one with a pod
+    Pending Unschedulable: ready 1, unschedulable 1, startup_samples (40.0,)."""
+    by_group: dict[str, list[Mapping[str, Any]]] = {}
+    for i, pod in enumerate(pods):
+        by_group.setdefault(_group_key(pod, i, size), []).append(pod)
+    ready: list[tuple[float, float]] = []
+    n_unschedulable = n_terminating = 0
+    for members in by_group.values():
+        if any(terminating(p) for p in members):
+            n_terminating += 1
+            continue
+        if any(is_unschedulable(p) for p in members):
+            n_unschedulable += 1
+        if len(members) >= size and all(is_ready(p) for p in members):
+            took = _group_startup(members)
+            created = min(
+                parse_time((p.get("metadata") or {}).get("creationTimestamp")) or 0.0
+                for p in members
+            )
+            ready.append((created, took if took is not None else -1.0))
+    ready.sort()
+    samples = tuple(t for _, t in ready if t >= 0)
+    return PoolObservation(
+        replicas=replicas,
+        ready=len(ready),
+        unschedulable=n_unschedulable,
+        startup_samples=samples[-MAX_STARTUP_SAMPLES:],
+        terminating=n_terminating,
+    )
+
+
 @dataclass(frozen=True)
 class CellObservation:
     """One revision's cell as the cluster shows it.
@@ -153,9 +218,7 @@ class CellObservation:
 
 def _engine_image(dep: Obj) -> str | None:
     """The engine container's image of a pool Deployment (``engine``, else the first)."""
-    containers = (
-        (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")
-    ) or []
+    containers = (groups.pool_template(dep).get("spec") or {}).get("containers") or []
     named = [c for c in containers if c.get("name") == "engine"] or containers[:1]
     image = named[0].get("image") if named else None
     return str(image) if image else None
@@ -181,6 +244,20 @@ def _cell_image(by_role: Mapping[Role, Obj], version: str) -> str | None:
 #: The label the Deployment controller puts on a ReplicaSet and its pods: the hash of
 #: the pod template, also the suffix of the ReplicaSet's name.
 POD_TEMPLATE_HASH = "pod-template-hash"
+
+
+def _owned_by_lws(pod: Obj, lws: str) -> bool:
+    """A pod of LeaderWorkerSet ``lws``: labelled with its name and controlled by the
+    StatefulSet LWS made for it (the leaders' ``<lws>``, a group's workers'
+    ``<lws>-<group-index>``), the ``_owned_pod`` rule for groups."""
+    lab = labels(pod)
+    if lab.get(groups.LWS_SET_NAME_LABEL) != lws:
+        return False
+    names = {lws, f"{lws}-{lab.get(groups.LWS_GROUP_INDEX_LABEL, '')}"}
+    return any(
+        r.get("kind") == "StatefulSet" and r.get("controller") is True and r.get("name") in names
+        for r in _meta(pod).get("ownerReferences") or []
+    )
 
 
 def _owned_pod(pod: Obj, deployment: str | None) -> bool:
@@ -255,6 +332,12 @@ def cells(observed: Observed, uid: str) -> dict[str, CellObservation]:
                 - sum(1 for p in mine if p.flipped_from(role) and p.live),
                 [p.pod for p in mine if p.serves is role],
             )
+            if groups.group_size(by_role.get(role)) == 1
+            else group_observation(
+                _replicas(by_role[role]),
+                [p.pod for p in mine if p.owner is role],
+                groups.group_size(by_role.get(role)),
+            )
             for role in Role
         }
         out[rev] = CellObservation(
@@ -308,7 +391,14 @@ def pool_pods(by_role: Mapping[Role, Obj], pods: Iterable[Obj]) -> list[PoolPod]
             serves = Role(labels(pod).get(naming.LABEL_ROLE, ""))
         except ValueError:
             continue
-        owner = next((r for r, dep in by_role.items() if _owned_pod(pod, _name(dep))), None)
+        owner = next(
+            (
+                r
+                for r, dep in by_role.items()
+                if (_owned_by_lws if groups.group_size(dep) > 1 else _owned_pod)(pod, _name(dep))
+            ),
+            None,
+        )
         if owner is not None:
             out.append(PoolPod(pod, owner, serves))
     return out

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from pdscaler import naming
+from pdscaler import groups, naming
 from pdscaler.manifests import DELETION_COST_ANNOTATION
 from pdscaler.objects import SPEC_HASH_ANNOTATION, Manifest
 from pdscaler.types import Role
@@ -72,7 +72,8 @@ class Action:
 @dataclass(frozen=True)
 class Observed:
     """What the API server shows for one PDDeployment: its Deployments and Services
-    (owned ones and any object holding a name we want) and the pods of its pools."""
+    (owned ones and any object holding a name we want) and the pods of its pools.
+    ``deployments`` holds its pool objects: Deployments and LeaderWorkerSets."""
 
     deployments: tuple[Manifest, ...] = ()
     services: tuple[Manifest, ...] = ()
@@ -140,6 +141,16 @@ def deletion_costs(pods: Sequence[Manifest], running_by_pod: Mapping[str, float]
     return costs
 
 
+#: The kinds a pool object may be: a Deployment, or a LeaderWorkerSet of groups
+#: (``spec.<pool>.podsPerReplica`` > 1); ``Observed.deployments`` holds both.
+POOL_KINDS = ("Deployment", groups.LWS_KIND)
+
+
+def pool_kind(obj: Mapping[str, Any]) -> str:
+    """A pool object's kind (a Deployment unless it says otherwise)."""
+    return str(obj.get("kind") or "Deployment")
+
+
 def plan(
     uid: str,
     desired: Sequence[Manifest],
@@ -155,7 +166,7 @@ def plan(
     running = decode_running_by_pod or {}
     by_key: dict[tuple[str, str], Manifest] = {}
     for obj in observed.deployments:
-        by_key[("Deployment", _name(obj))] = obj
+        by_key[(pool_kind(obj), _name(obj))] = obj
     for obj in observed.services:
         by_key[("Service", _name(obj))] = obj
     for obj in observed.others:
@@ -188,9 +199,11 @@ def plan(
                 Action(Verb.UPDATE, key[0], key[1], body=want, message="template changed")
             )
             continue
-        if key[0] == "Deployment" and _replicas(have) != _replicas(want):
+        if key[0] in POOL_KINDS and _replicas(have) != _replicas(want):
             old, new = _replicas(have), _replicas(want)
-            if new < old and _labels(want).get(naming.LABEL_ROLE) == Role.DECODE.value:
+            # a LeaderWorkerSet removes its highest groups: no per-pod deletion cost
+            decode = _labels(want).get(naming.LABEL_ROLE) == Role.DECODE.value
+            if new < old and decode and key[0] == "Deployment":
                 scales.extend(_cost_annotations(want, observed.pods, running))
             scales.append(
                 Action(Verb.SCALE, key[0], key[1], body=want, replicas=new, message=f"{old}->{new}")
@@ -239,7 +252,7 @@ def _deletes(uid: str, wanted: set[tuple[str, str]], observed: Observed) -> list
     extra_deploys = [
         d
         for d in observed.deployments
-        if ("Deployment", _name(d)) not in wanted and owned_by(d, uid) and not _terminating(d)
+        if (pool_kind(d), _name(d)) not in wanted and owned_by(d, uid) and not _terminating(d)
     ]
     live_prefill_revs = {
         _labels(d).get(naming.LABEL_REVISION)
@@ -253,9 +266,9 @@ def _deletes(uid: str, wanted: set[tuple[str, str]], observed: Observed) -> list
         role = _labels(dep).get(naming.LABEL_ROLE)
         rev = _labels(dep).get(naming.LABEL_REVISION)
         if role == Role.PREFILL.value:
-            first.append(Action(Verb.DELETE, "Deployment", _name(dep), message="cell retired"))
+            first.append(Action(Verb.DELETE, pool_kind(dep), _name(dep), message="cell retired"))
         elif rev not in blocked:
-            then.append(Action(Verb.DELETE, "Deployment", _name(dep), message="cell retired"))
+            then.append(Action(Verb.DELETE, pool_kind(dep), _name(dep), message="cell retired"))
     # No Service this version creates carries a revision label (the front Service <name>
     # has none). A revision-labelled one is a per-cell ``<name>-<rev>-decode`` Service
     # left by an upgrade from 0.1.0, whose prefill pods were given its address through

@@ -39,7 +39,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pdscaler import naming
+from pdscaler import groups, naming
 from pdscaler.objects import Manifest, Meta, owner_reference, stamp
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Role
@@ -77,8 +77,11 @@ def router_labels(name: str, rev: str, version: str) -> dict[str, str]:
     }
 
 
-def _selector_args(meta: Meta, rev: str, role: Role) -> list[str]:
-    return [f"{k}={v}" for k, v in naming.pool_selector(meta.name, role, rev).items()]
+def _selector_args(meta: Meta, spec: PDDeploymentSpec, rev: str, role: Role) -> list[str]:
+    """A pool's pods the router discovers: a grouped pool's leaders only (``groups``)."""
+    selector = naming.pool_selector(meta.name, role, rev)
+    selector = groups.leader_selector(selector, groups.shape_of(spec, role))
+    return [f"{k}={v}" for k, v in selector.items()]
 
 
 def router_args(meta: Meta, spec: PDDeploymentSpec, rev: str, engine_port: int) -> list[str]:
@@ -98,9 +101,9 @@ def router_args(meta: Meta, spec: PDDeploymentSpec, rev: str, engine_port: int) 
         "--service-discovery-port",
         str(engine_port),
         "--prefill-selector",
-        *_selector_args(meta, rev, Role.PREFILL),
+        *_selector_args(meta, spec, rev, Role.PREFILL),
         "--decode-selector",
-        *_selector_args(meta, rev, Role.DECODE),
+        *_selector_args(meta, spec, rev, Role.DECODE),
         "--host",
         "0.0.0.0",
         "--port",

@@ -38,7 +38,19 @@ from pdscaler import groups, manifests, naming
 from pdscaler.objects import Meta
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Role
+from support.exporter import EngineExporter
 from support.labkit import list_pods, not_found, wait_for
+from support.opkit import (
+    create_pdd,
+    deployments,
+    get_pdd,
+    operator_runtime,
+    patch_spec,
+    pdd_manifest,
+    serve_light,
+    ticking,
+)
+from support.opkit import pod_dicts as opkit_pods
 from support.throwaway_crd import namespaced_crd
 
 GROUP, VERSION, PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
@@ -365,3 +377,121 @@ def test_rendered_pool_runs_on_the_lws_controller(lab: Lab, kube: Kube, namespac
         limits = [p["spec"]["containers"][0]["resources"]["limits"] for p in pods]
         assert limits == [{GPU_RESOURCE: "2"}] * shape.pods_for(want)
         assert sum(int(x[GPU_RESOURCE]) for x in limits) == shape.gpus_for(want)
+
+
+# ----- the operator drives a 2-pods-per-replica decode pool (issue 29 done-when (b)) --------
+def pool_objects(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The PDDeployment's LeaderWorkerSets (its grouped pools), live ones only."""
+    found: Any = kube.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, label_selector=f"{naming.LABEL_NAME}={name}"
+    )
+    return [o for o in found["items"] if not o["metadata"].get("deletionTimestamp")]
+
+
+def router_pairs(kube: Kube, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    """Per router Deployment: (its revision, the revision its prefill selector names, the
+    one its decode selector names); the decode selector must also ask for leaders."""
+    out = []
+    for dep in deployments(kube, namespace, name):
+        lab = dep["metadata"]["labels"]
+        if lab.get(naming.LABEL_ROLE) != naming.ROLE_ROUTER:
+            continue
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        pre = args[args.index("--prefill-selector") + 1 : args.index("--decode-selector")]
+        dec = args[args.index("--decode-selector") + 1 : args.index("--host")]
+        assert f"{groups.LABEL_GROUP_ROLE}={groups.LEADER}" in dec, dec
+        assert f"{groups.LABEL_GROUP_ROLE}={groups.LEADER}" not in pre, pre
+
+        def rev(words: list[str]) -> str:
+            key = f"{naming.LABEL_REVISION}="
+            return next(w[len(key) :] for w in words if w.startswith(key))
+
+        out.append((lab[naming.LABEL_REVISION], rev(pre), rev(dec)))
+    return out
+
+
+def decode_groups(kube: Kube, namespace: str, name: str) -> dict[str, tuple[int, int, int]]:
+    """Per decode LeaderWorkerSet's version: (groups asked for, Ready groups counted from
+    its pods, GPUs its pods hold); checks every pod's GPUs and the group accounting."""
+    out: dict[str, tuple[int, int, int]] = {}
+    pods = [
+        p for p in opkit_pods(kube, namespace, name) if not p["metadata"].get("deletionTimestamp")
+    ]
+    for lws in pool_objects(kube, namespace, name):
+        lab = lws["metadata"]["labels"]
+        assert lab[naming.LABEL_ROLE] == "decode", lab
+        assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+        mine = [p for p in pods if labels(p).get(SET_NAME_LABEL) == lws["metadata"]["name"]]
+        count = groups.count_groups(mine, groups.GroupShape(2, 2))
+        gpus = sum(
+            int(c["resources"]["limits"].get(GPU_RESOURCE, 0))
+            for p in mine
+            for c in p["spec"]["containers"]
+        )
+        out[lab[naming.LABEL_VERSION]] = (int(lws["spec"]["replicas"]), count.ready, gpus)
+    return out
+
+
+def groups_are(
+    kube: Kube, namespace: str, name: str, version: str, want: tuple[int, int, int]
+) -> bool:
+    """The decode LeaderWorkerSet of ``version`` asks for, has Ready and holds ``want``
+    (groups, Ready groups, GPUs)."""
+    return decode_groups(kube, namespace, name).get(version) == want
+
+
+def test_operator_scales_and_rolls_a_grouped_decode_pool(
+    lab: Lab, kube: Kube, crd: str, namespace: str, exporter: EngineExporter
+) -> None:
+    """decode podsPerReplica 2, gpusPerReplica 2 (a pod: 1 GPU): the operator renders
+    the decode pool as a LeaderWorkerSet, the real LWS controller runs it; replicas.min
+    1 -> 3 scales it 1 -> 3 groups (6 pods, 6 GPUs: accounting by group); v1 -> v2 rolls
+    it to a v2 LeaderWorkerSet of 3 groups and removes v1's, while every router, sampled
+    through the rollout, pairs prefill and decode leaders of its own revision only (0
+    cross-version pairs, from the objects: the engine simulator does not serve these
+    pods). Prefill stays a Deployment (one pod a replica)."""
+    ensure_lws(lab)
+    name = "moe"
+    serve_light(exporter, namespace, name)
+    manifest = pdd_manifest(name, lab.prometheus_url, surge=6)
+    manifest["spec"]["decode"].update({"podsPerReplica": 2, "gpusPerReplica": 2})
+    rt = operator_runtime(lab)
+    with ticking(rt, namespace, name, period=0.5):
+        create_pdd(kube, namespace, manifest)
+        wait_for(lambda: groups_are(kube, namespace, name, "v1", (1, 1, 2)), 60, "v1: 1 group")
+        roles = {
+            d["metadata"]["labels"].get(naming.LABEL_ROLE)
+            for d in deployments(kube, namespace, name)
+        }
+        assert "prefill" in roles, roles
+        assert "decode" not in roles, roles  # decode is the LeaderWorkerSet
+        t0 = time.monotonic()
+        patch_spec(kube, namespace, name, {"decode": {"replicas": {"min": 3, "max": 12}}})
+        wait_for(lambda: groups_are(kube, namespace, name, "v1", (3, 3, 6)), 60, "v1: 3 groups")
+        scaled = time.monotonic() - t0
+
+        def status_ready() -> dict[str, Any] | None:
+            st = get_pdd(kube, namespace, name).get("status") or {}
+            dec = st.get("decode") or {}
+            return st if (dec.get("replicas"), dec.get("readyReplicas")) == (3, 3) else None
+
+        wait_for(status_ready, 30, "status: decode 3/3 (groups)")
+        t1 = time.monotonic()
+        patch_spec(kube, namespace, name, {"engine": {"version": "v2"}})
+        crossed: list[tuple[str, str, str]] = []
+        samples = 0
+
+        def rolled() -> bool:
+            nonlocal samples
+            pairs = router_pairs(kube, namespace, name)
+            crossed.extend(p for p in pairs if len(set(p)) != 1)
+            samples += 1
+            g = decode_groups(kube, namespace, name)
+            st = get_pdd(kube, namespace, name).get("status") or {}
+            return g == {"v2": (3, 3, 6)} and st.get("activeVersion") == "v2"
+
+        wait_for(rolled, 90, "v2: 3 Ready decode groups, v1's LeaderWorkerSet gone")
+        rolled_in = time.monotonic() - t1
+    assert crossed == [], crossed[:5]
+    assert samples >= 5
+    print(f"1 -> 3 groups in {scaled:.1f}s; v1 -> v2 in {rolled_in:.1f}s ({samples} samples)")

@@ -69,6 +69,14 @@ def test_workload_role_is_exactly_what_the_operator_uses() -> None:
         ("pdscaler.io", "pddeployments/status"): {"get", "patch"},
         ("apps", "deployments"): {"get", "list", "watch", "create", "patch", "delete"},
         ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
+        # podsPerReplica > 1: the pool's LeaderWorkerSet (kube.reads.observe, writes.apply)
+        ("leaderworkerset.x-k8s.io", "leaderworkersets"): {
+            "get",
+            "list",
+            "create",
+            "patch",
+            "delete",
+        },
         ("", "pods"): {"get", "list", "watch", "patch"},
         ("", "events"): {"create"},
         # the ConfigMaps the pool templates read, by name (kube.reads.read_configmaps)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pdscaler import groups, manifests, naming
+from pdscaler import groups, manifests, naming, observe
 from pdscaler.groups import GroupShape
 from pdscaler.manifests import CellTarget
 from pdscaler.objects import SPEC_HASH_ANNOTATION, Meta, spec_hash
@@ -251,7 +251,7 @@ def test_group_observation_counts_groups() -> None:
     going = timed("2", 1, "01", "20")
     going["metadata"]["deletionTimestamp"] = "2026-12-05T17:00:50Z"
     pods += [timed("2", 0, "01", "20"), going]
-    obs = groups.group_observation(4, pods, GroupShape(2, 16))
+    obs = observe.group_observation(4, pods, 2)
     assert (obs.replicas, obs.ready, obs.unschedulable, obs.terminating) == (4, 1, 1, 1)
     assert obs.startup_samples == (40.0,)
 
@@ -259,7 +259,7 @@ def test_group_observation_counts_groups() -> None:
 def test_group_observation_samples_oldest_first() -> None:
     pods = [timed("1", 0, "10", "15"), timed("1", 1, "10", "16")]
     pods += [timed("0", 0, "00", "20"), timed("0", 1, "00", "21")]
-    obs = groups.group_observation(2, pods, GroupShape(2, 16))
+    obs = observe.group_observation(2, pods, 2)
     assert obs.startup_samples == (21.0, 6.0)
 
 

@@ -37,6 +37,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from pdscaler.groups import LWS_API_VERSION, LWS_KIND, LWS_PLURAL
 from pdscaler.spec import GROUP, KIND, PLURAL, VERSION
 
 Obj = dict[str, Any]
@@ -269,6 +270,7 @@ PATHS = {
     "Event": "/api/v1/namespaces/{ns}/events",
     "Secret": "/api/v1/namespaces/{ns}/secrets",
     "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
+    LWS_KIND: f"/apis/{LWS_API_VERSION}/namespaces/{{ns}}/{LWS_PLURAL}",
     KIND: f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}",
 }
 

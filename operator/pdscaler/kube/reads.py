@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from kubernetes import client as k8s_client
 
 from pdscaler import naming
+from pdscaler.groups import LWS_KIND
 from pdscaler.kube.cache import Informer
 from pdscaler.kube.client import (
     DEFAULT_BURST,
@@ -138,6 +139,7 @@ class Reads(Client):
         foreign object that appeared meanwhile is never taken over). Without: three
         LISTs and a GET per wanted name."""
         selector = {naming.LABEL_NAME: name}
+        wanted = list(wanted)
         caches = self.informers(namespace) if self.cache else {}
         for kind, inf in caches.items():
             if not inf.wait_ready(SYNC_TIMEOUT_SECONDS):
@@ -150,8 +152,10 @@ class Reads(Client):
             return self.list(kind, namespace, selector)
 
         deployments, services, pods = read("Deployment"), read("Service"), read("Pod")
+        if any(kind == LWS_KIND for kind, _ in wanted):  # grouped pools: one LIST, not cached
+            deployments = [*deployments, *self.list(LWS_KIND, namespace, selector)]
         others: list[Obj] = []
-        seen = {("Deployment", name_of(d)) for d in deployments}
+        seen = {(str(d.get("kind") or "Deployment"), name_of(d)) for d in deployments}
         seen |= {("Service", name_of(s)) for s in services}
         for kind, obj_name in wanted:
             if (kind, obj_name) in seen or kind not in PATHS:
@@ -168,7 +172,8 @@ class Reads(Client):
                     self._note_absent(key, found is None)
             if found is not None:
                 found.setdefault("kind", kind)
-                {"Deployment": deployments, "Service": services}.get(kind, others).append(found)
+                pools = {"Deployment": deployments, LWS_KIND: deployments, "Service": services}
+                pools.get(kind, others).append(found)
         return Observed(tuple(deployments), tuple(services), tuple(pods), tuple(others))
 
     # --------------------------------------------------------------------- caches

@@ -47,7 +47,7 @@ from pdscaler.kube.client import (
 )
 from pdscaler.kube.reads import Reads
 from pdscaler.observe import is_ready
-from pdscaler.plan import Action, Observed, Verb
+from pdscaler.plan import POOL_KINDS, Action, Observed, Verb
 from pdscaler.spec import GROUP, KIND, VERSION
 
 
@@ -301,7 +301,7 @@ class StaleCacheError(RuntimeError):
 
 def _lowers(action: Action, observed: Observed) -> bool:
     """A Deployment deleted, or given fewer replicas than it has."""
-    if action.kind != "Deployment":
+    if action.kind not in POOL_KINDS:
         return False
     if action.verb is Verb.DELETE:
         return True
@@ -328,7 +328,8 @@ def _now_rfc3339() -> str:
 
 
 def _uid_of(observed: Observed, action: Action) -> str | None:
-    pool = {"Deployment": observed.deployments, "Service": observed.services}
+    pool = dict.fromkeys(POOL_KINDS, observed.deployments)
+    pool["Service"] = observed.services
     for obj in pool.get(action.kind, observed.others):
         if name_of(obj) == action.name and obj.get("kind", action.kind) == action.kind:
             uid = obj.get("metadata", {}).get("uid")
