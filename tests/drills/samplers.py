@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from drills.operator_process import ready_by_version, serving
@@ -154,12 +155,22 @@ def engine_of(obj: dict[str, Any]) -> dict[str, Any]:
     return next((c for c in containers if c.get("name") == "engine"), containers[0])
 
 
-def mixed_pairs(pods: list[dict[str, Any]]) -> list[str]:
-    """Ready pods that would pair across engine configurations: a pod whose engine image
-    is not its cell's version (``kubectl set image``), or one pool of a cell whose Ready
-    pods run different images or args (an in-place configuration change)."""
+def _created(pod: dict[str, Any]) -> float:
+    stamp = str(pod["metadata"].get("creationTimestamp") or "")
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else 0.0
+
+
+def mixed_pairs(pods: list[dict[str, Any]], edits: tuple[float, ...] = ()) -> list[str]:
+    """Ready pods that would pair across configurations: a pod whose engine image is not
+    its cell's version (``kubectl set image``), one pool of a cell whose Ready pods run
+    different images, args, init containers or nodeSelectors (an in-place configuration
+    change), or one cell whose Ready pool pods were created on both sides of an edit of
+    a ConfigMap they read (``edits``: epoch seconds; a pod within 1.5 s of an edit, the
+    timestamps' resolution, is not judged): its router pairs engines that read two
+    contents."""
     out: list[str] = []
-    seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    seen: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+    sides: dict[str, set[int]] = {}
     for p in pods:
         lab = labels(p)
         if lab.get(naming.LABEL_ROLE) not in ("prefill", "decode") or not is_ready(p):
@@ -169,8 +180,20 @@ def mixed_pairs(pods: list[dict[str, Any]]) -> list[str]:
         if eng.get("image") != naming.image_ref(IMAGE, version):
             out.append(f"pod {p['metadata']['name']} runs {eng.get('image')} in a {version} cell")
         key = (lab.get(naming.LABEL_REVISION, ""), lab[naming.LABEL_ROLE])
-        seen.setdefault(key, set()).add((str(eng.get("image")), repr(eng.get("args"))))
+        pod = p["spec"]
+        config = (pod.get("initContainers"), pod.get("nodeSelector"))
+        seen.setdefault(key, set()).add(
+            (str(eng.get("image")), repr(eng.get("args")), repr(config))
+        )
+        created = _created(p)
+        if not any(abs(created - e) <= 1.5 for e in edits):
+            sides.setdefault(key[0], set()).add(sum(created > e for e in edits))
     out += [f"{rev} {role}: {sorted(v)}" for (rev, role), v in seen.items() if len(v) > 1]
+    out += [
+        f"{rev}: Ready pods from both sides of a ConfigMap edit"
+        for rev, s in sides.items()
+        if len(s) > 1
+    ]
     return out
 
 
@@ -183,6 +206,9 @@ class MixSampler(Sampling):
     namespace: str
     name: str
     mixed: list[str] = field(default_factory=list)
+    #: when a ConfigMap the pods read was edited (epoch s; the drill appends)
+    edits: list[float] = field(default_factory=list)
 
     def sample(self) -> None:
-        self.mixed += mixed_pairs(pod_dicts(self.kube, self.namespace, self.name))
+        pods = pod_dicts(self.kube, self.namespace, self.name)
+        self.mixed += mixed_pairs(pods, tuple(self.edits))
