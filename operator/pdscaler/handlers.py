@@ -7,7 +7,8 @@ the tick loop (``TickLoop``) that calls ``reconcile.run_tick``.
   progress or diff-base annotations, no finalizer). Every PDDeployment seen (the
   initial listing included) joins the loop's table; a new ``metadata.generation`` (a
   created or changed spec) or a ``pdscaler.io/paused`` annotation put on or taken off
-  makes it due at once; DELETED drops it.
+  makes it due at once; DELETED drops it, and so does a tick that reads it gone (a
+  DELETED the watch missed: no ghost ticks of a PDDeployment that no longer exists).
 * ``TickLoop``: one thread; every ``LOOP_PERIOD`` it ticks, in a bounded pool of
   ``TICK_WORKERS`` threads, each PDDeployment whose ``spec.scaling.interval`` has
   passed since its last tick (re-read on every tick), one tick per object at a time.
@@ -66,6 +67,10 @@ log = logging.getLogger("pdscaler.handlers")
 
 Key = tuple[str, str]
 
+#: What a tick returns when its read said the PDDeployment is gone (404): the loop
+#: drops it, unless it was seen again meanwhile (made again under the same name).
+GONE = "gone"
+
 _lock = threading.Lock()
 _runtime: Runtime | None = None
 _leader: Callable[[], bool] = lambda: True  # noqa: E731
@@ -107,6 +112,7 @@ class _Entry:
     generation: int
     due: float  # monotonic time of the next tick
     paused: bool = False  # the pdscaler.io/paused annotation as last seen
+    seen: int = 0  # watch events since it joined (a tick that read it gone checks it)
 
 
 class TickLoop:
@@ -152,6 +158,8 @@ class TickLoop:
             entry = self.table.get((namespace, name))
             if entry is None or (entry.generation, entry.paused) != (generation, paused):
                 self.table[(namespace, name)] = _Entry(generation, float("-inf"), paused)
+            else:
+                entry.seen += 1
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -191,10 +199,14 @@ class TickLoop:
         self.health.tick_started(key, started)
         if math.isfinite(due):
             self.on_late(started - due)
+        with self._lock:
+            before = self.table.get(key)
+            seen = before.seen if before is not None else -1
+        result: object = None
         try:
             with logcontext.object_tick(*key):  # its log lines carry namespace, name, tick
                 try:
-                    self.tick(*key)
+                    result = self.tick(*key)
                 except Exception:
                     log.exception("tick of %s/%s failed", *key)
         finally:
@@ -202,6 +214,9 @@ class TickLoop:
             with self._lock:
                 self.running.pop(key, None)
                 entry = self.table.get(key)
+                if result == GONE and entry is not None and entry is before and entry.seen == seen:
+                    del self.table[key]  # a DELETED the watch missed: no more ticks
+                    entry = None
                 if entry is not None and entry.due == float("inf"):
                     entry.due = done + max(self.interval(*key), MIN_INTERVAL_SECONDS)
             self.health.tick_done(key, done)
@@ -262,12 +277,14 @@ def _note_unobserved(keys: list[Key]) -> None:
         rt.failing_since.setdefault(key, now)
 
 
-def _tick(namespace: str, name: str) -> None:
+def _tick(namespace: str, name: str) -> str | None:
     """One tick, its writes pinned to the leadership term it began in (a tick that
-    hung while this replica lost and took back the Lease writes nothing)."""
+    hung while this replica lost and took back the Lease writes nothing); ``GONE`` when
+    it read the PDDeployment gone (404)."""
     rt = runtime()
     with rt.kube.pinned():
-        reconcile.run_tick(rt, namespace, name)
+        report = reconcile.run_tick(rt, namespace, name)
+    return GONE if report is not None and report.skipped == reconcile.NOT_FOUND else None
 
 
 def loop() -> TickLoop:

@@ -74,7 +74,7 @@ def reconcile_once(rt: Runtime, namespace: str, name: str) -> TickReport:
     facts: tick.TickFacts | None = None
     events: tuple[str, ...] = ()
     if isinstance(read, str):
-        if read == "not found":
+        if read == NOT_FOUND:
             return TickReport(namespace, name, 0.0, 0, skipped=read)
     else:
         pdd, facts = read
@@ -133,7 +133,7 @@ def _read(rt: Runtime, namespace: str, name: str) -> tuple[Obj, tick.TickFacts] 
     pdd = rt.kube.get_pdd(namespace, name)
     if pdd is None:
         rt._forget(namespace, name)
-        return "not found"
+        return NOT_FOUND
     meta = pdd["metadata"]
     if meta.get("deletionTimestamp"):
         return "being deleted"
@@ -218,6 +218,9 @@ def _scale_targets(
     rt.telemetry.record_targets(owner.namespace, owner.name, spec, done.status)
 
 
+#: Why a tick did nothing when its read found no PDDeployment (404): ``TickReport.skipped``.
+NOT_FOUND = "not found"
+
 #: A tick longer than 2 intervals plus this hung (an API server stopped mid-request):
 #: the next tick discounts it from the rollout's progress clock, as a failed tick's.
 SLOW_TICK_S = 5.0
@@ -290,15 +293,17 @@ def _write(rt: Runtime, namespace: str, action: Action, facts: tick.TickFacts) -
 
 
 def _publish(rt: Runtime, pdd: Obj, event: tick.Event) -> str | None:
-    """Publish one Event (a keyed one at most once per process); its log line, or None
-    when the API server refused it (an Event is never worth failing the tick for)."""
-    if event.once is not None:
-        rt.warned.add(event.once)
+    """Publish one Event (a keyed one at most once per process: marked sent only once
+    the API server took it, so a refused POST is tried again on the next tick); its log
+    line, or None when the API server refused it (an Event is never worth failing the
+    tick for)."""
     try:
         rt.kube.event(pdd, event.reason, event.message, event.type)
     except KubeError as err:
         log.warning("event %s not published: %s", event.reason, err)
         return None
+    if event.once is not None:
+        rt.warned.add(event.once)
     rt.telemetry.record_write("event", "Event")
     return event.line()
 
@@ -326,7 +331,7 @@ def _write_status(rt: Runtime, pdd: Obj, new: PDDeploymentStatus, changed: bool)
     namespace, name = str(pdd["metadata"]["namespace"]), str(pdd["metadata"]["name"])
     if changed:
         try:
-            rt.kube.patch_status(namespace, name, new.to_k8s(), pdd.get("status"))
+            rt.kube.patch_status(namespace, name, new.to_k8s(), pdd.get("status"), pdd["metadata"])
             rt.telemetry.record_write("status", "PDDeployment")
         except KubeError as err:
             log.warning("status of %s/%s not written: %s", namespace, name, err)
@@ -354,15 +359,12 @@ def _parse_spec(rt: Runtime, pdd: Obj) -> tuple[PDDeploymentSpec, tuple[str, ...
         where = ".".join(str(p) for p in first["loc"])
         why = f"spec.{where}: {first['msg']}" if where else f"spec: {first['msg']}"
         if key not in rt.warned:
-            rt.warned.add(key)
-            rt.kube.event(pdd, EventReason.INVALID_SPEC, why, "Warning")
+            _publish(rt, pdd, tick.Event("Warning", EventReason.INVALID_SPEC, why, once=key))
         return why
     key = ("unknown", str(meta.get("uid")), str(meta.get("generation")))
     if unknown and key not in rt.warned:
-        rt.warned.add(key)
-        rt.kube.event(
-            pdd, EventReason.UNKNOWN_FIELDS, status.unknown_fields_message(unknown), "Warning"
-        )
+        text = status.unknown_fields_message(unknown)
+        _publish(rt, pdd, tick.Event("Warning", EventReason.UNKNOWN_FIELDS, text, once=key))
     return spec, tuple(unknown)
 
 

@@ -5,9 +5,11 @@ of ``reconcile_once`` without a cluster.
 content types, field manager and write audit are exercised as in production. It keeps
 objects by URL path, answers GET (item or list with an equality ``labelSelector``),
 server-side apply (create, or replace the managed content keeping uid, creation time and
-status), merge patch (``null`` deletes), DELETE (with the uid precondition) and POST
-(Events). It is not a Deployment controller: tests add pods with ``add_pod`` (owned by a
-Deployment's ReplicaSet as the real controllers do, or bare).
+status), merge patch (``null`` deletes; a ``metadata.resourceVersion`` in the patch is
+a precondition: 409 Conflict when it differs; a uid there is ignored, as the lab's API
+server ignores it), DELETE (with the uid precondition) and POST (Events). It is not a
+Deployment controller: tests add pods with ``add_pod`` (owned by a Deployment's
+ReplicaSet as the real controllers do, or bare).
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ class FakeKube(Kube):
         obj = self.store.get(target)
         if obj is None:
             raise KubeError(404, "NotFound", target)
+        want = ((body or {}).get("metadata") or {}).get("resourceVersion")
+        if want and want != obj["metadata"].get("resourceVersion"):  # as the API server
+            raise KubeError(409, "Conflict", "the object has been modified")
         self.store[target] = merge(obj, body)
         self._bump(self.store[target])
         self._event("MODIFIED", target, self.store[target])

@@ -9,7 +9,7 @@
 * deletes: background propagation with a ``uid`` precondition (a replacement object
   of the same name is never deleted by mistake);
 * status: a merge patch of the ``/status`` subresource (keys that disappeared are sent
-  as ``null`` so they are removed);
+  as ``null`` so they are removed), at the resourceVersion the tick read;
 * Events (core/v1) on the PDDeployment, one per action;
 * the leader election's Lease (get, create, update at a resourceVersion; not paced,
   not in the audit).
@@ -160,11 +160,23 @@ class Kube(Reads):
             if err.status not in (404, 409):  # gone already / replaced (uid mismatch)
                 raise
 
-    def patch_status(self, namespace: str, name: str, status: Obj, previous: Obj | None) -> Obj:
-        """Merge-patch ``status``; keys of ``previous`` absent from ``status`` -> null."""
+    def patch_status(
+        self, namespace: str, name: str, status: Obj, previous: Obj | None, read: Obj | None = None
+    ) -> Obj:
+        """Merge-patch ``status``; keys of ``previous`` absent from ``status`` -> null.
+        With ``read`` (the ``metadata`` the tick read), the patch carries its
+        ``resourceVersion`` as a precondition: the API server answers 409 Conflict when
+        the object was changed since, or deleted and made again under the same name (a
+        new object, a new resourceVersion), so a status computed from the old object
+        never lands on the new one (the next tick, reading the new one, writes its own).
+        A ``uid`` in a merge patch is no precondition: the API server ignores it (seen
+        in the lab: a patch with another uid was applied)."""
         body: Obj = dict(status)
         for key in previous or {}:
             body.setdefault(key, None)
+        patch: Obj = {"status": body}
+        if read and read.get("resourceVersion"):
+            patch["metadata"] = {"resourceVersion": read["resourceVersion"]}
         return self._write(
             "status",
             KIND,
@@ -172,7 +184,7 @@ class Kube(Reads):
             name,
             "PATCH",
             item_path(KIND, namespace, name) + "/status",
-            body={"status": body},
+            body=patch,
             content_type=MERGE_PATCH,
         )
 
