@@ -34,49 +34,26 @@ from pdlab.cluster.lab import Lab
 from pdlab.cluster.svcproxy import SvcProxy
 from pdscaler import naming
 from pdscaler.manifests import DELETION_COST_ANNOTATION
-from pdscaler.observe import is_ready, labels, terminating
+from pdscaler.observe import labels
 from support.labkit import Kube, wait_for
-from support.opkit import get_pdd, patch_spec, pod_dicts
-from support.served_chat import NAME, completion, records, scaled_chat, serving
-
-FLIP_WINDOW_S = 5.0
-
-
-def decode_recommended_one_since(kube: Kube, namespace: str) -> float | None:
-    """When decode's recommendation became 1 (the newest change point of the policy's
-    memory in the status, [t, prefill, decode]); None while it is not 1."""
-    memory = (get_pdd(kube, namespace, NAME).get("status") or {}).get("memory") or {}
-    points = memory.get("recommendations") or []
-    return float(points[-1][0]) if points and points[-1][2] == 1 else None
-
-
-def flip_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:
-    doc = scaled_chat(namespace, prometheus_url)
-    spec = doc["spec"]
-    spec["prefill"]["replicas"] = {"min": 1, "max": 4}
-    spec["decode"]["replicas"] = {"min": 4, "max": 6}
-    flips = {"enabled": True, "reconfigureSeconds": 0, "window": f"{FLIP_WINDOW_S:g}s"}
-    spec["scaling"]["roleFlips"] = flips
-    return doc
+from support.opkit import get_pdd, patch_spec
+from support.served_chat import (
+    FLIP_WINDOW_S,
+    NAME,
+    completion,
+    decode_recommended_one_since,
+    flip_chat,
+    live_pods,
+    ready_by_role,
+    records,
+    serving,
+)
 
 
 @pytest.fixture
 def served(lab: Lab, kube: Kube, crd: str, namespace: str) -> Iterator[tuple[int, int, SvcProxy]]:
     with serving(lab, kube, namespace, doc=flip_chat(namespace, lab.prometheus_url)) as path:
         yield path
-
-
-def live_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
-    return [p for p in pod_dicts(kube, namespace, NAME) if not terminating(p)]
-
-
-def ready_by_role(kube: Kube, namespace: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for pod in live_pods(kube, namespace):
-        if is_ready(pod):
-            role = labels(pod)[naming.LABEL_ROLE]
-            out[role] = out.get(role, 0) + 1
-    return out
 
 
 def deployment_replicas(kube: Kube, namespace: str) -> dict[str, int]:
