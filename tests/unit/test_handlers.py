@@ -4,7 +4,6 @@ leads, and liveness follows the loop (``liveness.Health``)."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 
 from pdscaler import handlers
 from pdscaler.liveness import Health
+from support.manual_pool import ManualPool
 
 
 def test_no_handler_requires_a_finalizer() -> None:
@@ -26,31 +26,12 @@ def test_no_handler_requires_a_finalizer() -> None:
     assert handlers.FINALIZER == "pdscaler.io/finalizer"  # the name kopf cleans up
 
 
-class _Pool:
-    """Runs a submitted tick only when the test says so."""
-
-    def __init__(self) -> None:
-        self.queued: list[tuple[Any, tuple[Any, ...]]] = []
-
-    def submit(self, fn: Any, *args: Any) -> Future[None]:
-        self.queued.append((fn, args))
-        return Future()
-
-    def drain(self) -> None:
-        queued, self.queued = self.queued, []
-        for fn, args in queued:
-            fn(*args)
-
-    def shutdown(self, wait: bool = True) -> None:
-        pass
-
-
-Made = tuple[handlers.TickLoop, list[tuple[str, str]], _Pool, list[float]]
+Made = tuple[handlers.TickLoop, list[tuple[str, str]], ManualPool, list[float]]
 
 
 def make_loop(leading: list[bool]) -> Made:
     ticks: list[tuple[str, str]] = []
-    pool = _Pool()
+    pool = ManualPool()
     clock = [0.0]
     resets: list[float] = []
     loop = handlers.TickLoop(

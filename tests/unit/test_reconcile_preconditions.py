@@ -16,7 +16,6 @@ The world is test_reconcile_unit_tick's (support.reconcile_world: chat at 1 req/
 from __future__ import annotations
 
 from collections.abc import Mapping
-from concurrent.futures import Future
 from typing import Any
 
 from pdscaler import handlers
@@ -25,6 +24,7 @@ from pdscaler.liveness import Health
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot
 from support.fakekube import FakeKube
+from support.manual_pool import ManualPool
 from support.reconcile_world import NAME, NS, PDD_PATH, World, manifest, snapshot
 
 
@@ -118,28 +118,8 @@ def test_the_status_patch_names_the_resource_version_it_read() -> None:
     assert body["metadata"] == {"resourceVersion": read["resourceVersion"]}
 
 
-class _Pool:
-    """Runs the submitted ticks when ``drain`` is called (``run_once`` holds the loop's
-    lock while it submits)."""
-
-    def __init__(self) -> None:
-        self.queued: list[tuple[Any, tuple[Any, ...]]] = []
-
-    def submit(self, fn: Any, *args: Any) -> Future[None]:
-        self.queued.append((fn, args))
-        return Future()
-
-    def drain(self) -> None:
-        queued, self.queued = self.queued, []
-        for fn, args in queued:
-            fn(*args)
-
-    def shutdown(self, wait: bool = True) -> None:
-        pass
-
-
-def _loop(tick: Any) -> tuple[handlers.TickLoop, _Pool]:
-    pool = _Pool()
+def _loop(tick: Any) -> tuple[handlers.TickLoop, ManualPool]:
+    pool = ManualPool()
     loop = handlers.TickLoop(
         tick=tick,
         interval=lambda ns, n: 15.0,
