@@ -70,6 +70,8 @@ class Record:
     renew_time: str | None = None
     transitions: int = 0
     resource_version: str = ""
+    #: the Lease was seen and is now missing (deleted); ``holder`` is its last holder
+    gone: bool = False
 
     @staticmethod
     def from_lease(obj: dict[str, Any]) -> Record:
@@ -118,9 +120,18 @@ class Move(StrEnum):
 def observe(previous: Seen | None, record: Record | None, now: float) -> Seen | None:
     """The new ``Seen``: an unchanged record (same resourceVersion and spec: nobody wrote
     it) keeps its first-seen time, any write makes it seen ``now``. E.g. previous seen
-    at 100 at version 5; at 102 version 5 again -> still 100; at 104 version 6 -> 104."""
+    at 100 at version 5; at 102 version 5 again -> still 100; at 104 version 6 -> 104.
+    A Lease seen before and missing now (deleted) is a ``gone`` record of its last
+    holder, first seen missing ``now`` (still missing at 110 -> still 104): its holder
+    may still write until its fence closes, so nobody else creates it before a
+    leaseDuration has passed (``decide``). Never seen one: None."""
     if record is None:
-        return None
+        if previous is None:
+            return None
+        if previous.record.gone:
+            return previous
+        gone = Record(holder=previous.record.holder, duration_seconds=None, gone=True)
+        return Seen(gone, now)
     if previous is not None and previous.record == record:
         return Seen(record, previous.at)
     return Seen(record, now)
@@ -139,6 +150,10 @@ def decide(identity: str, seen: Seen | None, now: float, timings: Timings) -> Mo
     if seen is None:
         return Move.CREATE
     holder = seen.record.holder
+    if seen.record.gone:  # deleted: its holder re-creates it at once, others wait it out
+        if holder in ("", identity) or expired(seen, now, timings):
+            return Move.CREATE
+        return Move.WAIT
     if holder == identity:
         return Move.RENEW
     if not holder or expired(seen, now, timings):

@@ -51,7 +51,9 @@ def test_observe_keeps_the_first_seen_time_of_unchanged_content() -> None:
     assert again is not None
     assert newer is not None
     assert (first.at, again.at, newer.at) == (100.0, 100.0, 104.0)
-    assert lease.observe(newer, None, 105.0) is None
+    gone = lease.observe(newer, None, 105.0)  # deleted: a gone record of its holder
+    assert gone is not None
+    assert (gone.record.gone, gone.record.holder, gone.at) == (True, "b", 105.0)
 
 
 def test_decide() -> None:
