@@ -44,9 +44,10 @@ def ns() -> str:
     return f"prom-{secrets.token_hex(3)}"
 
 
-def snapshot(lab: Lab, ns: str, name: str, now: float | None = None) -> MetricsSnapshot:
+def snapshot(lab: Lab, ns: str, name: str, at: float | None = None) -> MetricsSnapshot:
+    """The snapshot at Prometheus' now, or evaluated at ``at`` (its clock)."""
     client = PrometheusClient(lab.prometheus_url, timeout=3.0)
-    return read_snapshot(client, SPEC, ns, name, now=time.time() if now is None else now)
+    return read_snapshot(client, SPEC, ns, name, now=time.time(), at=at)
 
 
 def serve_chat(exp: EngineExporter, ns: str, name: str = "chat", rate: float = 4.0) -> None:
@@ -208,16 +209,21 @@ def test_a_name_that_tries_to_inject_promql_matches_only_itself(
 def test_a_pool_not_scraped_lately_is_stale(lab: Lab, exporter: EngineExporter, ns: str) -> None:
     """Evaluated 90 s after the newest scrape (a Prometheus whose scraping stopped looks
     like this), gauges would still answer from the 5 min lookback; the freshness check on
-    `up` voids them."""
+    `up` voids them. The same instant as the operator's now with a Prometheus clock 90 s
+    behind is not stale: the ages are on Prometheus' clock."""
     serve_chat(exporter, ns)
     exporter.wait_scraped(times=2)
 
-    snap = snapshot(lab, ns, "chat", now=time.time() + 90)
+    snap = snapshot(lab, ns, "chat", at=time.time() + 90)
 
     assert snap.prefill.queue_depth is None
     assert snap.decode.queue_depth is None
     assert any(p.startswith("prefill: stale: newest prefill scrape") for p in snap.problems)
     assert any(p.startswith("decode: stale: newest decode scrape") for p in snap.problems)
+    client = PrometheusClient(lab.prometheus_url, timeout=3.0)
+    skewed = read_snapshot(client, SPEC, ns, "chat", now=time.time() + 90)
+    assert not [p for p in skewed.problems if "stale" in p], skewed.problems
+    assert skewed.prefill.queue_depth is not None
 
 
 def test_prometheus_down_is_unavailable_then_recovers(

@@ -74,15 +74,28 @@ def _describe(value: Any) -> str:
     return {"NaN": "NaN (nothing observed in the window?)"}.get(text, text)
 
 
+def evaluated_at(answer: Mapping[str, Any]) -> float | None:
+    """The time on Prometheus' clock at which an instant-query answer was evaluated (its
+    samples' time: ``[1700000000, "2.5"]`` -> 1700000000.0; for ``timestamp(up)`` the
+    value is the scrape's time, the sample's time the evaluation's), or None for a
+    failed or empty answer. The reference for the answers' ages: the operator's clock
+    may be minutes off Prometheus'."""
+    samples, problem = _samples(answer)
+    if problem is not None or not samples:
+        return None
+    return _number(samples[0][1])
+
+
 def parse_scalar(answer: Mapping[str, Any], *, now: float, max_age: float) -> Reading:
     """The single value of an instant-query answer.
 
     Unknown (None + problem) when: the query failed; the answer is empty (no such
     series: a wrong preset, pods not scraped, nothing ever observed); the value is NaN
     or +/-Inf (e.g. 0/0 for a mean when no request finished in the window); the answer's
-    time is more than ``max_age`` seconds before ``now`` (``pdscaler.prometheus`` queries
-    at ``now``, so this only catches an answer evaluated elsewhere, e.g. by a caching proxy;
-    stale scrapes are caught by ``stale_pools``); or several series came back (the
+    time is more than ``max_age`` seconds before ``now`` (``pdscaler.prometheus`` passes
+    the snapshot's instant on Prometheus' clock, at which it evaluates every query, so this
+    only catches an answer evaluated elsewhere, e.g. by a caching proxy; stale scrapes are
+    caught by ``stale_pools``); or several series came back (the
     query lacks an aggregation such as ``sum(...)``). Worked example: ``{"status":
     "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value":
     [1700000000, "2.5"]}]}}`` at now=1700000001 -> ``Reading(2.5)``.

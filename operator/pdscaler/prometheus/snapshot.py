@@ -20,6 +20,7 @@ from pdscaler.metricsql import (
     Query,
     assemble,
     build_queries,
+    evaluated_at,
 )
 from pdscaler.prometheus.client import ByteBudget, OverBudgetError, PrometheusClient
 from pdscaler.prometheus.errors import MetricsUnavailableError
@@ -36,7 +37,7 @@ SNAPSHOT_BUDGET_BYTES = 8 * 2**20
 def run_queries(
     client: PrometheusClient,
     queries: Sequence[Query],
-    at: float,
+    at: float | None,
     budget: ByteBudget | None = None,
 ) -> dict[Key, dict[str, Any]]:
     """Every query's answer. The first query runs alone, as a probe: a server that fails
@@ -45,7 +46,9 @@ def run_queries(
     snapshot takes at most two timeouts. If any fails, raises the error of the first
     failing query in ``queries`` order (deterministic), its key prefixed to a query
     failure's message. An answer that did not fit ``budget`` is left out (its key is
-    missing from the result)."""
+    missing from the result). With ``at`` None the probe is evaluated at Prometheus'
+    own now and the others at the probe's evaluation time (``evaluated_at``): one
+    instant on Prometheus' clock, whatever the operator's clock says."""
     if not queries:
         return {}
 
@@ -64,6 +67,8 @@ def run_queries(
     rest = queries[1:]
     if not rest:
         return answers
+    if at is None and first is not None:
+        at = evaluated_at(first)
     with ThreadPoolExecutor(max_workers=len(rest), thread_name_prefix="promql") as pool:
         futures = [pool.submit(one, q) for q in rest]
     for q, future in zip(rest, futures, strict=True):
@@ -85,10 +90,15 @@ def read_snapshot(
     *,
     max_age: float = DEFAULT_MAX_AGE_SECONDS,
     budget_bytes: int = SNAPSHOT_BUDGET_BYTES,
+    at: float | None = None,
 ) -> MetricsSnapshot:
-    """The metrics of PDDeployment ``namespace/name`` at ``now``: the queries of its
-    preset (``metricsql.build_queries``), evaluated at ``now``, read by
-    ``metricsql.assemble`` (unknown values are None with a reason in ``problems``).
+    """The metrics of PDDeployment ``namespace/name`` for the tick at ``now`` (the
+    operator's clock: the snapshot's ``time``): the queries of its preset
+    (``metricsql.build_queries``), evaluated at one instant of Prometheus' own clock
+    (``at``, else its now: ``run_queries``), read by ``metricsql.assemble`` with the
+    ages (stale pools, stale answers) measured from that instant, so a Prometheus
+    clock 5 min ahead of or behind the operator's marks nothing stale (unknown values
+    are None with a reason in ``problems``).
 
     Raises ``MetricsUnavailableError`` when Prometheus cannot answer (module docstring),
     including ``InvalidQuery`` for a custom template refused before sending. E.g. the
@@ -100,8 +110,12 @@ def read_snapshot(
     except InvalidQueryError as err:
         raise MetricsUnavailableError(MetricsErrorReason.INVALID_QUERY, str(err)) from None
     budget = ByteBudget(budget_bytes)
-    answers = run_queries(client, queries, at=now, budget=budget)
-    snapshot = assemble(queries, answers, now=now, max_age=max_age)
+    answers = run_queries(client, queries, at=at, budget=budget)
+    # ages on Prometheus' clock: the answers' own evaluation time, not the operator's
+    # (a Prometheus clock minutes off would otherwise make every pool look stale)
+    clock = next((t for a in answers.values() if (t := evaluated_at(a)) is not None), None)
+    snapshot = assemble(queries, answers, now=now if clock is None else clock, max_age=max_age)
+    snapshot = replace(snapshot, time=now)
     if not budget.exhausted:
         return snapshot
     left = ", ".join(str(q.key) for q in queries if q.key not in answers)
