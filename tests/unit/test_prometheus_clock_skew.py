@@ -78,3 +78,13 @@ def test_an_explicit_instant_is_evaluated_as_asked() -> None:
     snap = read_snapshot(prom, prom.spec, NS, NAME, now=NOW, at=NOW + 90)  # type: ignore[arg-type]
     assert set(prom.times) == {NOW + 90}
     assert any(p.startswith("prefill: stale: newest prefill scrape 91s old") for p in snap.problems)
+
+
+def test_a_clock_hours_off_is_not_believed() -> None:
+    """Answers dated 2 h before the operator's now (past ``MAX_CLOCK_SKEW_SECONDS``,
+    15 min: garbage or a broken proxy): the queries are evaluated at the operator's now
+    and the pools read stale, as before."""
+    prom = SkewedPrometheus(-7200.0)
+    snap = read_snapshot(prom, prom.spec, NS, NAME, now=NOW)  # type: ignore[arg-type]
+    assert set(prom.times[1:]) == {NOW}
+    assert "prefill: stale: newest prefill scrape 7201s old (max 60s)" in snap.problems

@@ -34,11 +34,31 @@ from pdscaler.types import MetricsErrorReason, MetricsSnapshot
 SNAPSHOT_BUDGET_BYTES = 8 * 2**20
 
 
+#: How far Prometheus' clock may be from the operator's and still give the snapshot's
+#: instant: an answer dated further off (garbage, a broken proxy) is not believed, and
+#: the queries are evaluated at the operator's now instead (its ages then say stale).
+MAX_CLOCK_SKEW_SECONDS = 900.0
+
+
+def instant(answer: dict[str, Any] | None, near: float | None) -> float | None:
+    """The answer's evaluation time on Prometheus' clock (``evaluated_at``), if it is
+    within ``MAX_CLOCK_SKEW_SECONDS`` of ``near`` (the operator's now; None: any), else
+    ``near``: 1700000000 near 1700000300 -> 1700000000; 0 near it -> 1700000300."""
+    t = evaluated_at(answer) if answer is not None else None
+    if t is None:
+        return near
+    if near is not None and abs(t - near) > MAX_CLOCK_SKEW_SECONDS:
+        return near
+    return t
+
+
 def run_queries(
     client: PrometheusClient,
     queries: Sequence[Query],
     at: float | None,
     budget: ByteBudget | None = None,
+    *,
+    near: float | None = None,
 ) -> dict[Key, dict[str, Any]]:
     """Every query's answer. The first query runs alone, as a probe: a server that fails
     it (unreachable, too slow, too large, a redirect) costs one connection and one body
@@ -47,8 +67,9 @@ def run_queries(
     failing query in ``queries`` order (deterministic), its key prefixed to a query
     failure's message. An answer that did not fit ``budget`` is left out (its key is
     missing from the result). With ``at`` None the probe is evaluated at Prometheus'
-    own now and the others at the probe's evaluation time (``evaluated_at``): one
-    instant on Prometheus' clock, whatever the operator's clock says."""
+    own now and the others at the probe's evaluation time (``instant``, within
+    ``MAX_CLOCK_SKEW_SECONDS`` of ``near``): one instant on Prometheus' clock, whatever
+    the operator's clock says."""
     if not queries:
         return {}
 
@@ -67,8 +88,8 @@ def run_queries(
     rest = queries[1:]
     if not rest:
         return answers
-    if at is None and first is not None:
-        at = evaluated_at(first)
+    if at is None:
+        at = instant(first, near)
     with ThreadPoolExecutor(max_workers=len(rest), thread_name_prefix="promql") as pool:
         futures = [pool.submit(one, q) for q in rest]
     for q, future in zip(rest, futures, strict=True):
@@ -110,10 +131,10 @@ def read_snapshot(
     except InvalidQueryError as err:
         raise MetricsUnavailableError(MetricsErrorReason.INVALID_QUERY, str(err)) from None
     budget = ByteBudget(budget_bytes)
-    answers = run_queries(client, queries, at=at, budget=budget)
+    answers = run_queries(client, queries, at=at, budget=budget, near=now)
     # ages on Prometheus' clock: the answers' own evaluation time, not the operator's
     # (a Prometheus clock minutes off would otherwise make every pool look stale)
-    clock = next((t for a in answers.values() if (t := evaluated_at(a)) is not None), None)
+    clock = at if at is not None else instant(next(iter(answers.values()), None), now)
     snapshot = assemble(queries, answers, now=now if clock is None else clock, max_age=max_age)
     snapshot = replace(snapshot, time=now)
     if not budget.exhausted:
