@@ -432,6 +432,15 @@ def decode_groups(kube: Kube, namespace: str, name: str) -> dict[str, tuple[int,
     return out
 
 
+def held_gpus(kube: Kube, namespace: str, name: str) -> int:
+    """GPUs the PDDeployment's pods hold now, terminating ones included."""
+    return sum(
+        int(c.get("resources", {}).get("limits", {}).get(GPU_RESOURCE, 0))
+        for p in opkit_pods(kube, namespace, name)
+        for c in p["spec"]["containers"]
+    )
+
+
 def groups_are(
     kube: Kube, namespace: str, name: str, version: str, want: tuple[int, int, int]
 ) -> bool:
@@ -479,13 +488,14 @@ def test_operator_scales_and_rolls_a_grouped_decode_pool(
         t1 = time.monotonic()
         patch_spec(kube, namespace, name, {"engine": {"version": "v2"}})
         crossed: list[tuple[str, str, str]] = []
-        samples = 0
+        samples = peak = 0
 
         def rolled() -> bool:
-            nonlocal samples
+            nonlocal samples, peak
             pairs = router_pairs(kube, namespace, name)
             crossed.extend(p for p in pairs if len(set(p)) != 1)
             samples += 1
+            peak = max(peak, held_gpus(kube, namespace, name))
             g = decode_groups(kube, namespace, name)
             st = get_pdd(kube, namespace, name).get("status") or {}
             return g == {"v2": (3, 3, 6)} and st.get("activeVersion") == "v2"
@@ -494,4 +504,11 @@ def test_operator_scales_and_rolls_a_grouped_decode_pool(
         rolled_in = time.monotonic() - t1
     assert crossed == [], crossed[:5]
     assert samples >= 5
-    print(f"1 -> 3 groups in {scaled:.1f}s; v1 -> v2 in {rolled_in:.1f}s ({samples} samples)")
+    # the rollout's GPUs counted by group: v1's 1 + 3 x 2 and at most one v2 level
+    # beside it, 1 prefill + ceil(3 x 1 / 1) = 3 groups x 2 = 7 GPUs (maxSurgeGPUs 6 is
+    # below a level, so rollout.levels.totals allows one level while maxGPUs has room)
+    assert 7 <= peak <= 7 + 7, peak
+    print(
+        f"1 -> 3 groups in {scaled:.1f}s; v1 -> v2 in {rolled_in:.1f}s ({samples} samples,"
+        f" peak {peak} GPUs held)"
+    )
