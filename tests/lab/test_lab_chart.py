@@ -1,8 +1,9 @@
 """The Helm chart against the lab's real API server: it lints, renders and installs in
 namespaced mode, and its least-privilege RBAC is exactly enough. The operator, run with
-ONLY the token of the chart's ServiceAccount, reconciles a PDDeployment (cell created,
-status written, finalizer released on delete); the same ServiceAccount may not read
-Secrets, delete pods, or touch Deployments in another namespace.
+ONLY the token of the chart's ServiceAccount, reconciles a PDDeployment whose engines
+read a ConfigMap (cell created, status written, finalizer released on delete); the same
+ServiceAccount may not read Secrets, list ConfigMaps, delete pods, or touch Deployments
+in another namespace.
 
 helm is built once by build-bins.sh into ~/.cache/pdscaler/tools (pinned in
 versions.env); the chart's own pod stays Pending (its image is not pulled in the lab),
@@ -114,10 +115,12 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
             ("patch", "pods"),
             ("create", "events"),
             ("create", "coordination.k8s.io/leases"),  # leader election, own namespace
+            ("get", "configmaps"),  # those the pool templates read (cell identity)
         ]:
             assert rbac_allows(kube, user, namespace, verb, resource), (verb, resource)
         for ns, verb, resource in [
             (namespace, "get", "secrets"),
+            (namespace, "list", "configmaps"),  # by name only
             (namespace, "delete", "pods"),
             (namespace, "update", "apps/deployments"),
             ("default", "create", "apps/deployments"),
@@ -135,7 +138,13 @@ def test_chart_installs_and_its_rbac_is_exactly_enough(
         with log.open("w") as out:
             proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
-            create_pdd(kube, namespace, pdd_manifest(NAME, lab.prometheus_url))
+            # the engines read a ConfigMap: the SA gets it by name (issue 30, item 7)
+            flags = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"{NAME}-flags"))
+            kube.core.create_namespaced_config_map(namespace, flags)
+            manifest = pdd_manifest(NAME, lab.prometheus_url)
+            engine = manifest["spec"]["decode"]["template"]["spec"]["containers"][0]
+            engine["envFrom"] = [{"configMapRef": {"name": f"{NAME}-flags"}}]
+            create_pdd(kube, namespace, manifest)
 
             def summary() -> Any:
                 status = get_pdd(kube, namespace, NAME).get("status") or {}
