@@ -17,6 +17,7 @@ README's docs/img/dashboard-preview.png this way).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -29,7 +30,7 @@ from pdlab import dashboard_preview
 from pdlab.cluster.lab import Lab
 from pdscaler.prometheus import MetricsUnavailableError, PrometheusClient
 from pdscaler.telemetry import MetricsServer
-from support.labkit import Kube, engine_simulator, wait_for
+from support.labkit import Kube, WaitTimeoutError, engine_simulator, wait_for
 from support.opkit import (
     create_pdd,
     operator_runtime,
@@ -103,13 +104,23 @@ def test_every_dashboard_expression_returns_series(
                     wait_for(all_answer, 90, "every dashboard expression answering series")
                 except AssertionError:
                     raise AssertionError(f"no series: {json.dumps(empty, indent=1)}") from None
-                time.sleep(20)  # some history for the preview's lines
+                preview = os.environ.get("PDSCALER_DASHBOARD_PREVIEW")
+                if preview:
+                    time.sleep(20)  # some history for the README's preview lines
                 board = dashboard_preview.panels(json.loads(DASHBOARD.read_text()))
-                dashboard_preview.fetch(url, board, variables(namespace), created, time.time())
-                out = Path(os.environ.get("PDSCALER_DASHBOARD_PREVIEW") or tmp_path / "p.png")
+                lines = [p for p in board if p.kind in ("timeseries", "state-timeline")]
+
+                def two_points_a_line() -> bool | None:
+                    now = time.time()
+                    dashboard_preview.fetch(url, board, variables(namespace), created, now)
+                    return all(any(len(v) >= 2 for v in p.series.values()) for p in lines) or None
+
+                # make test: only as long as it takes each line to have 2 points
+                with contextlib.suppress(WaitTimeoutError):  # the assert below says which
+                    wait_for(two_points_a_line, 40, "2 points on every line panel", interval=2.0)
+                out = Path(preview or tmp_path / "p.png")
                 drawn = dashboard_preview.render(board, out, "Engine simulator: chat at 0.05x.")
                 assert drawn == len([p for p in board if p.kind != "row"])
-                lines = [p for p in board if p.kind in ("timeseries", "state-timeline")]
                 assert all(any(len(v) >= 2 for v in p.series.values()) for p in lines), [
                     (p.title, {k: len(v) for k, v in p.series.items()}) for p in lines
                 ]
