@@ -51,10 +51,13 @@ from support.opkit import (
     ticking,
 )
 from support.opkit import pod_dicts as opkit_pods
+from support.served_chat import NAME as SERVED
+from support.served_chat import completion, records, scaled_chat, serving
 from support.throwaway_crd import namespaced_crd
 
 GROUP, VERSION, PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 SHAPE = groups.GroupShape(pods=2, gpus=4)
+SHAPE_1GPU = groups.GroupShape(pods=2, gpus=2)
 
 
 def lws_body(name: str, size: int, gpus: int, replicas: int) -> dict[str, Any]:
@@ -512,3 +515,28 @@ def test_operator_scales_and_rolls_a_grouped_decode_pool(
         f"1 -> 3 groups in {scaled:.1f}s; v1 -> v2 in {rolled_in:.1f}s ({samples} samples,"
         f" peak {peak} GPUs held)"
     )
+
+
+def test_a_completion_goes_through_a_group_leader(
+    lab: Lab, kube: Kube, crd: str, namespace: str
+) -> None:
+    """Real HTTP: the scaled-down chat example with decode podsPerReplica 2 (1 GPU a
+    pod), served by the engine simulator and the real vllm-router the operator deploys:
+    a streamed completion goes router -> prefill -> decode, and the decode pod is the
+    leader of a Ready group of the cell's LeaderWorkerSet, of the prefill's revision.
+    (The router's leader-only selector itself is checked by the rollout test above: the
+    router's pick here went to the leader with and without it.)"""
+    ensure_lws(lab)
+    doc = scaled_chat(namespace, lab.prometheus_url)
+    doc["spec"]["decode"].update({"podsPerReplica": 2, "gpusPerReplica": 2})
+    with serving(lab, kube, namespace, doc=doc) as (front, control, _):
+        text = wait_for(lambda: completion(front), 120, "a streamed completion via the front")
+        assert text.count("data: ") >= 8
+        decoded = [r for r in records(control) if r["kind"] == "decode" and r["ok"]]
+        assert decoded, records(control)
+        pods = {p["metadata"]["name"]: p for p in opkit_pods(kube, namespace, SERVED)}
+        for rec in decoded:
+            pod = pods[rec["decode_pod"]]
+            assert labels(pod)[groups.LABEL_GROUP_ROLE] == groups.LEADER
+            assert labels(pod)[naming.LABEL_REVISION] == rec["prefill_revision"]
+            assert rec["decode_pod"] in groups.ready_leaders(list(pods.values()), SHAPE_1GPU)
