@@ -239,8 +239,7 @@ MSG_FLIP_SHAPE = (
     " podsPerReplica and gpuResource (a replica changes pool as it is)"
 )
 MSG_TARGETS_GROUPS = (
-    "podsPerReplica must be 1 with scaleTargetRef: pdscaler renders groups only for pools"
-    " it owns"
+    "podsPerReplica must be 1 with scaleTargetRef: pdscaler renders groups only for pools it owns"
 )
 
 
