@@ -4,6 +4,9 @@ escaping of names, "no data" read as unknown, and Prometheus going away and comi
 
 Each test uses its own made-up namespace (the exporter's pods need not exist in the
 cluster: Prometheus only sees their labels). Windows are 10 s with the lab's 2 s scrapes.
+The tests share one exporter (``served``): every namespace's pools are set at once and
+the window filled once for all of them (each test waited for its own before, ~12 s
+each); the test that stops Prometheus runs last.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import math
 import secrets
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import cast
 
 import pytest
@@ -71,20 +76,75 @@ def serve_chat(exp: EngineExporter, ns: str, name: str = "chat", rate: float = 4
     )
 
 
-def test_snapshot_reads_rate_lengths_queues_and_latencies(
-    lab: Lab, exporter: EngineExporter, ns: str
-) -> None:
+EVIL = 'x"} or vector(1) #'
+CASES = ("reads", "nobody", "nan", "tpot", "evil", "stale", "down")
+
+
+@dataclass(frozen=True)
+class Served:
+    """The module's exporter and each test's made-up namespace (``ns["reads"]``)."""
+
+    exporter: EngineExporter
+    ns: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def served(lab: Lab) -> Iterator[Served]:
+    """Every test's pools on one exporter, then one wait for the window to fill."""
+    with EngineExporter(lab) as exp:
+        ns = {case: f"prom-{secrets.token_hex(3)}" for case in CASES}
+        serve_chat(exp, ns["reads"])
+        serve_chat(exp, ns["reads"], name="chat-2", rate=40.0)
+        serve_chat(exp, f"{ns['reads']}-twin", rate=40.0)
+        serve_chat(exp, ns["nobody"])  # something else is served, so Prometheus is not idle
+        _nan_pools(exp, ns["nan"])
+        _tpot_pools(exp, ns["tpot"])
+        exp.set_pool(ns["evil"], EVIL, PREFILL, ["evil-p-0"], PodLoad(waiting=7))
+        serve_chat(exp, ns["stale"])
+        serve_chat(exp, ns["down"])
+        exp.wait_scraped(times=FILL_WINDOW)
+        yield Served(exp, ns)
+
+
+def _nan_pools(exp: EngineExporter, ns: str) -> None:
+    """A NaN prefill queue and a TTFT histogram that observes nothing; decode fine."""
+    exp.set_pool(
+        ns,
+        "chat",
+        PREFILL,
+        ["chat-p-0"],
+        PodLoad(rate=2, prompt_tokens=100, output_tokens=1, ttft=None, waiting=math.nan),
+    )
+    exp.set_pool(
+        ns,
+        "chat",
+        DECODE,
+        ["chat-d-0"],
+        PodLoad(rate=2, prompt_tokens=100, output_tokens=50, tpot=0.02, waiting=1),
+    )
+
+
+def _tpot_pools(exp: EngineExporter, ns: str) -> None:
+    """Decode whose per-request TPOT histogram observes nothing (30 ms between tokens)."""
+    exp.set_pool(
+        ns, "chat", PREFILL, ["chat-p-0"], PodLoad(rate=2, prompt_tokens=100, output_tokens=1)
+    )
+    exp.set_pool(
+        ns,
+        "chat",
+        DECODE,
+        ["chat-d-0"],
+        PodLoad(rate=2, prompt_tokens=100, output_tokens=50, tpot=0.03, request_tpot=False),
+    )
+
+
+def test_snapshot_reads_rate_lengths_queues_and_latencies(lab: Lab, served: Served) -> None:
     """What the pods report comes back: R = 4 req/s summed over both prefill pods;
     L_p = 2000 from prefill, L_d = 500 from decode (prefill's 1-token outputs are not
     mixed in); TTFT p95 of a point mass at 0.8 s = 0.792 + 0.008 * 0.95 = 0.7996 s;
     tokens/s 4 * 2000 = 8000 (prefill) and 4 * 500 = 2000 (decode). A neighbour
     deployment in the same namespace and a namespace twin at 10x the rate do not leak in."""
-    serve_chat(exporter, ns)
-    serve_chat(exporter, ns, name="chat-2", rate=40.0)
-    serve_chat(exporter, f"{ns}-twin", rate=40.0)
-    exporter.wait_scraped(times=FILL_WINDOW)
-
-    snap = snapshot(lab, ns, "chat")
+    snap = snapshot(lab, served.ns["reads"], "chat")
 
     assert snap.problems == ()
     assert snap.request_rate == pytest.approx(4.0, rel=0.05)
@@ -112,12 +172,9 @@ def test_older_vllm_names_are_read_too(lab: Lab, ns: str) -> None:
     assert snap.problems == ()
 
 
-def test_no_series_is_unknown_not_zero(lab: Lab, exporter: EngineExporter, ns: str) -> None:
+def test_no_series_is_unknown_not_zero(lab: Lab, served: Served) -> None:
     """A deployment nobody exports: every value None, each with a reason; no error."""
-    serve_chat(exporter, ns)  # something else is served, so Prometheus is not idle
-    exporter.wait_scraped(times=1)
-
-    snap = snapshot(lab, ns, "nobody")
+    snap = snapshot(lab, served.ns["nobody"], "nobody")
 
     values = [
         snap.request_rate,
@@ -135,26 +192,10 @@ def test_no_series_is_unknown_not_zero(lab: Lab, exporter: EngineExporter, ns: s
     assert "prefill.queue_depth: no data (empty answer)" in snap.problems
 
 
-def test_nan_and_nothing_observed_are_unknown(lab: Lab, exporter: EngineExporter, ns: str) -> None:
+def test_nan_and_nothing_observed_are_unknown(lab: Lab, served: Served) -> None:
     """A NaN gauge and a TTFT histogram with no observations in the window (0/0 -> NaN
-    in PromQL) are unknown; the values next to them are still read."""
-    exporter.set_pool(
-        ns,
-        "chat",
-        PREFILL,
-        ["chat-p-0"],
-        PodLoad(rate=2, prompt_tokens=100, output_tokens=1, ttft=None, waiting=math.nan),
-    )
-    exporter.set_pool(
-        ns,
-        "chat",
-        DECODE,
-        ["chat-d-0"],
-        PodLoad(rate=2, prompt_tokens=100, output_tokens=50, tpot=0.02, waiting=1),
-    )
-    exporter.wait_scraped(times=FILL_WINDOW)
-
-    snap = snapshot(lab, ns, "chat")
+    in PromQL) are unknown; the values next to them are still read (``_nan_pools``)."""
+    snap = snapshot(lab, served.ns["nan"], "chat")
 
     assert snap.prefill.queue_depth is None
     assert snap.prefill.latency_seconds is None
@@ -167,53 +208,34 @@ def test_nan_and_nothing_observed_are_unknown(lab: Lab, exporter: EngineExporter
 
 
 def test_tpot_falls_back_to_the_inter_token_latency_when_no_request_finished(
-    lab: Lab, exporter: EngineExporter, ns: str
+    lab: Lab, served: Served
 ) -> None:
     """Outputs that take longer than the metrics window: the per-request TPOT histogram
     exists but observed nothing in the window (its quantile is NaN), while the
     inter-token latency counts every token streamed. TPOT is then read from the
     inter-token latency (30 ms), not unknown: a NaN answer must not stop the preset's
-    fall-back (`a or b` alone answers a's NaN series)."""
-    exporter.set_pool(
-        ns, "chat", PREFILL, ["chat-p-0"], PodLoad(rate=2, prompt_tokens=100, output_tokens=1)
-    )
-    exporter.set_pool(
-        ns,
-        "chat",
-        DECODE,
-        ["chat-d-0"],
-        PodLoad(rate=2, prompt_tokens=100, output_tokens=50, tpot=0.03, request_tpot=False),
-    )
-    exporter.wait_scraped(times=FILL_WINDOW)
-
-    snap = snapshot(lab, ns, "chat")
+    fall-back (`a or b` alone answers a's NaN series; ``_tpot_pools``)."""
+    snap = snapshot(lab, served.ns["tpot"], "chat")
 
     assert snap.decode.latency_seconds == pytest.approx(0.03, rel=0.01)
     assert not [p for p in snap.problems if p.startswith("decode.latency")], snap.problems
 
 
-def test_a_name_that_tries_to_inject_promql_matches_only_itself(
-    lab: Lab, exporter: EngineExporter, ns: str
-) -> None:
+def test_a_name_that_tries_to_inject_promql_matches_only_itself(lab: Lab, served: Served) -> None:
     """PDDeployment names cannot hold quotes, but the escaping must not rely on it: a
     name written to close the selector and add `or vector(1)` reads exactly the pods
     labelled with that odd name, and nothing when there are none (not 1)."""
-    evil = 'x"} or vector(1) #'
-    exporter.set_pool(ns, evil, PREFILL, ["evil-p-0"], PodLoad(waiting=7))
-    exporter.wait_scraped(times=2)
-
-    assert snapshot(lab, ns, evil).prefill.queue_depth == 7.0
-    assert snapshot(lab, f"{ns}-empty", evil).prefill.queue_depth is None
+    ns = served.ns["evil"]
+    assert snapshot(lab, ns, EVIL).prefill.queue_depth == 7.0
+    assert snapshot(lab, f"{ns}-empty", EVIL).prefill.queue_depth is None
 
 
-def test_a_pool_not_scraped_lately_is_stale(lab: Lab, exporter: EngineExporter, ns: str) -> None:
+def test_a_pool_not_scraped_lately_is_stale(lab: Lab, served: Served) -> None:
     """Evaluated 90 s after the newest scrape (a Prometheus whose scraping stopped looks
     like this), gauges would still answer from the 5 min lookback; the freshness check on
     `up` voids them. The same instant as the operator's now with a Prometheus clock 90 s
     behind is not stale: the ages are on Prometheus' clock."""
-    serve_chat(exporter, ns)
-    exporter.wait_scraped(times=2)
-
+    ns = served.ns["stale"]
     snap = snapshot(lab, ns, "chat", at=time.time() + 90)
 
     assert snap.prefill.queue_depth is None
@@ -226,14 +248,12 @@ def test_a_pool_not_scraped_lately_is_stale(lab: Lab, exporter: EngineExporter, 
     assert skewed.prefill.queue_depth is not None
 
 
-def test_prometheus_down_is_unavailable_then_recovers(
-    lab: Lab, exporter: EngineExporter, ns: str
-) -> None:
+def test_prometheus_down_is_unavailable_then_recovers(lab: Lab, served: Served) -> None:
     """Prometheus stopped: read_snapshot raises PrometheusUnreachable with the reason;
     started again: the next snapshots are complete without any other action. The shared
-    Prometheus is down for as short a time as possible and always restarted."""
-    serve_chat(exporter, ns)
-    exporter.wait_scraped(times=FILL_WINDOW)
+    Prometheus is down for as short a time as possible and always restarted. Last in
+    the module: the other tests read the shared pools without a gap."""
+    ns = served.ns["down"]
     assert snapshot(lab, ns, "chat").complete
 
     assert lab.stop_prometheus()
