@@ -505,6 +505,12 @@ def test_operator_scales_and_rolls_a_grouped_decode_pool(
 
         wait_for(rolled, 90, "v2: 3 Ready decode groups, v1's LeaderWorkerSet gone")
         rolled_in = time.monotonic() - t1
+        # settled: the LeaderWorkerSet as the API server keeps it (webhook defaults and
+        # all) is what the operator rendered: 4 more ticks apply nothing to it
+        before, ticks = rt.kube.audit.count, rt.ticks
+        wait_for(lambda: rt.ticks >= ticks + 4, 30, "4 more ticks")
+        again = [w for w in rt.kube.audit.since(before) if w.kind == groups.LWS_KIND]
+        assert again == [], again
     assert crossed == [], crossed[:5]
     assert samples >= 5
     # the rollout's GPUs counted by group: v1's 1 + 3 x 2 and at most one v2 level
