@@ -275,7 +275,9 @@ class Runtime:
         if unused is not None:
             unused.close()  # its kept-alive connections
         if paused is not None:
-            raise paused[2]
+            # a fresh traceback: raising the stored error as it is would add this tick's
+            # frames to those of every paused tick before it, and keep them all alive
+            raise paused[2].with_traceback(None)
         try:
             started = self.monotonic()
             snap = read_snapshot(client, spec, namespace, name, now)
