@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pdscaler.kube import APPLY_PATCH, MERGE_PATCH, Kube, KubeError
@@ -241,3 +241,29 @@ class FakeKube(Kube):
             },
         }
         return self.put(f"/api/v1/namespaces/{namespace}/pods/{name}", pod)
+
+
+class RefusingKube(FakeKube):
+    """FakeKube that answers ``refuse(method, path)`` (when not None) with that error
+    (an admission policy, a quota, an API server hiccup); every request's body is kept
+    in ``bodies`` as (method, path, body)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse: Callable[[str, str], KubeError | None] = lambda method, path: None
+        self.bodies: list[tuple[str, str, Any]] = []
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        self.bodies.append((method, path, body))
+        error = self.refuse(method, path)
+        if error is not None:
+            self.requests.append((method, path, content_type))
+            raise error
+        return super()._request(method, path, query, body, content_type)

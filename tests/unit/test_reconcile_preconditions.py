@@ -23,7 +23,7 @@ from pdscaler.kube import KubeError
 from pdscaler.liveness import Health
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import MetricsSnapshot
-from support.fakekube import FakeKube
+from support.fakekube import FakeKube, RefusingKube
 from support.manual_pool import ManualPool
 from support.reconcile_world import NAME, NS, PDD_PATH, World, manifest, snapshot
 
@@ -56,38 +56,22 @@ def test_a_pdd_made_again_mid_tick_does_not_get_the_old_ones_status() -> None:
     assert w.pdd()["status"]["observedGeneration"] == 1
 
 
-class _EventsRefused(FakeKube):
-    """FakeKube whose Event POSTs fail (503) while ``refusing``; every PATCH body kept."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refusing = False
-        self.patches: list[tuple[str, str, Any]] = []
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        query: Mapping[str, str] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-    ) -> dict[str, Any]:
-        if method == "POST" and "/events" in path and self.refusing:
-            raise KubeError(503, "ServiceUnavailable", "etcd leader changed")
-        if method == "PATCH":
-            self.patches.append((method, path, body))
-        return super()._request(method, path, query, body, content_type)
-
-
-def _world(spec_extra: Mapping[str, Any] | None = None) -> tuple[World, _EventsRefused]:
+def _world(spec_extra: Mapping[str, Any] | None = None) -> tuple[World, RefusingKube]:
+    """chat (``spec.scaling`` plus ``spec_extra``) on a RefusingKube."""
     w = World()
-    kube = _EventsRefused()
+    kube = RefusingKube()
     doc = manifest()
     doc["spec"]["scaling"].update(spec_extra or {})
     kube.put(PDD_PATH, doc)
     w.kube = kube
     w.rt.kube = kube
     return w, kube
+
+
+def _events_refused(method: str, path: str) -> KubeError | None:
+    if method == "POST" and "/events" in path:
+        return KubeError(503, "ServiceUnavailable", "etcd leader changed")
+    return None
 
 
 def _events(kube: FakeKube, reason: str) -> list[dict[str, Any]]:
@@ -99,10 +83,10 @@ def test_a_keyed_warning_refused_once_is_sent_on_the_next_tick() -> None:
     per generation) is refused on the first tick, sent on the second, not again on the
     third. Before: marked sent before the POST, so never sent at all."""
     w, kube = _world({"futureKnob": 3})
-    kube.refusing = True
+    kube.refuse = _events_refused
     w.tick()
     assert _events(kube, "UnknownFields") == []
-    kube.refusing = False
+    kube.refuse = lambda method, path: None
     w.tick()
     w.tick()
     assert len(_events(kube, "UnknownFields")) == 1
@@ -114,7 +98,7 @@ def test_the_status_patch_names_the_resource_version_it_read() -> None:
     read = w.pdd()["metadata"]
     w.metrics = snapshot(6.0)
     w.tick()
-    (body,) = [b for _, p, b in kube.patches if p.endswith("/status")][-1:]
+    (body,) = [b for m, p, b in kube.bodies if m == "PATCH" and p.endswith("/status")][-1:]
     assert body["metadata"] == {"resourceVersion": read["resourceVersion"]}
 
 

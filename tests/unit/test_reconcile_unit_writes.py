@@ -9,38 +9,13 @@ its re-creation refused by a quota (403), as an exhausted Service quota answers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
 from pdscaler.kube import KubeError
 from pdscaler.types import ConditionReason, ConditionType, Role
-from support.fakekube import FakeKube
+from support.fakekube import RefusingKube
 from support.reconcile_world import NAME, NS, World, snapshot
 
 SERVICE = f"/api/v1/namespaces/{NS}/services/{NAME}"
 QUOTA = "exceeded quota: svc, requested: services=1, used: services=1, limited: services=1"
-
-
-class RefusingKube(FakeKube):
-    """FakeKube that answers ``refuse(method, path)`` (when not None) with that error."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refuse: Callable[[str, str], KubeError | None] = lambda method, path: None
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        query: Mapping[str, str] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-    ) -> dict[str, Any]:
-        error = self.refuse(method, path)
-        if error is not None:
-            self.requests.append((method, path, content_type))
-            raise error
-        return super()._request(method, path, query, body, content_type)
 
 
 def world() -> tuple[World, RefusingKube]:
