@@ -13,6 +13,10 @@ which records every request the API server received from it, and injects:
 3. a leadership round trip: the holder's renewals dropped until the other takes the
    Lease, then the other's until the first takes it back.
 
+Both replicas are release ``team-a`` (the chart's Lease name for it); a third operator,
+release ``team-b`` watching another namespace, keeps its Lease in the same namespace:
+two releases in one namespace hold two Leases.
+
 Three PDDeployments are in a rollout all along (their new cells' pods are never Ready),
 so the leader writes their status every tick (1 s): ~3 writes a second.
 
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 
 from drills.apiproxy import ApiProxy, Call
@@ -39,12 +44,13 @@ from drills.faults import DrillOperator, full_windows
 from drills.report import DrillRecord
 from pdlab.cluster.lab import Lab
 from pdscaler.types import Role
+from support import chartkit
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import create_pdd, patch_spec, pdd_manifest, ready_count, serve_two_by_two
 
 NAMES = ("term-0", "term-1", "term-2")  # three rollouts: ~3 leader writes a second
-LEASE = "pdscaler-leader"
+LEASE = "team-a-pdscaler-leader"  # lease_name("team-a"), checked in the drill
 IDS = ("op-a", "op-b")
 TIMINGS = ("6", "5.5", "1")  # leaseDuration, renewDeadline, retryPeriod
 SLOW_READ = 3.5
@@ -53,18 +59,32 @@ NEVER_READY = "600s"
 
 @dataclass
 class Replica(DrillOperator):
+    """A replica of a chart release: its Lease ``lease`` in ``lease_namespace`` (the
+    watched namespace when empty)."""
+
     identity: str = ""
+    lease: str = ""
+    lease_namespace: str = ""
 
     def run_args(self) -> list[str]:
         argv = ["--metrics-port", str(self.port), "--log-format", "full", "--leader-elect"]
-        argv += ["--lease-namespace", self.namespace, "--identity", self.identity]
+        argv += ["--lease-namespace", self.lease_namespace or self.namespace]
+        argv += ["--lease-name", self.lease, "--identity", self.identity]
         argv += ["--lease-duration", TIMINGS[0], "--renew-deadline", TIMINGS[1]]
         return [*argv, "--retry-period", TIMINGS[2]]
 
 
-def holder(kube: Kube, namespace: str) -> str:
+def lease_name(release: str) -> str:
+    """The operator's ``--lease-name`` as the chart renders it for ``release``."""
+    text = chartkit.helm("template", release, str(chartkit.CHART), "-n", "ops")
+    docs = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "Deployment"]
+    argv = docs[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    return str(next(a.split("=", 1)[1] for a in argv if a.startswith("--lease-name=")))
+
+
+def holder(kube: Kube, namespace: str, name: str = LEASE) -> str:
     try:
-        lease = client.CoordinationV1Api(kube.api).read_namespaced_lease(LEASE, namespace)
+        lease = client.CoordinationV1Api(kube.api).read_namespaced_lease(name, namespace)
     except client.ApiException:
         return ""
     return str(lease.spec.holder_identity or "") if lease.spec is not None else ""
@@ -115,26 +135,33 @@ def test_drill_one_writer_per_term(
     tmp_path: Path,
     drill: DrillRecord,
 ) -> None:
-    scale = 2.0 if full_windows() else 1.0
+    scale = 2.0 if full_windows() else 2.0 / 3  # make test: ~60 s
     drill.describe(
         "D18",
         fault=f"two replicas behind their own API proxies (Lease {'/'.join(TIMINGS)} s): the "
         f"follower's Lease reads {SLOW_READ:g} s late while the leader's renewals fail; "
         "the Lease deleted; a leadership round trip",
         invariant="no write from a replica reaches the API server after another's "
-        "acquisition of the Lease and before its own next one",
-        shortened="" if full_windows() else "settle windows 1x (make drill: 2x)",
+        "acquisition of the Lease and before its own next one; two releases in one "
+        "namespace hold two Leases",
+        shortened="" if full_windows() else "settle windows 2/3x (make drill: 2x)",
     )
     for name in NAMES:
         serve_two_by_two(exporter, namespace, name, 0.5)
     proxies = {i: ApiProxy(lab, i) for i in IDS}
     ops: dict[str, Replica] = {}
     recovered: dict[str, float] = {}
+    assert lease_name("team-a") == LEASE
+    # release team-b in the same namespace, watching another: its own Lease
+    team_b = Replica("default", str(lab.kubeconfig), tmp_path / "op-c.log")
+    team_b.identity, team_b.lease = "op-c", lease_name("team-b")
+    team_b.lease_namespace = namespace
     try:
         for i, p in proxies.items():
             p.__enter__()
             ops[i] = Replica(namespace, str(p.kubeconfig(tmp_path)), tmp_path / f"{i}.log")
-            ops[i].identity = i
+            ops[i].identity, ops[i].lease = i, LEASE
+        team_b.start()
         for name in NAMES:
             create_pdd(kube, namespace, pdd_manifest(name, lab.prometheus_url, interval="1s"))
         for op in ops.values():
@@ -192,7 +219,9 @@ def test_drill_one_writer_per_term(
         lead = holder(kube, namespace)
         recovered["round trip: the other leads"] = take_over(lead, False)
         recovered["round trip: back"] = take_over(other(lead), False)
+        releases = (holder(kube, namespace), holder(kube, namespace, team_b.lease))
     finally:
+        team_b.stop()
         for op in ops.values():
             op.stop()
         for p in proxies.values():
@@ -205,6 +234,9 @@ def test_drill_one_writer_per_term(
         drill.recovered(what, seconds)
     terms = acquisitions(calls)
     print(f"D18: {len(writes)} writes, terms {[(round(t, 1), r) for t, r in terms]}")
+    assert team_b.lease != LEASE
+    assert releases[0] in IDS, releases
+    assert releases[1] == "op-c", (releases, team_b.tail(2000))  # two releases, two Leases
     assert len(terms) >= 5, terms  # first, slow read, deleted, there and back
     for i in IDS:
         assert any(c.replica == i for c in writes), f"{i} never wrote: the drill checked nothing"
