@@ -32,8 +32,10 @@ fmt: $(STAMP) ## Format and auto-fix
 dynamo-venv: ## NVIDIA Dynamo's planner in its own venv (~/.cache/pdscaler/dynamo-venv; cold ~4 min)
 	bash bench/install-dynamo.sh
 
-test: lint lab-build dynamo-venv ## The whole suite: lint, unit tests, and lab tests (starts the lab if needed)
-	$(BIN)/pytest tests
+test: lint lab-build dynamo-venv ## The whole suite: lint, unit tests (on both cores), and lab tests (starts the lab if needed)
+	$(BIN)/pytest -n 2 tests/unit; unit=$$?; \
+	  $(BIN)/pytest --durations=40 tests/drills tests/lab; lab=$$?; \
+	  test $$unit -eq 0 -a $$lab -eq 0
 
 unit: $(STAMP) ## Unit tests of the pure core only (no lab)
 	$(BIN)/pytest tests/unit
