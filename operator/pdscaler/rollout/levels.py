@@ -164,10 +164,14 @@ def stable(t: Totals, new: Cell) -> Sizes:
 
 
 def _allocate_prefill(olds: list[Cell], need: int) -> dict[str, int]:
-    """``need`` prefill replicas over the old cells that have a Ready decode pod: their
-    Ready pods first (most ready cell first), then their starting ones, then growth on
-    the best-serving cell."""
-    eligible = [c for c in by_serving(olds) if c.pods.decode.ready >= 1]
+    """``need`` prefill replicas over the old cells that have a Ready decode pod their
+    Deployment keeps: their Ready pods first (most ready cell first), then their
+    starting ones, then growth on the best-serving cell. A Ready decode pod asked away
+    (decode 0 asked, 1 Ready: a stopped controller-manager has not removed it yet) does
+    not count: the controller-manager may still remove it after this tick asks decode
+    back (it replays 1 -> 0 -> 1), and a prefill pod started next to it would be Ready
+    without a Ready decode pod of its version (D6, run 8)."""
+    eligible = [c for c in by_serving(olds) if min(c.pods.decode.ready, c.replicas.decode) >= 1]
     alloc = {c.rev: 0 for c in olds}
     left = need
     for ready_only in (True, False):
