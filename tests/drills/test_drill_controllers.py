@@ -6,7 +6,14 @@ With the controller-manager stopped, the Deployments' spec changes but no pod is
 created or removed (the v1 prefill pods asked away stay Ready: an operator that counts
 what a Deployment asks instead of the pods that run would retire v1 under them); with
 the scheduler stopped, the new pods stay Pending without a PodScheduled condition.
-Invariants, sampled every 200 ms (``faults.ClusterSampler``,
+The controller-manager is stopped one step early, once v1's router pods are being
+deleted (kwok removes them without it) and v1 prefill is still asked: the operator
+asks v1 prefill 0 at its next tick after they are gone, with the controller-manager
+already stopped. A stop after that ask came too late: the controller-manager removed
+the pod 28-54 ms after it (kwok logs of 4 runs in session 5), so the fragile point was
+never reached. The drill asserts that the v1 prefill pod asked away is still Ready at
+the end of the stop and that v1 decode is still asked (>= 1) next to it. Invariants,
+sampled every 200 ms (``faults.ClusterSampler``,
 ``operator_process.Sampler``): no cell is gone or being deleted while pods of its
 version are Ready; CapacityLimited is never True (nothing is unschedulable for lack of
 GPUs: the pods wait for a stopped control plane); no mixed pairs; serving capacity never
@@ -31,10 +38,13 @@ from drills.faults import ClusterSampler, DrillOperator, paused
 from drills.operator_process import Sampler, cells, ready_by_version, start_on_new_pdd, wait_ready
 from drills.report import DrillRecord
 from pdlab.cluster.lab import Lab
+from pdscaler import naming
+from pdscaler.observe import labels
 from pdscaler.types import Role, RolloutPhase
 from support.exporter import EngineExporter
 from support.labkit import Kube, wait_for
 from support.opkit import (
+    deployments,
     get_pdd,
     patch_spec,
     pod_dicts,
@@ -65,6 +75,39 @@ def _old_prefill_drained(kube: Kube, namespace: str) -> bool:
         and decode is not None
         and int(decode["spec"].get("replicas") or 0) > 0
     )
+
+
+def _old_router_going(kube: Kube, namespace: str) -> bool:
+    """The step before the fragile point: v1's router asked 0 and its pods gone or
+    being deleted (the controller-manager's part is done), v1 prefill still asked (a
+    cell's prefill outlives its routers: the operator asks v1 prefill 0 at its first
+    tick after they are gone, >= 2 s after they were asked away)."""
+    deps = {
+        (labels(d).get(naming.LABEL_VERSION), labels(d).get(naming.LABEL_ROLE)): d
+        for d in deployments(kube, namespace, NAME)
+    }
+    router, prefill = deps.get(("v1", naming.ROLE_ROUTER)), deps.get(("v1", "prefill"))
+    routers = [
+        p
+        for p in pod_dicts(kube, namespace, NAME)
+        if labels(p).get(naming.LABEL_ROLE) == naming.ROLE_ROUTER
+        and labels(p).get(naming.LABEL_VERSION) == "v1"
+    ]
+    return (
+        router is not None
+        and int(router["spec"].get("replicas") or 0) == 0
+        and all(p["metadata"].get("deletionTimestamp") for p in routers)
+        and prefill is not None
+        and int(prefill["spec"].get("replicas") or 0) > 0
+    )
+
+
+def _asked_away_serving(kube: Kube, namespace: str) -> tuple[int, int]:
+    """(Ready v1 prefill pods, v1 decode replicas asked): during the stop, the v1
+    prefill pod asked away is still Ready and v1 decode must stay asked next to it."""
+    ready = ready_by_version(pod_dicts(kube, namespace, NAME)).get(("prefill", "v1"), 0)
+    decode = cells(kube, namespace, NAME).get(("v1", Role.DECODE.value))
+    return ready, int(decode["spec"].get("replicas") or 0) if decode is not None else 0
 
 
 def _complete(kube: Kube, namespace: str) -> bool:
@@ -145,13 +188,19 @@ def test_controller_manager_stopped_mid_rollout(
         ):
             patch_spec(kube, namespace, NAME, {"engine": {"version": "v2"}})
             wait_for(
-                lambda: _old_prefill_drained(kube, namespace),
+                lambda: _old_router_going(kube, namespace),
                 60,
-                "v1 prefill asked 0, v1 decode up",
+                "v1 router pods being deleted, v1 prefill asked",
                 interval=0.05,
             )
             with paused(lab, "controller_manager"):
+                wait_for(
+                    lambda: _old_prefill_drained(kube, namespace),
+                    30,
+                    "v1 prefill asked 0, v1 decode up",
+                )
                 op.hold(NAME, STOP, STOP_TICKS)
+                asked_away = _asked_away_serving(kube, namespace)
             cont = time.monotonic()
             wait_for(lambda: _complete(kube, namespace), 90, "rollout to v2 complete")
             done_s = time.monotonic() - cont
@@ -161,6 +210,10 @@ def test_controller_manager_stopped_mid_rollout(
     finally:
         op.stop()
     _record_and_assert(drill, "rollout complete after SIGCONT", done_s, op, alive, pairs, cluster)
+    # (Ready v1 prefill, v1 decode asked) at the stop's end: the fragile point was
+    # reached (the pod asked away still Ready), and v1 decode still asked next to it
+    assert asked_away[0] >= 1, ("v1 prefill pod gone before the stop", asked_away)
+    assert asked_away[1] >= 1, ("v1 decode asked 0 next to a Ready v1 prefill pod", asked_away)
 
 
 @pytest.mark.lab
