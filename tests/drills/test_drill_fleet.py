@@ -41,7 +41,7 @@ from pdlab.cluster.lab import Lab
 from pdscaler import naming, observe
 from pdscaler.spec import GROUP, PLURAL, VERSION
 from support.labkit import Kube, free_port, wait_for
-from support.opkit import as_dict, pdd_manifest
+from support.opkit import as_dict, pdd_manifest, wait_free_gpus
 
 FLEET = 100
 CHURN_ROUNDS = 3
@@ -366,7 +366,7 @@ AUTO_INTERVAL = "2s"
 
 
 @pytest.mark.lab
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_fleet_requests_per_second_with_and_without_caches(
     lab: Lab, kube: Kube, crd: str, namespace: str, tmp_path: Path, drill: DrillRecord
 ) -> None:
@@ -383,6 +383,9 @@ def test_fleet_requests_per_second_with_and_without_caches(
         "(as many ticks a second as 100 at 15 s)",
     )
     names = [f"a{i:02d}" for i in range(AUTO_FLEET)]
+    # the fleet needs 28 of the lab's 32 GPUs: the lab tests before it delete their
+    # namespaces in the background, and their pods may still hold GPUs
+    wait_free_gpus(kube, 2 * AUTO_FLEET, 180)
     for name in names:
         body = pdd_manifest(name, lab.prometheus_url, interval=AUTO_INTERVAL, max_replicas=1)
         kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
