@@ -32,12 +32,11 @@ Worked numbers (tests/unit/test_identity_config.py):
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pdscaler import naming
+from pdscaler.objects import digest
 
 #: Pod-level fields of a pool template that decide what its engine computes or where it
 #: runs (its GPUs' kind: nodeSelector, affinity, tolerations): part of the revision.
@@ -54,11 +53,6 @@ ABSENT = "absent"
 #: What a referenced ConfigMap hashes as when no edge read it (the simulator, unit
 #: tests): the operator reads every one before a tick (``reconcile``).
 UNREAD = "unread"
-
-
-def _digest(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 def _containers(template: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -117,6 +111,6 @@ def configmap_digest(configmap: Mapping[str, Any] | None) -> str:
     ``{"data": {"MAX_MODEL_LEN": "8192"}}`` -> ``be81628e5c``."""
     if configmap is None:
         return ABSENT
-    return _digest(
+    return digest(
         {"data": configmap.get("data") or {}, "binary": configmap.get("binaryData") or {}}
     )

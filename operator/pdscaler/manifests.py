@@ -50,8 +50,6 @@ Purely computational: no Kubernetes client, no clock, no I/O.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -61,7 +59,14 @@ from typing import Any
 
 from pdscaler import groups, identity, naming, router
 from pdscaler.holding import holding_objects
-from pdscaler.objects import SPEC_HASH_ANNOTATION, Manifest, Meta, owner_reference, stamp
+from pdscaler.objects import (
+    SPEC_HASH_ANNOTATION,
+    Manifest,
+    Meta,
+    digest,
+    owner_reference,
+    stamp,
+)
 from pdscaler.spec import PDDeploymentSpec, PoolSpec
 from pdscaler.types import Role
 
@@ -108,11 +113,6 @@ def _engine_of(template: Mapping[str, Any]) -> Mapping[str, Any]:
     return containers[idx] if idx is not None else {}
 
 
-def _digest(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
 #: The KV-relevant part of the engine container: what prefill and decode must share to
 #: exchange KV. The revision (``kv_config``) and drift detection (``engine_hash``) both
 #: read these fields, so whatever makes a new cell is also what counts as drift.
@@ -141,7 +141,7 @@ def kv_config_v2(spec: PDDeploymentSpec) -> str:
     """Identity scheme 2's fingerprint (a bare hex digest): per pool the engine
     container's ``KV_FIELDS`` (command, args, env, envFrom, resources) and
     gpusPerReplica; nothing outside the engine container."""
-    return _digest(_engine_parts(spec))
+    return digest(_engine_parts(spec))
 
 
 def kv_config(spec: PDDeploymentSpec) -> str:
@@ -160,7 +160,7 @@ def kv_config(spec: PDDeploymentSpec) -> str:
         name: spec._configmaps.get(name, identity.UNREAD)
         for name in identity.configmaps_of(templates)
     }
-    return f"3.{_digest(parts)}"
+    return f"3.{digest(parts)}"
 
 
 def with_configmaps(spec: PDDeploymentSpec, digests: Mapping[str, str]) -> PDDeploymentSpec:
@@ -348,7 +348,7 @@ def rendered_from(spec: PDDeploymentSpec, role: Role | None) -> str:
             "gpus": pool.gpus_per_replica,
             "ttft": spec.slo.ttft_seconds,
         }
-    return f"{INPUTS_SCHEME}.{_digest(inputs)}"
+    return f"{INPUTS_SCHEME}.{digest(inputs)}"
 
 
 def keep_rendered(
@@ -407,7 +407,7 @@ def engine_hash(template: Mapping[str, Any]) -> str:
     ``kv_part`` (so the GPU count, in resources, too), in the form the API server
     returns it (``_served``): a template as rendered and as read back hash alike."""
     engine = _engine_of(template)
-    return ENGINE_HASH_PREFIX + _digest([engine.get("image"), _served(kv_part(engine))])
+    return ENGINE_HASH_PREFIX + digest([engine.get("image"), _served(kv_part(engine))])
 
 
 def _legacy_engine_hash(template: Mapping[str, Any]) -> str:
@@ -415,7 +415,7 @@ def _legacy_engine_hash(template: Mapping[str, Any]) -> str:
     env values."""
     engine = _engine_of(template)
     env = [(e.get("name"), e.get("value")) for e in engine.get("env") or []]
-    return _digest([engine.get("image"), engine.get("command"), engine.get("args"), env])
+    return digest([engine.get("image"), engine.get("command"), engine.get("args"), env])
 
 
 def drifted(deployment: Mapping[str, Any]) -> bool:

@@ -57,7 +57,16 @@ def spec_hash(obj: Manifest) -> str:
     body = copy.deepcopy(obj)
     body.get("spec", {}).pop("replicas", None)
     body.get("metadata", {}).get("annotations", {}).pop(SPEC_HASH_ANNOTATION, None)
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return digest(body)
+
+
+def digest(value: Any) -> str:
+    """10 hex digits of the SHA-256 of ``value`` as canonical JSON (sorted keys, no
+    spaces; ``str()`` of what JSON cannot hold): the one hash behind ``spec_hash``, a
+    cell's configuration (``manifests.kv_config``) and a ConfigMap's contents
+    (``identity.configmap_digest``). ``digest({"data": {}, "binary": {}})`` hashes
+    ``{"binary":{},"data":{}}``."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from pdscaler import invariants, manifests, naming, router
 from pdscaler.manifests import CellTarget
-from pdscaler.objects import SPEC_HASH_ANNOTATION, Meta
+from pdscaler.objects import SPEC_HASH_ANNOTATION, Meta, digest
 from pdscaler.spec import PDDeploymentSpec
 from pdscaler.types import Role
 
@@ -462,7 +462,7 @@ def test_a_deployment_rendered_by_the_previous_operator_is_not_drifted() -> None
     eng = _engine_of(dep)
     legacy = [eng.get("image"), eng.get("command"), eng.get("args")]
     legacy.append([(e.get("name"), e.get("value")) for e in eng.get("env") or []])
-    dep["metadata"]["annotations"][naming.ANNOTATION_ENGINE] = manifests._digest(legacy)
+    dep["metadata"]["annotations"][naming.ANNOTATION_ENGINE] = digest(legacy)
     assert not manifests.drifted(dep)
     eng["image"] = "vllm/vllm-openai:v9"
     assert manifests.drifted(dep)
