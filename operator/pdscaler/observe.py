@@ -123,19 +123,15 @@ def _group_key(pod: Mapping[str, Any], index: int, size: int) -> str:
 
 def _group_startup(members: list[Mapping[str, Any]]) -> float | None:
     """Earliest pod creation -> latest Ready transition of a Ready group (the group
-    serves from its last pod's Ready on); None if a time is missing."""
-    created = [parse_time((p.get("metadata") or {}).get("creationTimestamp")) for p in members]
-    ready_at = []
-    for pod in members:
-        conds = (pod.get("status") or {}).get("conditions") or []
-        ready_at += [
-            parse_time(c.get("lastTransitionTime")) for c in conds if c.get("type") == "Ready"
-        ]
-    if not created or not ready_at or None in created or None in ready_at:
+    serves from its last pod's Ready on): each pod's ``startup_seconds`` from its own
+    creation; None if a time is missing."""
+    created = [parse_time(_meta(p).get("creationTimestamp")) for p in members]
+    took = [startup_seconds(p) for p in members]
+    if not members or None in created or None in took:
         return None
-    start = min(t for t in created if t is not None)
-    end = max(t for t in ready_at if t is not None)
-    return end - start if end >= start else None
+    starts = [c for c in created if c is not None]
+    ends = [c + t for c, t in zip(starts, (t for t in took if t is not None), strict=True)]
+    return max(ends) - min(starts)
 
 
 def group_observation(
