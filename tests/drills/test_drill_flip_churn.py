@@ -40,12 +40,11 @@ from pdscaler import naming
 from pdscaler.observe import is_ready, labels
 from support.background import Background, Sampling
 from support.labkit import Kube, wait_for
-from support.opkit import condition, deployments, get_pdd, patch_spec
+from support.opkit import deployments, get_pdd, patch_spec
 from support.served_chat import (
-    FLIP_WINDOW_S,
     NAME,
+    armed,
     completion,
-    decode_recommended_one_since,
     flip_chat,
     live_pods,
     ready_by_role,
@@ -151,25 +150,6 @@ def rolled_out(kube: Kube, namespace: str) -> bool:
     status = get_pdd(kube, namespace, NAME).get("status") or {}
     phase = (status.get("rollout") or {}).get("phase")
     return versions == {naming.version_label(V2)} and phase not in ("Progressing", "RollingBack")
-
-
-def metrics_ok(kube: Kube, namespace: str) -> bool:
-    """``MetricsAvailable`` True (no data gap: a pool with a gap gives no replica to a
-    flip); else LookupError with its message (``wait_for`` reports it)."""
-    got = condition(get_pdd(kube, namespace, NAME), "MetricsAvailable") or {}
-    if got.get("status") != "True":
-        raise LookupError(f"MetricsAvailable {got.get('status')}: {got.get('message')}")
-    return True
-
-
-def armed(kube: Kube, namespace: str) -> None:
-    """Until a flip can take decode's surplus: its recommendation 1 for the whole flip
-    window (from the operator's record in the status, as tests/lab/test_role_flip.py
-    waits) and the metrics without a gap (pods Prometheus has not scraped yet, or a
-    latency unknown under load, make the policy start prefill cold instead)."""
-    since = wait_for(lambda: decode_recommended_one_since(kube, namespace), 60, "decode -> 1")
-    time.sleep(max(0.0, since + 1 + FLIP_WINDOW_S - time.time()))
-    wait_for(lambda: metrics_ok(kube, namespace), 60, "metrics without a gap")
 
 
 def churn_chat(namespace: str, prometheus_url: str) -> dict[str, Any]:

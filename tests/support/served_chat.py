@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,8 +20,8 @@ from pdlab.cluster.lab import Lab
 from pdlab.cluster.svcproxy import SvcProxy
 from pdscaler import naming
 from pdscaler.observe import is_ready, labels, terminating
-from support.labkit import Kube, request_path
-from support.opkit import create_pdd, get_pdd, operator_runtime, pod_dicts, ticking
+from support.labkit import Kube, request_path, wait_for
+from support.opkit import condition, create_pdd, get_pdd, operator_runtime, pod_dicts, ticking
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "chat"
@@ -76,6 +77,25 @@ def decode_recommended_one_since(kube: Kube, namespace: str) -> float | None:
     memory = (get_pdd(kube, namespace, NAME).get("status") or {}).get("memory") or {}
     points = memory.get("recommendations") or []
     return float(points[-1][0]) if points and points[-1][2] == 1 else None
+
+
+def metrics_ok(kube: Kube, namespace: str) -> bool:
+    """``MetricsAvailable`` True (no data gap: a pool with a gap gives no replica to a
+    flip); else LookupError with its message (``wait_for`` reports it)."""
+    got = condition(get_pdd(kube, namespace, NAME), "MetricsAvailable") or {}
+    if got.get("status") != "True":
+        raise LookupError(f"MetricsAvailable {got.get('status')}: {got.get('message')}")
+    return True
+
+
+def armed(kube: Kube, namespace: str) -> None:
+    """Until a flip can take decode's surplus: its recommendation 1 for the whole flip
+    window (from the operator's record in the status) and the metrics without a gap
+    (pods Prometheus has not scraped yet, or a latency unknown under load, make the
+    policy start prefill cold instead)."""
+    since = wait_for(lambda: decode_recommended_one_since(kube, namespace), 60, "decode -> 1")
+    time.sleep(max(0.0, since + 1 + FLIP_WINDOW_S - time.time()))
+    wait_for(lambda: metrics_ok(kube, namespace), 60, "metrics without a gap")
 
 
 def live_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
