@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import native, provenance, quality, quality_report, quality_run, step
+from bench import native, provenance, quality, quality_report, quality_run, sensitivity, step
 from bench import queue as queue_part
 from bench.overhead import cli as overhead_cli
 
@@ -184,6 +184,28 @@ def queue_line(result: dict[str, Any]) -> str:
     )
 
 
+def sensitivity_section(out_dir: Path) -> list[str]:
+    """The summary's pointer to sensitivity.md (``python -m bench.sensitivity``, run
+    apart from this command) when its JSON is there: where it was measured and what it
+    concluded about the default."""
+    path = out_dir / "sensitivity.json"
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    by_case = sensitivity.cases(doc)
+    default = (float(doc["default"][0]), float(doc["default"][1]))
+    better = sensitivity.dominating(by_case, default)
+    verdict = ", ".join(f"{a:g} / {b:g}" for a, b in better) if better else "none"
+    return [
+        "## Utilisation targets ([sensitivity.md](sensitivity.md))",
+        "",
+        f"{len(by_case)} tuning cases by `python -m bench.sensitivity`; settings better than "
+        f"the default {default[0]:g} / {default[1]:g} in every case: {verdict}. "
+        + provenance.line(doc.get(provenance.KEY)),
+        "",
+    ]
+
+
 def quality_section(doc: dict[str, Any]) -> list[str]:
     """The summary's quality part, from a quality document."""
     return [
@@ -237,6 +259,7 @@ def rerender(out_dir: Path) -> int:
             step_line(st["model_rows"], st.get(provenance.KEY)),
             "",
         ]
+    summary += sensitivity_section(out_dir)
     if (out_dir / "overhead.md").exists():
         summary += ["## Operator overhead", "", "See [overhead.md](overhead.md).", ""]
     text = "\n".join(summary)
@@ -300,6 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"Not run in this invocation; [{part}.md]({part}.md) is from an earlier run.",
                 "",
             ]
+    summary += sensitivity_section(out_dir)
     elapsed = time.perf_counter() - started
     summary += [f"Total bench time: {elapsed:.0f} s.", ""]
     text = "\n".join(summary)

@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 
-from bench import readme, reliability
+from bench import readme, reliability, sensitivity
 from bench.overhead.report import fleet_sentence
 
 REPO = Path(readme.__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 QUALITY: dict[str, Any] = json.loads((RESULTS / "quality.json").read_text())
 OVERHEAD = readme.overhead_figures((RESULTS / "overhead.md").read_text())
+SENSITIVITY = sensitivity.cases(json.loads((RESULTS / "sensitivity.json").read_text()))
 
 
 def doc(name: str) -> str:
@@ -172,19 +173,51 @@ def api_reads() -> str:
     )
 
 
+def utilisation() -> str:
+    """docs/models.md §2's reading of bench/results/sensitivity.json (seed means)."""
+
+    def at(case: str, setting: tuple[float, float], digits: int = 2) -> str:
+        v = SENSITIVITY[case][setting]
+        return f"{p2(v['slo'])} for {v['gpu_hours']:.{digits}f}"
+
+    d, hi, lo = (0.7, 0.7), (0.8, 0.8), (0.5, 0.7)
+    # what the paragraph claims beside the figures: no better default, no target met
+    assert sensitivity.dominating(SENSITIVITY, d) == []
+    for case, target in (("code-4x", 0.95), ("code-10x", 0.95), ("diurnal day", 0.99)):
+        assert sensitivity.cheapest(SENSITIVITY[case], target) is None, case
+    return (
+        "no setting of the two targets is better than 0.7 / 0.7 in every case: the "
+        f"conversation trace at 10x is at {at('conv-10x', d)} GPU-hours with 0.7 / 0.7 and "
+        f"at {at('conv-10x', hi)} with 0.8 / 0.8; the code trace at 4x at {at('code-4x', d)} "
+        f"and, with 0.5 / 0.7, {at('code-4x', lo)}; the diurnal day at "
+        f"{at('diurnal day', d, 1)} and {at('diurnal day', lo, 1)}"
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "sentence"),
     [
         ("models.md", headroom),
         ("models.md", flips),
         ("models.md", deadline),
+        ("models.md", utilisation),
         ("operator.md", overhead_fleet),
         ("operator.md", overhead_tick),
         ("operator.md", d4),
         ("operator.md", d10),
         ("operator.md", api_reads),
     ],
-    ids=["head-room", "flips", "deadline", "fleet", "tick", "D4", "D10", "api-reads"],
+    ids=[
+        "head-room",
+        "flips",
+        "deadline",
+        "utilisation",
+        "fleet",
+        "tick",
+        "D4",
+        "D10",
+        "api-reads",
+    ],
 )
 def test_the_doc_quotes_the_results_file(name: str, sentence: Any) -> None:
     want = sentence()
@@ -193,5 +226,6 @@ def test_the_doc_quotes_the_results_file(name: str, sentence: Any) -> None:
 
 def test_the_docs_name_the_results_files_they_quote() -> None:
     assert "bench/results/quality.md" in doc("models.md")
+    assert "bench/results/sensitivity.md" in doc("models.md")
     assert "bench/results/overhead.md" in doc("operator.md")
     assert "bench/results/reliability.md" in doc("operator.md")

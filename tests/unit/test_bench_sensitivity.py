@@ -3,6 +3,8 @@ and names what meets each target, and a real (short) replay moves with the targe
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from bench import sensitivity as sens
@@ -104,3 +106,15 @@ def test_a_short_replay_spends_more_at_a_lower_prefill_target() -> None:
     assert low["setting"] == [0.5, 0.7]
     assert low["prefill_gpu_hours"] > high["prefill_gpu_hours"], (low, high)
     assert 0.0 <= high["slo_attainment"] <= 1.0
+
+
+def test_the_bench_summary_points_to_the_part_with_its_verdict(tmp_path: Path) -> None:
+    from bench.__main__ import sensitivity_section
+
+    assert sensitivity_section(tmp_path) == []  # no JSON: nothing to say
+    (tmp_path / "sensitivity.json").write_text(json.dumps(doc(ROWS)))
+    text = "\n".join(sensitivity_section(tmp_path))
+    assert "## Utilisation targets ([sensitivity.md](sensitivity.md))" in text
+    assert "2 tuning cases" in text
+    assert "better than the default 0.7 / 0.7 in every case: none." in text
+    assert "Measured at commit abc1234" in text
