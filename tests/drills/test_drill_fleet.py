@@ -385,7 +385,7 @@ def test_fleet_requests_per_second_with_and_without_caches(
     names = [f"a{i:02d}" for i in range(AUTO_FLEET)]
     # the fleet needs 28 of the lab's 32 GPUs: the lab tests before it delete their
     # namespaces in the background, and their pods may still hold GPUs
-    wait_free_gpus(kube, 2 * AUTO_FLEET, 180)
+    wait_free_gpus(kube, 2 * AUTO_FLEET, 300)
     for name in names:
         body = pdd_manifest(name, lab.prometheus_url, interval=AUTO_INTERVAL, max_replicas=1)
         kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)

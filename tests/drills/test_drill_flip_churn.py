@@ -45,6 +45,7 @@ from support.served_chat import (
     NAME,
     armed,
     completion,
+    decode_flipped_or_why,
     flip_chat,
     live_pods,
     ready_by_role,
@@ -141,7 +142,7 @@ def mixed(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def rolled_out(kube: Kube, namespace: str) -> bool:
     """Only ``V2``'s pool Deployments left and the rollout not moving (while another
-    cell exists the policy flips nothing: ``flips.plan_flip``)."""
+    cell exists the policy flips nothing: ``flips.consider_flip``)."""
     versions = {
         labels(d).get(naming.LABEL_VERSION)
         for d in deployments(kube, namespace, NAME)
@@ -187,7 +188,7 @@ def test_role_flips_under_churn(
             t_a = time.time()
             patch_spec(kube, namespace, NAME, {"prefill": {"replicas": {"min": 2, "max": 4}}})
             pod = wait_for(
-                lambda: next((p for p in live_pods(kube, namespace) if flipped(p)), None),
+                lambda: decode_flipped_or_why(kube, namespace),
                 60, "a decode pod relabelled prefill",
             )  # fmt: skip
             evicted = pod["metadata"]["name"]

@@ -40,6 +40,7 @@ from support.served_chat import (
     NAME,
     armed,
     completion,
+    decode_flipped_or_why,
     flip_chat,
     live_pods,
     ready_by_role,
@@ -93,13 +94,14 @@ def test_a_surplus_decode_replica_flips_to_prefill_and_the_router_follows(
     patch_spec(kube, namespace, NAME, {"prefill": {"replicas": {"min": 3, "max": 4}}})
 
     def flipped() -> dict[str, Any] | None:
-        for pod in live_pods(kube, namespace):
-            lab_ = labels(pod)
-            if lab_.get(naming.LABEL_POOL) == "decode" and lab_[naming.LABEL_ROLE] == "prefill":
-                return pod
-        return None
+        try:
+            return decode_flipped_or_why(kube, namespace)
+        except LookupError:
+            return None
 
-    pod = wait_for(flipped, 60, "a decode pod relabelled prefill")
+    pod = wait_for(
+        lambda: decode_flipped_or_why(kube, namespace), 60, "a decode pod relabelled prefill"
+    )
     name = pod["metadata"]["name"]
     assert decode_uids.get(name) == pod["metadata"]["uid"], "the same pod, not a new one"
     cost = (pod["metadata"].get("annotations") or {}).get(DELETION_COST_ANNOTATION)

@@ -259,31 +259,60 @@ def wait_both_pools(
 GPU = "nvidia.com/gpu"
 
 
+def _pod_gpus(pod: Any) -> int:
+    """GPUs a pod bound to a node holds (requests or, for an extended resource, limits);
+    0 once it Succeeded or Failed."""
+    if pod.status.phase in ("Succeeded", "Failed"):
+        return 0
+    held = 0
+    for c in pod.spec.containers:
+        res = c.resources
+        wanted = (res.requests or {}).get(GPU) or (res.limits or {}).get(GPU) if res else None
+        held += int(wanted or 0)
+    return held
+
+
+def _bound_pods(kube: Kube) -> list[Any]:
+    pods: list[Any] = kube.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items
+    return pods
+
+
 def free_gpus(kube: Kube) -> int:
     """The GPUs of the schedulable nodes that no pod bound to a node holds (requests or,
     for an extended resource, limits), terminating pods included: the namespace fixture
     deletes a test's namespace in the background, so an earlier test's pods can keep
     their GPUs into the next test."""
     nodes: list[Any] = kube.core.list_node().items
-    pods: list[Any] = kube.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items
     total_gpus = sum(
         int((n.status.allocatable or {}).get(GPU, "0")) for n in nodes if not n.spec.unschedulable
     )
-    held = 0
-    for pod in pods:
-        if pod.status.phase in ("Succeeded", "Failed"):
-            continue
-        for c in pod.spec.containers:
-            res = c.resources
-            wanted = (res.requests or {}).get(GPU) or (res.limits or {}).get(GPU) if res else None
-            held += int(wanted or 0)
-    return int(total_gpus) - held
+    return int(total_gpus) - sum(_pod_gpus(p) for p in _bound_pods(kube))
+
+
+def gpu_holders(kube: Kube) -> dict[str, int]:
+    """GPUs held per namespace (``free_gpus``' count), a terminating pod's namespace
+    marked ``(terminating)``: what a test waiting for GPUs reports when it times out."""
+    out: dict[str, int] = {}
+    for pod in _bound_pods(kube):
+        n = _pod_gpus(pod)
+        if n:
+            gone = " (terminating)" if pod.metadata.deletion_timestamp else ""
+            key = pod.metadata.namespace + gone
+            out[key] = out.get(key, 0) + n
+    return out
 
 
 def wait_free_gpus(kube: Kube, gpus: int, timeout: float = 120.0) -> None:
     """Until ``free_gpus`` >= ``gpus``: a test whose invariant needs its pools to reach a
-    size waits for the earlier tests' pods to let go of the GPUs first."""
-    wait_for(lambda: free_gpus(kube) >= gpus or None, timeout, f"{gpus} free GPUs in the lab")
+    size waits for the earlier tests' pods to let go of the GPUs first. On a timeout the
+    error names who holds them (``gpu_holders``)."""
+
+    def free() -> bool:
+        if free_gpus(kube) >= gpus:
+            return True
+        raise LookupError(f"GPUs held: {gpu_holders(kube)}")
+
+    wait_for(free, timeout, f"{gpus} free GPUs in the lab")
 
 
 def wait_stable(

@@ -98,6 +98,21 @@ def armed(kube: Kube, namespace: str) -> None:
     wait_for(lambda: metrics_ok(kube, namespace), 60, "metrics without a gap")
 
 
+def decode_flipped_or_why(kube: Kube, namespace: str) -> dict[str, Any]:
+    """A live pod the decode Deployment made that serves prefill; else LookupError with
+    the operator's last decision (its message, model and inputs), which ``wait_for``
+    reports when it times out: why no replica changed role."""
+    for pod in live_pods(kube, namespace):
+        lab = labels(pod)
+        if lab.get(naming.LABEL_POOL) == "decode" and lab[naming.LABEL_ROLE] == "prefill":
+            return pod
+    last = (get_pdd(kube, namespace, NAME).get("status") or {}).get("lastDecision") or {}
+    raise LookupError(
+        f"no decode pod serves prefill; last decision {last.get('action')}: "
+        f"{last.get('message')}; model {last.get('model')}; inputs {last.get('inputs')}"
+    )
+
+
 def live_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
     return [p for p in pod_dicts(kube, namespace, NAME) if not terminating(p)]
 

@@ -187,3 +187,50 @@ def test_the_flip_sentence_agrees_with_its_count() -> None:
     assert reasons.flipped(Role.PREFILL, Role.DECODE, 2, 40.0, 90.0, 30.0).startswith(
         "2 prefill replicas change role to decode"
     )
+
+
+@pytest.mark.parametrize(
+    ("spec", "change", "said"),
+    [
+        (chat_spec(), {"rollout_in_progress": True}, "a rollout is in progress"),
+        (chat_spec(decode={"gpusPerReplica": 2}), {}, "the pools' replicas have different GPUs"),
+        (chat_spec(startupSeconds=20), {}, "one would serve prefill in ~24s, a new one in ~20s"),
+        (
+            chat_spec(),
+            {"memory": PolicyMemory(recommendations=((NOW - 40.0, 14, 18),))},
+            "its last 60s of recommendations need its 24 replicas",
+        ),
+    ],
+)
+def test_the_decision_says_why_no_replica_changes_role(
+    spec: PDDeploymentSpec, change: dict[str, Any], said: str
+) -> None:
+    """Prefill grows by new replicas while decode runs 24: the sentence names why none of
+    decode's changes role, so a platform team (and a lab test that waits for a flip)
+    can read it in status.lastDecision."""
+    inp = tick(spec, SHORT_PREFILL, 14, 24, now=NOW, memory=RECENT)
+    d = decide(flipping(inp, **change))
+    assert d.flip is None
+    assert d.prefill > 14
+    assert f"no decode replica changes role: {said}" in d.message
+
+
+def test_a_gap_in_the_givers_data_is_named() -> None:
+    """Decode's queue depth unknown: a gap, so decode gives nothing (it must not shrink
+    on missing data) and the decision says so."""
+    gapped = snapshot(ttft=3.0, tpot=0.03, prefill_queue=140.0, decode_queue=None)
+    d = decide(flipping(tick(chat_spec(), gapped, 14, 24, now=NOW, memory=RECENT)))
+    assert d.flip is None
+    assert (
+        "no decode replica changes role: decode's data has a gap (decode queue depth unknown)"
+        in d.message
+    )
+
+
+def test_without_the_actuator_or_a_growing_pool_nothing_is_said() -> None:
+    inp = tick(chat_spec(), SHORT_PREFILL, 14, 24, now=NOW, memory=RECENT)
+    assert "changes role" not in decide(inp).message  # the live operator without flips
+    steady = snapshot(ttft=0.5, tpot=0.03)
+    assert (
+        "changes role" not in decide(flipping(tick(chat_spec(), steady, 20, 24, now=NOW))).message
+    )

@@ -57,7 +57,7 @@ import dataclasses
 from pdscaler.models import DecodeBound, RatioResult, ratio_model
 from pdscaler.policy import history, seasonal
 from pdscaler.policy.explain import explain, infeasible
-from pdscaler.policy.flips import after_flip, plan_flip, record_flip
+from pdscaler.policy.flips import after_flip, consider_flip, record_flip
 from pdscaler.policy.forecast import forecast_rate
 from pdscaler.policy.headroom import headroom_target, learn_factor
 from pdscaler.policy.hold import hold_unavailable
@@ -201,7 +201,7 @@ def size(
     cap, split = apply_limits(inp, ratio, attribution, wants, stabilized, headroom)
     split = keep_gapped(inp, split, gaps)
     final = {Role.PREFILL: split.prefill, Role.DECODE: split.decode}
-    flip = plan_flip(inp, facts, window, final, startup, tpot, gaps)
+    flip, no_flip = consider_flip(inp, facts, window, final, startup, tpot, gaps)
     final = after_flip(final, {r: facts[r].current for r in ROLES}, flip)
     return Tick(
         inp=inp,
@@ -225,6 +225,7 @@ def size(
         kv_floor=kv_floor,
         priors=priors,
         flip=flip,
+        no_flip=no_flip,
     )
 
 

@@ -51,6 +51,8 @@ def explain(tick: Tick) -> tuple[Action, Role | None, str]:
         notes.append(
             reasons.flipped(f.source, f.target, f.count, f.seconds, f.cold_start_seconds, deadline)
         )
+    elif tick.no_flip:
+        notes.append(tick.no_flip)
     if tick.grown:
         return _explain_up(tick, notes)
     if tick.shrunk:

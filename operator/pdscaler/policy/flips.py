@@ -1,7 +1,7 @@
 """Role flips: a pool grows by taking ready replicas the other pool does not need,
 changing their role, instead of starting new ones (docs/models.md §5a).
 
-Owns: ``plan_flip``, run after the limits on the final sizes. Where the actuator can
+Owns: ``consider_flip``, run after the limits on the final sizes. Where the actuator can
 flip (``TickInput.flips``), both pools run the same GPUs per replica and no rollout is
 in progress, a pool that grows takes up to the other pool's surplus (what it runs above
 the highest recommendation of the flip window, ``surplus``), as long as a flipped
@@ -24,6 +24,7 @@ change (the 1 new one is the only added GPU).
 from __future__ import annotations
 
 from pdscaler.models.migration import SOFTWARE_PREP_SECONDS
+from pdscaler.policy import reasons
 from pdscaler.policy.sizing import PoolFacts
 from pdscaler.policy.stabilize import MAX_DOWN_FRACTION, Record, prune
 from pdscaler.policy.tick import ROLES
@@ -57,7 +58,7 @@ def surplus(
     return max(0, current - max(int(r[_COLUMN[role]]) for r in kept))
 
 
-def plan_flip(
+def consider_flip(
     inp: TickInput,
     facts: dict[Role, PoolFacts],
     records: tuple[Record, ...],
@@ -65,34 +66,46 @@ def plan_flip(
     startup: float,
     tpot: float,
     gaps: dict[Role, tuple[str, ...]] | None = None,
-) -> Flip | None:
+) -> tuple[Flip | None, str | None]:
     """The flip of this tick, if any (module docstring): at most one direction, the
     growing pool's. None when the actuator cannot flip, the pools' GPUs per replica
     differ, a rollout is in progress, no pool grows while the other holds a surplus (a
     pool with ``gaps`` in its data gives nothing: it must not shrink), or a flip would
-    not serve sooner than a new replica."""
+    not serve sooner than a new replica. With flips on and a pool growing by new
+    replicas, the second value says why none of the other pool's changes role
+    (``reasons.no_flip``): prefill 1 -> 3 with decode's data gapped -> (None, "no decode
+    replica changes role: decode's data has a gap (decode queue depth unknown)")."""
     opts: FlipOptions | None = inp.flips
     spec = inp.spec
-    if opts is None or inp.rollout_in_progress:
-        return None
+    if opts is None:
+        return None, None
+    growing = [r for r in ROLES if final[r] > facts[r].current]
+    if len(growing) != 1:
+        return None, None  # nothing grows, or both do: no pool to give
+    target = growing[0]
+    source = target.other
+    if inp.rollout_in_progress:
+        return None, reasons.no_flip(source, "a rollout is in progress")
     if spec.prefill.gpus_per_replica != spec.decode.gpus_per_replica:
-        return None
+        return None, reasons.no_flip(source, "the pools' replicas have different GPUs")
+    gapped = (gaps or {}).get(source)
+    if gapped:
+        return None, reasons.no_flip(source, f"{source}'s data has a gap ({gapped[0]})")
     window = min(opts.window_seconds, spec.scaling.scale_down_stabilization_seconds)
     reconfigure = opts.reconfigure_seconds
     if reconfigure is None:
         reconfigure = SOFTWARE_PREP_SECONDS
-    for target in ROLES:
-        source = target.other
-        grow = final[target] - facts[target].current
-        if grow <= 0 or final[source] > facts[source].current or (gaps or {}).get(source):
-            continue
-        have = facts[source].current
-        spare = min(surplus(source, have, records, inp.now, window), int(have * MAX_DOWN_FRACTION))
-        count = min(grow, spare, facts[source].ready)
-        seconds = flip_seconds(facts[source], tpot, reconfigure)
-        if count > 0 and seconds < startup:
-            return Flip(source, count, seconds, startup)
-    return None
+    have = facts[source].current
+    spare = min(surplus(source, have, records, inp.now, window), int(have * MAX_DOWN_FRACTION))
+    count = min(final[target] - facts[target].current, spare, facts[source].ready)
+    seconds = flip_seconds(facts[source], tpot, reconfigure)
+    if count <= 0:
+        why = f"its last {window:g}s of recommendations need its {have} replicas"
+        return None, reasons.no_flip(source, why if spare <= 0 else "no replica of it is ready")
+    if seconds >= startup:
+        why = f"one would serve {target} in ~{seconds:.0f}s, a new one in ~{startup:.0f}s"
+        return None, reasons.no_flip(source, why)
+    return Flip(source, count, seconds, startup), None
 
 
 def after_flip(

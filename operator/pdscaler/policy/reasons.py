@@ -244,6 +244,13 @@ def kv_in_use(replicas: int, usage: float, ready: int, target: float) -> str:
     )
 
 
+def no_flip(source: Role, why: str) -> str:
+    """Why a growing pool takes new replicas and not ``source``'s ready ones:
+    ``no decode replica changes role: decode's data has a gap (decode queue depth
+    unknown)``."""
+    return f"no {source.value} replica changes role: {why}"
+
+
 def flipped(
     source: Role, target: Role, count: int, seconds: float, startup: float, deadline: float
 ) -> str:

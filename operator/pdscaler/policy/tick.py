@@ -52,6 +52,8 @@ class Tick:
     priors: dict[Role, float] = field(default_factory=dict)
     #: ready replicas changing role on this tick (``policy.flips``), counted in ``final``
     flip: Flip | None = None
+    #: with flips on and a pool growing by new replicas: why none of the other's flips
+    no_flip: str | None = None
 
     @property
     def headroom_held(self) -> int:
