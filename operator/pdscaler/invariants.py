@@ -7,7 +7,8 @@ Owns: saying, for one instant, whether the pods of a PDDeployment break any of
    ``--prefill-selector`` / ``--decode-selector`` name its own cell);
 3. serving capacity is not below the minimums (Ready prefill >= prefill.replicas.min,
    Ready decode >= decode.replicas.min; only once the PDDeployment has served), and
-   the GPUs held by pods bound to nodes do not exceed ``maxGPUs + maxSurgeGPUs``.
+   the GPUs held by pods bound to nodes (each pool's ``gpuResource``) do not exceed
+   ``maxGPUs + maxSurgeGPUs``.
 
 Used by the lab's rollout checker (sampling every ~200 ms) and by the demo. Must not:
 fetch anything or read the clock. Purely computational.
@@ -22,9 +23,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pdscaler import naming
-from pdscaler.manifests import GPU_RESOURCE
 from pdscaler.observe import is_ready, labels, terminating
-from pdscaler.spec import PDDeploymentSpec
+from pdscaler.spec import DEFAULT_GPU_RESOURCE, PDDeploymentSpec
 from pdscaler.types import Role
 
 Obj = Mapping[str, Any]
@@ -57,16 +57,25 @@ def discovered_revisions(pod: Obj) -> set[str]:
     return out
 
 
-def pod_gpus(pod: Obj) -> int:
-    """GPUs a pod holds: the sum of its containers' ``nvidia.com/gpu`` limits."""
+def pod_gpus(pod: Obj, resource: str = DEFAULT_GPU_RESOURCE) -> int:
+    """GPUs a pod holds: the sum of its containers' ``resource`` limits (the pool's
+    ``gpuResource``: ``amd.com/gpu`` counts nothing of a pod asking ``nvidia.com/gpu``)."""
     total = 0
     for c in _containers(pod):
         limits = (c.get("resources") or {}).get("limits") or {}
         try:
-            total += int(limits.get(GPU_RESOURCE, 0))
+            total += int(limits.get(resource, 0))
         except (TypeError, ValueError):
             continue
     return total
+
+
+def _gpu_resource(spec: PDDeploymentSpec, role: str) -> str:
+    """The GPU resource a pod of ``role`` asks for: its pool's (``gpu_resource_of``),
+    else the spec's (a router asks for none, so any name counts 0 there)."""
+    if role in (Role.PREFILL.value, Role.DECODE.value):
+        return spec.gpu_resource_of(Role(role))
+    return spec.gpu_resource or DEFAULT_GPU_RESOURCE
 
 
 def _holds_gpus(pod: Obj) -> bool:
@@ -91,7 +100,7 @@ def violations(
         role, rev = lab.get(naming.LABEL_ROLE, ""), lab.get(naming.LABEL_REVISION, "")
         version = lab.get(naming.LABEL_VERSION, "")
         if _holds_gpus(pod):
-            gpus += pod_gpus(pod)
+            gpus += pod_gpus(pod, _gpu_resource(spec, role))
         if is_ready(pod):
             ready[(role, version)] = ready.get((role, version), 0) + 1
         if role == naming.ROLE_ROUTER and not terminating(pod):

@@ -39,10 +39,11 @@ def pod(
     ready_at: str = "2025-01-01T00:00:30Z",
     pending: bool = False,
     deleting: bool = False,
+    of: PDDeploymentSpec = SPEC,
 ) -> dict[str, Any]:
-    """A pod as the API returns it, built from the Deployment's own template and
-    controlled by its ReplicaSet."""
-    dep = manifests.pool_deployment(META, SPEC, cell, role)
+    """A pod as the API returns it, built from the Deployment's own template (of
+    ``of``) and controlled by its ReplicaSet."""
+    dep = manifests.pool_object(META, of, cell, role)
     tpl = dep["spec"]["template"]
     meta: dict[str, Any] = {
         "name": f"{dep['metadata']['name']}-{i}",
@@ -193,6 +194,20 @@ def test_capacity_below_min_and_gpus_over_budget() -> None:
         "decode ready 1 < min 2",
         "9 GPUs held > maxGPUs + maxSurgeGPUs = 8",
     ]
+
+
+def test_gpus_are_counted_in_each_pools_gpu_resource() -> None:
+    """A fleet on ``amd.com/gpu``: its pods ask for amd.com/gpu, and the budget check
+    counts them (it counted only nvidia.com/gpu, so 9 AMD pods over a budget of 8 broke
+    nothing); a pod's GPUs under another resource name count 0."""
+    amd = SPEC.model_copy(update={"gpu_resource": "amd.com/gpu"})
+    pods = [pod(V1, Role.PREFILL, i, of=amd) for i in range(8)]
+    pods.append(pod(V1, Role.DECODE, 0, of=amd))
+    assert invariants.pod_gpus(pods[0], "amd.com/gpu") == 1
+    assert invariants.pod_gpus(pods[0]) == 0
+    assert "9 GPUs held > maxGPUs + maxSurgeGPUs = 8" in invariants.violations(
+        pods, amd, "chat", check_capacity=True
+    )
 
 
 def test_pending_pods_hold_no_gpus() -> None:
