@@ -56,7 +56,7 @@ GOLDEN = {
     "conv-1x-pdscaler": "fa91e3adfd3c9cf1ceabe4251c1b41be6bfbecb87cb6f85408ac28def941f646",
     "conv-1x-static-2p1d": "2ee450af10d72639facc53f86315f98b63817d81146d7a0fe0e0d159ca713895",
     "code-4x-pdscaler": "e125a6eebba25e4c115270abbe5552776ba5770ac419dfe257023d25363236d4",
-    "mix-deadline-flips": "d9f56f1a50b5eefa69a4a90d195aca8b27f1fd5d922e62e6b4ef9f08d48e64ee",
+    "mix-deadline-flips": "35458c391fc4f9d15c01754ca2261e31d5670a21024c4ea947abb279d459aff0",
     "conv-long-pdscaler": "c87ded7431c8e6d9c6f8531f5e85d704142750da61000c529f2eff32d00993f2",
     "moe-conv-4x-pdscaler": "3a21ad20dcce6858403227ef927708570b6ad2c1657b92b58ad0ce629c5fbd39",
     "engine-direct-fcfs": "af506b0abe89bf884f91e84c18d1e6337c7188f98e74951612b5dbdc47699510",

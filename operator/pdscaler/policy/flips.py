@@ -96,12 +96,19 @@ def consider_flip(
     if reconfigure is None:
         reconfigure = SOFTWARE_PREP_SECONDS
     have = facts[source].current
-    spare = min(surplus(source, have, records, inp.now, window), int(have * MAX_DOWN_FRACTION))
+    raw = surplus(source, have, records, inp.now, window)
+    spare = min(raw, int(have * MAX_DOWN_FRACTION))
     count = min(final[target] - facts[target].current, spare, facts[source].ready)
     seconds = flip_seconds(facts[source], tpot, reconfigure)
     if count <= 0:
-        why = f"its last {window:g}s of recommendations need its {have} replicas"
-        return None, reasons.no_flip(source, why if spare <= 0 else "no replica of it is ready")
+        if raw <= 0:
+            why = f"its recommendations of the last {window:g}s ask for all {have}"
+            why += " (or do not cover them)"
+        elif spare <= 0:
+            why = f"a third of its {have} replicas rounds to 0"
+        else:
+            why = "no replica of it is ready"
+        return None, reasons.no_flip(source, why)
     if seconds >= startup:
         why = f"one would serve {target} in ~{seconds:.0f}s, a new one in ~{startup:.0f}s"
         return None, reasons.no_flip(source, why)
