@@ -26,7 +26,6 @@ Events, and flipped pods seen by a 0.3 s sampler).
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,11 +37,12 @@ from drills.report import DrillRecord
 from pdlab.cluster.lab import Lab
 from pdscaler import naming
 from pdscaler.observe import is_ready, labels
-from support.background import Background, Sampling
+from support.background import Sampling
 from support.labkit import Kube, wait_for
 from support.opkit import deployments, get_pdd, patch_spec
 from support.served_chat import (
     NAME,
+    Clients,
     armed,
     completion,
     decode_flipped_or_why,
@@ -54,33 +54,6 @@ from support.served_chat import (
 )
 
 V2 = "v0.12.0"
-CLIENTS = 2
-
-
-@dataclass
-class Clients(Background):
-    """``CLIENTS`` threads each sending one streamed completion after another through
-    the front: (time, ok) per request in ``sent``."""
-
-    front: int
-    sent: list[tuple[float, bool]] = field(default_factory=list)
-
-    def _run(self) -> None:
-        def loop() -> None:
-            while not self._stop.is_set():
-                ok = completion(self.front) is not None
-                self.sent.append((time.time(), ok))
-                if not ok:
-                    self._stop.wait(0.2)  # a failure is counted once, not in a busy loop
-
-        workers = [threading.Thread(target=loop, daemon=True) for _ in range(CLIENTS)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-
-    def failed(self) -> list[float]:
-        return [t for t, ok in self.sent if not ok]
 
 
 def flipped(pod: dict[str, Any]) -> bool:

@@ -38,6 +38,7 @@ from support.labkit import Kube, wait_for
 from support.opkit import get_pdd, patch_spec
 from support.served_chat import (
     NAME,
+    Clients,
     armed,
     completion,
     decode_flipped_or_why,
@@ -86,12 +87,6 @@ def test_a_surplus_decode_replica_flips_to_prefill_and_the_router_follows(
         if labels(p)[naming.LABEL_ROLE] != "router"
     )
     patch_spec(kube, namespace, NAME, {"decode": {"replicas": {"min": 1, "max": 6}}})
-    # the flip window (5 s) fills with decode recommendations of 1 (from the first tick
-    # that recommended 1, its time in status.memory), and the metrics have no gap: a pod
-    # Prometheus has not scraped yet makes the policy start prefill cold, not flip (the
-    # CI run at 4c5ab29 failed here: prefill 1->3 by new pods, no flip)
-    armed(kube, namespace)
-    patch_spec(kube, namespace, NAME, {"prefill": {"replicas": {"min": 3, "max": 4}}})
 
     def flipped() -> dict[str, Any] | None:
         try:
@@ -99,9 +94,18 @@ def test_a_surplus_decode_replica_flips_to_prefill_and_the_router_follows(
         except LookupError:
             return None
 
-    pod = wait_for(
-        lambda: decode_flipped_or_why(kube, namespace), 60, "a decode pod relabelled prefill"
-    )
+    # Requests keep flowing while the flip is asked for and made: with none in the
+    # metrics window the token lengths are unknown, and the policy holds on missing data
+    # (it raises prefill to its min with new pods and flips nothing). Twice in CI the
+    # trigger came after the window had emptied (prefill 1->3 by new pods, no flip);
+    # reproduced here by asking after a minute without requests. ``armed``: the flip
+    # window (5 s) full of decode recommendations of 1, and the metrics without a gap.
+    with Clients(front):
+        armed(kube, namespace)
+        patch_spec(kube, namespace, NAME, {"prefill": {"replicas": {"min": 3, "max": 4}}})
+        pod = wait_for(
+            lambda: decode_flipped_or_why(kube, namespace), 60, "a decode pod relabelled prefill"
+        )
     name = pod["metadata"]["name"]
     assert decode_uids.get(name) == pod["metadata"]["uid"], "the same pod, not a new one"
     cost = (pod["metadata"].get("annotations") or {}).get(DELETION_COST_ANNOTATION)

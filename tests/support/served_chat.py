@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from pdlab.cluster.lab import Lab
 from pdlab.cluster.svcproxy import SvcProxy
 from pdscaler import naming
 from pdscaler.observe import is_ready, labels, terminating
+from support.background import Background
 from support.labkit import Kube, request_path, wait_for
 from support.opkit import condition, create_pdd, get_pdd, operator_runtime, pod_dicts, ticking
 
@@ -27,6 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 NAME = "chat"
 WORDS = "the quick brown fox jumps over the lazy dog " * 20  # 180 prompt words
 FLIP_WINDOW_S = 5.0
+#: Clients streaming completions through the front at once (``Clients``).
+CLIENTS = 2
 
 
 def scaled_chat(namespace: str, prometheus_url: str, example: str = "chat.yaml") -> dict[str, Any]:
@@ -109,8 +114,47 @@ def decode_flipped_or_why(kube: Kube, namespace: str) -> dict[str, Any]:
     last = (get_pdd(kube, namespace, NAME).get("status") or {}).get("lastDecision") or {}
     raise LookupError(
         f"no decode pod serves prefill; last decision {last.get('action')}: "
-        f"{last.get('message')}; model {last.get('model')}; inputs {last.get('inputs')}"
+        f"{last.get('message')}; model {last.get('model')}; inputs {last.get('inputs')}; "
+        + decisions(kube, namespace)
     )
+
+
+@dataclass
+class Clients(Background):
+    """``CLIENTS`` (2) threads each sending one streamed completion after another through
+    the front: (time, ok) per request in ``sent``."""
+
+    front: int
+    sent: list[tuple[float, bool]] = field(default_factory=list)
+
+    def _run(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                ok = completion(self.front) is not None
+                self.sent.append((time.time(), ok))
+                if not ok:
+                    self._stop.wait(0.2)  # a failure is counted once, not in a busy loop
+
+        workers = [threading.Thread(target=loop, daemon=True) for _ in range(CLIENTS)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+
+    def failed(self) -> list[float]:
+        return [t for t, ok in self.sent if not ok]
+
+
+def decisions(kube: Kube, namespace: str) -> str:
+    """The operator's decision Events of the namespace, oldest first, one per line (what
+    a test waiting on a decision reports when it did not come)."""
+    events = kube.core.list_namespaced_event(namespace).items
+    said = [
+        f"{e.reason}: {e.message}"
+        for e in sorted(events, key=lambda e: str(e.last_timestamp or e.event_time or ""))
+        if (e.reason or "").startswith(("Scaled", "Hold", "Flipped"))
+    ]
+    return "decision events: " + (" | ".join(said) or "none")
 
 
 def live_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
