@@ -96,10 +96,11 @@ def test_a_surplus_decode_replica_flips_to_prefill_and_the_router_follows(
 
     # Requests keep flowing while the flip is asked for and made: with none in the
     # metrics window the token lengths are unknown, and the policy holds on missing data
-    # (it raises prefill to its min with new pods and flips nothing). Twice in CI the
-    # trigger came after the window had emptied (prefill 1->3 by new pods, no flip);
-    # reproduced here by asking after a minute without requests. ``armed``: the flip
-    # window (5 s) full of decode recommendations of 1, and the metrics without a gap.
+    # (it raises prefill to its min with new pods and flips nothing). In CI at 4c5ab29
+    # and in a fresh-clone run of c4ad678 the trigger tick saw request rate 0 and
+    # prefill grew 1->3 by new pods; after a minute without requests the metrics read
+    # "prompt_tokens NaN (nothing observed in the window)". ``armed``: the flip window
+    # (5 s) full of decode recommendations of 1, and the metrics without a gap.
     with Clients(front):
         armed(kube, namespace)
         patch_spec(kube, namespace, NAME, {"prefill": {"replicas": {"min": 3, "max": 4}}})
