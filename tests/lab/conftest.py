@@ -12,6 +12,8 @@ and pdlab.cluster.kubeclient.
   the lab's Prometheus for them (PDSCALER_PROMETHEUS_ALLOWED_URLS).
 * `kube` (session): `pdlab.cluster.kubeclient.Kube`, typed clients as the lab admin.
 * `namespace` (per test): a fresh namespace `t-<test name>-<random>`, deleted afterwards.
+  A session that is the lab's only user first deletes the test namespaces that killed
+  sessions left (``support.leftovers``): their pods hold GPUs.
 * `crd` (session): the PDDeployment CRD from crds/ applied and Established; its name.
 * `exporter` (per test): a started `support.exporter.EngineExporter` (fake engine pods'
   metrics scraped by the lab's Prometheus); its targets are removed afterwards.
@@ -34,9 +36,9 @@ from kubernetes.client.exceptions import ApiException
 from pdlab.cluster.kubeclient import Kube, apply_crd
 from pdlab.cluster.lab import Lab
 from support.exporter import EngineExporter
+from support.leftovers import labelled_namespace, sweep_leftovers
 
 LAB_START_TIMEOUT_S = 300.0
-TEST_NAMESPACE_LABEL = "pdlab.pdscaler.io/test"
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +60,10 @@ def lab() -> Iterator[Lab]:
         os.environ["PDLAB_PROMETHEUS_URL"] = the_lab.prometheus_url
         # operators under test may read the lab's Prometheus (the operator's allow-list)
         os.environ["PDSCALER_PROMETHEUS_ALLOWED_URLS"] = the_lab.prometheus_url
+        if not the_lab.other_users():  # what killed sessions left holds GPUs (leftovers.py)
+            swept = sweep_leftovers(Kube.from_kubeconfig(the_lab.kubeconfig))
+            if swept:
+                print(f"pdlab: deleting {len(swept)} namespaces earlier sessions left: {swept}")
         yield the_lab
     finally:
         the_lab.unregister_user()
@@ -82,7 +88,7 @@ def namespace_name(test_name: str) -> str:
 def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace for one test; deleted (in the background) afterwards."""
     name = namespace_name(request.node.name)
-    body: Any = {"metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: "true"}}}
+    body: Any = labelled_namespace(name)
     kube.core.create_namespace(body)
     try:
         yield name

@@ -13,8 +13,7 @@ from typing import Any
 
 from pdlab.cluster.kubeclient import ensure_namespace
 from support.labkit import Kube, wait_for
-
-FINALIZER = "pdscaler.io/test-hold"
+from support.leftovers import TEST_HOLD_FINALIZER, labelled_namespace
 
 
 def phase(kube: Kube, name: str) -> str | None:
@@ -24,8 +23,8 @@ def phase(kube: Kube, name: str) -> str | None:
 
 def test_a_terminating_namespace_is_waited_for_and_created_again(kube: Kube) -> None:
     name = f"t-terminating-{secrets.token_hex(3)}"
-    kube.core.create_namespace({"metadata": {"name": name}})  # type: ignore[arg-type]
-    hold: Any = {"metadata": {"name": "hold", "finalizers": [FINALIZER]}}
+    kube.core.create_namespace(labelled_namespace(name))  # type: ignore[arg-type]
+    hold: Any = {"metadata": {"name": "hold", "finalizers": [TEST_HOLD_FINALIZER]}}
     kube.core.create_namespaced_config_map(name, hold)
     kube.core.delete_namespace(name)
     wait_for(

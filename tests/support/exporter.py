@@ -67,12 +67,12 @@ from pdlab.cluster.kwok import GPU_TAINT, STARTUP_DELAY_ANNOTATION
 from pdlab.cluster.lab import Lab
 from pdscaler.naming import LABEL_NAME, LABEL_ROLE
 from support.httpkit import QuietHandler
+from support.leftovers import labelled_namespace
 
 PREFILL, DECODE = "prefill", "decode"
 _BUCKET_LOWER = 0.99  # lower bound of a value's own bucket, as a fraction of the value
 #: The label on every pod the exporter creates (value: the exporter's id).
 EXPORTER_LABEL = "pdlab.pdscaler.io/exporter"
-TEST_NAMESPACE_LABEL = "pdlab.pdscaler.io/test"
 ENGINE_PORT = 8000
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
@@ -514,9 +514,7 @@ class EngineExporter:
             except ApiException as err:
                 if err.status != 404:
                     raise
-                body: Any = {
-                    "metadata": {"name": namespace, "labels": {TEST_NAMESPACE_LABEL: "true"}}
-                }
+                body: Any = labelled_namespace(namespace)
                 self._core.create_namespace(body)
                 self._existing[namespace] = False
         return self._existing[namespace]
