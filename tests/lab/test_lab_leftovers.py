@@ -7,25 +7,13 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from support.labkit import Kube, wait_for
+from support.labkit import Kube, not_found, wait_for
 from support.leftovers import TEST_HOLD_FINALIZER, TEST_NAMESPACE_LABEL, sweep_leftovers
 
 
 def _phase(kube: Kube, name: str) -> str | None:
     status = kube.core.read_namespace(name).status
     return status.phase if status is not None else None
-
-
-def _gone(kube: Kube, name: str) -> bool:
-    try:
-        kube.core.read_namespace(name)
-    except ApiException as err:
-        if err.status == 404:
-            return True
-        raise
-    return False
 
 
 def test_sweep_deletes_what_a_killed_session_left_and_nothing_else(kube: Kube) -> None:
@@ -48,7 +36,7 @@ def test_sweep_deletes_what_a_killed_session_left_and_nothing_else(kube: Kube) -
         assert swept == sorted([names["active"], names["held"]])
         for kind in ("active", "held"):
             name = names[kind]
-            wait_for(lambda: _gone(kube, name), 60, f"namespace {name} gone")  # noqa: B023
+            wait_for(lambda: not_found(lambda: kube.core.read_namespace(name)), 60, f"{name} gone")  # noqa: B023
         assert _phase(kube, names["other"]) == "Active"
     finally:
         sweep_leftovers(kube, f"{TEST_NAMESPACE_LABEL}={tag}-other")
