@@ -64,7 +64,7 @@ def headroom() -> str:
 
 def conv_worst() -> str:
     """The worst seed-mean difference flips make over the six conv cases (long context
-    aside): 'within 0.21 points and 0.15 GPU-h' at 7ec3649 (conv-10x 30 s; 90 s)."""
+    aside): 'within 0.16 points and 0.40 GPU-h' at 7469781 (0.21 and 0.15 at 7ec3649)."""
     fl = "pdscaler + role flips"
     cases = [k for k, c in QUALITY["cases"].items() if c["group"].startswith("conv-") and fl in
              c["aggregate"]["policies"] and "long" not in c["group"]]  # fmt: skip
@@ -76,8 +76,9 @@ def conv_worst() -> str:
 
 def code_worst() -> str:
     """The code case where flips cost the most attainment (seed means): 'at worst 81.52%
-    -> 80.29% (code at 10x, start-up 30 s)' at 7ec3649; the doc said 86.12% -> 86.30% at
-    90 s, a gain, before this was computed."""
+    -> 80.29% (code at 10x, start-up 30 s)' at 7ec3649, '86.76% -> 86.66% (code at 10x,
+    start-up 90 s)' at 7469781; the doc said 86.12% -> 86.30% at 90 s, a gain, before this
+    was computed."""
     fl = "pdscaler + role flips"
     cases = [k for k, c in QUALITY["cases"].items() if c["group"].startswith("code-")
              and fl in c["aggregate"]["policies"]]  # fmt: skip

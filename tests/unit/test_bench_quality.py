@@ -306,7 +306,7 @@ def test_the_committed_reports_re_render_from_their_json(tmp_path: Path) -> None
     for name in ("quality.json", "queue.json", "step.json"):
         assert (tmp_path / name).read_bytes() == (results / name).read_bytes(), name
     summary = (tmp_path / "README.md").read_text()
-    assert "Measured at commit 7ec3649" in summary
+    assert "Measured at commit 7469781" in summary
     assert "## Step load" in summary
 
 

@@ -122,7 +122,7 @@ def case_points(doc: dict[str, Any], queue: dict[str, Any], key: str) -> list[Po
 
 CODE_CASES = [f"code-{s}x-{t}s" for s in (1, 4, 10) for t in (30, 90, 300)]
 #: The code cases where pdscaler is on the frontier at seed 0 in the committed bench
-#: (quality.json measured at 7ec3649): code-1x at 30 s.
+#: (quality.json measured at 7469781, as at 7ec3649): code-1x at 30 s.
 CODE_PARETO = ("code-1x-30s",)
 
 
@@ -136,7 +136,7 @@ def committed() -> tuple[dict[str, Any], dict[str, Any]]:
 def test_pdscaler_is_dominated_on_the_code_cases_of_the_committed_bench(key: str) -> None:
     """The old verdict (the policies' FCFS rows alone) calls pdscaler Pareto on every
     code case; counting the swept static sizes it is dominated on 8 of 9 (quality.json
-    at 7ec3649; at 0620c79 it was 9 of 9, code-4x 90 s by a static 19P/2D at 85.02% /
+    at 7469781 and 7ec3649; at 0620c79 it was 9 of 9, code-4x 90 s by a static 19P/2D at 85.02% /
     20.10 GPU-h against 84.30% / 28.26; now by 22P/2D)."""
     doc, queue = committed()
     points = case_points(doc, queue, key)
