@@ -31,12 +31,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from pdlab.cluster.kubeclient import Kube, apply_crd
 from pdlab.cluster.lab import Lab
 from support.exporter import EngineExporter
-from support.leftovers import labelled_namespace, sweep_leftovers
+from support.leftovers import delete_namespace, labelled_namespace, sweep_leftovers
 
 LAB_START_TIMEOUT_S = 300.0
 
@@ -93,11 +92,7 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     try:
         yield name
     finally:
-        try:
-            kube.core.delete_namespace(name, propagation_policy="Background")
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        delete_namespace(kube, name)
 
 
 @pytest.fixture(scope="session")

@@ -8,12 +8,12 @@ import secrets
 from typing import Any
 
 from support.labkit import Kube, not_found, wait_for
-from support.leftovers import TEST_HOLD_FINALIZER, TEST_NAMESPACE_LABEL, sweep_leftovers
-
-
-def _phase(kube: Kube, name: str) -> str | None:
-    status = kube.core.read_namespace(name).status
-    return status.phase if status is not None else None
+from support.leftovers import (
+    TEST_HOLD_FINALIZER,
+    TEST_NAMESPACE_LABEL,
+    namespace_phase,
+    sweep_leftovers,
+)
 
 
 def test_sweep_deletes_what_a_killed_session_left_and_nothing_else(kube: Kube) -> None:
@@ -28,7 +28,7 @@ def test_sweep_deletes_what_a_killed_session_left_and_nothing_else(kube: Kube) -
     kube.core.delete_namespace(names["held"])  # a test killed before it released the hold
     try:
         wait_for(
-            lambda: _phase(kube, names["held"]) == "Terminating",
+            lambda: namespace_phase(kube, names["held"]) == "Terminating",
             30,
             "the held namespace Terminating",
         )
@@ -37,6 +37,6 @@ def test_sweep_deletes_what_a_killed_session_left_and_nothing_else(kube: Kube) -
         for kind in ("active", "held"):
             name = names[kind]
             wait_for(lambda: not_found(lambda: kube.core.read_namespace(name)), 60, f"{name} gone")  # noqa: B023
-        assert _phase(kube, names["other"]) == "Active"
+        assert namespace_phase(kube, names["other"]) == "Active"
     finally:
         sweep_leftovers(kube, f"{TEST_NAMESPACE_LABEL}={tag}-other")

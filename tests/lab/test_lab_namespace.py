@@ -13,12 +13,7 @@ from typing import Any
 
 from pdlab.cluster.kubeclient import ensure_namespace
 from support.labkit import Kube, wait_for
-from support.leftovers import TEST_HOLD_FINALIZER, labelled_namespace
-
-
-def phase(kube: Kube, name: str) -> str | None:
-    status = kube.core.read_namespace(name).status
-    return status.phase if status is not None else None
+from support.leftovers import TEST_HOLD_FINALIZER, labelled_namespace, namespace_phase
 
 
 def test_a_terminating_namespace_is_waited_for_and_created_again(kube: Kube) -> None:
@@ -28,7 +23,7 @@ def test_a_terminating_namespace_is_waited_for_and_created_again(kube: Kube) -> 
     kube.core.create_namespaced_config_map(name, hold)
     kube.core.delete_namespace(name)
     wait_for(
-        lambda: phase(kube, name) == "Terminating",
+        lambda: namespace_phase(kube, name) == "Terminating",
         30,
         f"namespace {name} Terminating",
     )
@@ -43,7 +38,7 @@ def test_a_terminating_namespace_is_waited_for_and_created_again(kube: Kube) -> 
         started = time.monotonic()
         assert ensure_namespace(kube, name, timeout=60.0) is True
         assert time.monotonic() - started >= 2.5  # it waited for the old one to go
-        assert phase(kube, name) == "Active"
+        assert namespace_phase(kube, name) == "Active"
     finally:
         releaser.join(10)
         kube.core.delete_namespace(name)

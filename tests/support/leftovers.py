@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from pdlab.cluster.kubeclient import Kube
+from pdlab.cluster.kubeclient import Kube, if_found
 
 #: Every namespace a test creates carries it (``namespace`` fixture, the exporter's
 #: namespaces, the Terminating-namespace test): what ``sweep_leftovers`` may delete.
@@ -31,6 +29,17 @@ def labelled_namespace(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: "true"}}}
 
 
+def delete_namespace(kube: Kube, name: str) -> None:
+    """Delete ``name`` in the background; already gone is fine."""
+    if_found(lambda: kube.core.delete_namespace(name, propagation_policy="Background"))
+
+
+def namespace_phase(kube: Kube, name: str) -> str | None:
+    """``Active`` or ``Terminating`` (None if the API server reports no phase)."""
+    status = kube.core.read_namespace(name).status
+    return status.phase if status is not None else None
+
+
 def sweep_leftovers(kube: Kube, selector: str = TEST_SELECTOR) -> list[str]:
     """Delete (in the background) the namespaces ``selector`` matches and release the
     ConfigMaps in them that ``TEST_HOLD_FINALIZER`` holds; returns the namespaces swept,
@@ -40,11 +49,7 @@ def sweep_leftovers(kube: Kube, selector: str = TEST_SELECTOR) -> list[str]:
     for ns in namespaces:
         name: str = ns.metadata.name
         if ns.metadata.deletion_timestamp is None:
-            try:
-                kube.core.delete_namespace(name, propagation_policy="Background")
-            except ApiException as err:
-                if err.status != 404:
-                    raise
+            delete_namespace(kube, name)
         config_maps: list[Any] = kube.core.list_namespaced_config_map(name).items
         for cm in config_maps:
             held: list[str] = cm.metadata.finalizers or []
